@@ -1,0 +1,1 @@
+"""One module per `fixed-replay` subcommand (absl flags + main)."""

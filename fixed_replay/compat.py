@@ -1,0 +1,95 @@
+"""Makes Dopamine 4.1.2 importable without manual set-up.
+
+Two things stand between a fresh install and `from dopamine.discrete_domains
+import atari_lib`:
+
+* Dopamine's TF agents are written against Keras 2, so TensorFlow must be told
+  to use `tf_keras` before it is first imported (`TF_USE_LEGACY_KERAS=1`).
+* `atari_lib` imports OpenAI `baselines` at module level, an undeclared
+  dependency whose PyPI release drags in mpi4py. Dopamine only uses it for
+  `use_ppo_preprocessing=True`. When `baselines` is not installed we register a
+  placeholder module whose attributes raise an ImportError saying what to
+  install, so everything else imports and the one path that needs it fails
+  clearly.
+"""
+
+import importlib.util
+import os
+import sys
+import types
+
+_BASELINES_HINT = (
+    'OpenAI baselines is not installed. Dopamine needs '
+    '`baselines.common.atari_wrappers` only for use_ppo_preprocessing=True; '
+    'install it with `pip install "baselines @ '
+    'git+https://github.com/openai/baselines"` to use that path.'
+)
+
+
+class _MissingModule(types.ModuleType):
+  """A module whose every attribute lookup raises an ImportError."""
+
+  def __init__(self, name, hint):
+    super().__init__(name)
+    self.__dict__['_hint'] = hint
+    self.__dict__['__path__'] = []  # Lets `import name.sub` find submodules.
+
+  def __getattr__(self, attribute):
+    if attribute.startswith('__'):
+      raise AttributeError(attribute)
+    raise ImportError(f'{self.__name__}.{attribute}: {self._hint}')
+
+
+def _install_baselines_placeholder():
+  """Registers placeholder `baselines` modules if the real one is absent."""
+  if 'baselines' in sys.modules or importlib.util.find_spec('baselines'):
+    return
+  for name in ('baselines', 'baselines.common',
+               'baselines.common.atari_wrappers'):
+    sys.modules[name] = _MissingModule(name, _BASELINES_HINT)
+  sys.modules['baselines'].common = sys.modules['baselines.common']
+  sys.modules['baselines.common'].atari_wrappers = sys.modules[
+      'baselines.common.atari_wrappers']
+
+
+def _use_legacy_keras():
+  """Selects Keras 2 for TensorFlow unless the user chose otherwise."""
+  if 'tensorflow' in sys.modules and 'TF_USE_LEGACY_KERAS' not in os.environ:
+    # Too late to switch: TensorFlow already picked its Keras.
+    sys.stderr.write(
+        'fixed_replay: TensorFlow was imported before fixed_replay; set '
+        'TF_USE_LEGACY_KERAS=1 or import fixed_replay first for Dopamine\'s '
+        'TF agents.\n')
+  os.environ.setdefault('TF_USE_LEGACY_KERAS', '1')
+  # TensorFlow's INFO lines (CUDA probing on CPU machines) drown our logs.
+  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
+
+
+def require(module_name, pip_name=None, purpose=''):
+  """Imports a module or raises an ImportError naming what to install.
+
+  Args:
+    module_name: str, the module to import.
+    pip_name: str, the PyPI distribution that provides it (defaults to
+      module_name).
+    purpose: str, what the caller needs it for, shown in the message.
+
+  Returns:
+    The imported module.
+
+  Raises:
+    ImportError: if the module cannot be imported.
+  """
+  try:
+    return importlib.import_module(module_name)
+  except ImportError as error:
+    reason = f' for {purpose}' if purpose else ''
+    raise ImportError(
+        f'{module_name} is needed{reason}: pip install '
+        f'{pip_name or module_name}') from error
+
+
+def install():
+  """Applies both fixes; safe to call more than once."""
+  _use_legacy_keras()
+  _install_baselines_placeholder()
