@@ -95,27 +95,35 @@ def find_checkpoints(data_dir):
     missing = [n for n in required if n not in names]
     if missing:
       logging.warning(
-          'Skipping incomplete checkpoint %d in %s: missing %s', suffix,
-          data_dir, ', '.join(f'{n}_ckpt.{suffix}.gz' for n in missing))
+        'Skipping incomplete checkpoint %d in %s: missing %s',
+        suffix,
+        data_dir,
+        ', '.join(f'{n}_ckpt.{suffix}.gz' for n in missing),
+      )
       continue
     path = lambda name, s=suffix: checkpoint_filename(data_dir, name, s)
     store_paths = {
-        n[len(STORE_PREFIX):]: path(n)
-        for n in sorted(names) if n.startswith(STORE_PREFIX)
+      n[len(STORE_PREFIX) :]: path(n)
+      for n in sorted(names)
+      if n.startswith(STORE_PREFIX)
     }
     checkpoints[suffix] = CheckpointFiles(
-        directory=data_dir,
-        suffix=suffix,
-        store_paths=store_paths,
-        add_count_path=path('add_count'),
-        invalid_range_path=path('invalid_range'),
-        episode_end_indices_path=(path(EPISODE_END_INDICES)
-                                  if EPISODE_END_INDICES in names else None))
+      directory=data_dir,
+      suffix=suffix,
+      store_paths=store_paths,
+      add_count_path=path('add_count'),
+      invalid_range_path=path('invalid_range'),
+      episode_end_indices_path=(
+        path(EPISODE_END_INDICES) if EPISODE_END_INDICES in names else None
+      ),
+    )
   if not checkpoints:
     raise CheckpointError(
-        data_dir, 'no complete replay checkpoint (needs $store$_observation, '
-        '$store$_action, $store$_reward, $store$_terminal, add_count and '
-        'invalid_range _ckpt.N.gz files)')
+      data_dir,
+      'no complete replay checkpoint (needs $store$_observation, '
+      '$store$_action, $store$_reward, $store$_terminal, add_count and '
+      'invalid_range _ckpt.N.gz files)',
+    )
   return checkpoints
 
 
@@ -132,9 +140,13 @@ class _IndexSetUnpickler(pickle.Unpickler):
   """
 
   _ALLOWED = {
-      ('builtins', 'set'), ('builtins', 'frozenset'), ('builtins', 'int'),
-      ('numpy', 'dtype'), ('numpy.core.multiarray', 'scalar'),
-      ('numpy._core.multiarray', 'scalar'), ('numpy', 'int64'),
+    ('builtins', 'set'),
+    ('builtins', 'frozenset'),
+    ('builtins', 'int'),
+    ('numpy', 'dtype'),
+    ('numpy.core.multiarray', 'scalar'),
+    ('numpy._core.multiarray', 'scalar'),
+    ('numpy', 'int64'),
   }
 
   def find_class(self, module, name):
@@ -144,16 +156,21 @@ class _IndexSetUnpickler(pickle.Unpickler):
 
 
 def read_episode_end_indices(path):
-  """Reads Dopamine's pickled episode_end_indices set as a sorted int64 array."""
+  """Reads Dopamine's pickled episode_end_indices set as sorted int64 rows."""
   with GzipStream(path) as stream:
     data = stream.read_remaining()
   try:
     indices = _IndexSetUnpickler(io.BytesIO(data)).load()
     return np.array(sorted(int(i) for i in indices), dtype=np.int64)
-  except (pickle.UnpicklingError, EOFError, TypeError, ValueError,
-          AttributeError) as error:
+  except (
+    pickle.UnpicklingError,
+    EOFError,
+    TypeError,
+    ValueError,
+    AttributeError,
+  ) as error:
     raise CheckpointError(
-        path, f'episode_end_indices is not a pickled set of ints: {error}'
+      path, f'episode_end_indices is not a pickled set of ints: {error}'
     ) from error
 
 
@@ -211,22 +228,29 @@ def read_store_headers(files):
     CheckpointError: if a header is bad or the arrays differ in length.
   """
   headers = {
-      name: npy_stream.read_npy_header(path)
-      for name, path in files.store_paths.items()
+    name: npy_stream.read_npy_header(path)
+    for name, path in files.store_paths.items()
   }
   lengths = {name: h.num_rows for name, h in headers.items()}
   expected = lengths['observation']
   for name, length in lengths.items():
     if length != expected or not headers[name].shape:
       raise CheckpointError(
-          files.store_paths[name],
-          f'{length} rows, but {files.store_paths["observation"]} has '
-          f'{expected}: arrays of checkpoint {files.suffix} differ in length')
+        files.store_paths[name],
+        f'{length} rows, but {files.store_paths["observation"]} has '
+        f'{expected}: arrays of checkpoint {files.suffix} differ in length',
+      )
   return headers
 
 
-def read_checkpoint(files, start=0, count=None, observation_shape=None,
-                    observation_dtype=None, elements=None):
+def read_checkpoint(
+  files,
+  start=0,
+  count=None,
+  observation_shape=None,
+  observation_dtype=None,
+  elements=None,
+):
   """Reads rows [start, start + count) of every array of one checkpoint.
 
   Args:
@@ -247,40 +271,48 @@ def read_checkpoint(files, start=0, count=None, observation_shape=None,
   """
   headers = read_store_headers(files)
   num_file_rows = headers['observation'].num_rows
-  npy_stream.check_header(files.store_paths['observation'],
-                          headers['observation'], observation_dtype,
-                          observation_shape)
+  npy_stream.check_header(
+    files.store_paths['observation'],
+    headers['observation'],
+    observation_dtype,
+    observation_shape,
+  )
   if count is None:
     count = num_file_rows - start
   if start < 0 or count < 0 or start + count > num_file_rows:
     raise CheckpointError(
-        files.store_paths['observation'],
-        f'rows [{start}, {start + count}) asked, but checkpoint '
-        f'{files.suffix} has {num_file_rows} rows')
+      files.store_paths['observation'],
+      f'rows [{start}, {start + count}) asked, but checkpoint '
+      f'{files.suffix} has {num_file_rows} rows',
+    )
   wanted = set(REQUIRED_STORE_ELEMENTS) | set(elements or files.store_paths)
   unknown = wanted - set(files.store_paths)
   if unknown:
     raise CheckpointError(
-        files.directory, f'checkpoint {files.suffix} has no element(s) '
-        f'{sorted(unknown)}')
+      files.directory,
+      f'checkpoint {files.suffix} has no element(s) ' f'{sorted(unknown)}',
+    )
   store = {
-      name: npy_stream.read_rows(files.store_paths[name], start, count)
-      for name in sorted(wanted)
+    name: npy_stream.read_rows(files.store_paths[name], start, count)
+    for name in sorted(wanted)
   }
   add_count = npy_stream.read_rows(files.add_count_path)
   if add_count.shape or add_count.dtype.kind not in 'iu':
     raise CheckpointError(
-        files.add_count_path, f'expected a 0-d integer array, got '
-        f'{add_count.dtype} of shape {add_count.shape}')
+      files.add_count_path,
+      f'expected a 0-d integer array, got '
+      f'{add_count.dtype} of shape {add_count.shape}',
+    )
   invalid_range = npy_stream.read_rows(files.invalid_range_path)
   episode_ends = None
   if files.episode_end_indices_path:
     episode_ends = read_episode_end_indices(files.episode_end_indices_path)
   return CheckpointWindow(
-      suffix=files.suffix,
-      start=start,
-      num_file_rows=num_file_rows,
-      store=store,
-      add_count=int(add_count),
-      invalid_range=invalid_range.astype(np.int64),
-      episode_end_indices=episode_ends)
+    suffix=files.suffix,
+    start=start,
+    num_file_rows=num_file_rows,
+    store=store,
+    add_count=int(add_count),
+    invalid_range=invalid_range.astype(np.int64),
+    episode_end_indices=episode_ends,
+  )

@@ -11,11 +11,11 @@ import sys
 from absl import app
 
 SUBCOMMANDS = {
-    'demo': 'Generates a small Atari dataset and inspects it (the main job).',
-    'generate': 'Writes a dataset in the DQN Replay Dataset layout by playing '
-                'a real game.',
-    'inspect': 'Summarises (and with --verify checks) the checkpoints of a '
-               'replay directory.',
+  'demo': 'Generates a small Atari dataset and inspects it (the main job).',
+  'generate': 'Writes a dataset in the DQN Replay Dataset layout by playing '
+  'a real game.',
+  'inspect': 'Summarises (and with --verify checks) the checkpoints of a '
+  'replay directory.',
 }
 
 
@@ -34,8 +34,10 @@ def main(argv=None):
     return 0 if len(argv) >= 2 else 2
   command = argv[1]
   if command not in SUBCOMMANDS:
-    print(f'fixed-replay: unknown command {command!r}\n\n{_usage()}',
-          file=sys.stderr)
+    print(
+      f'fixed-replay: unknown command {command!r}\n\n{_usage()}',
+      file=sys.stderr,
+    )
     return 2
   module = importlib.import_module(f'fixed_replay.commands.{command}')
   app.run(module.main, argv=[f'fixed-replay {command}'] + argv[2:])

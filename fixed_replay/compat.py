@@ -19,10 +19,10 @@ import sys
 import types
 
 _BASELINES_HINT = (
-    'OpenAI baselines is not installed. Dopamine needs '
-    '`baselines.common.atari_wrappers` only for use_ppo_preprocessing=True; '
-    'install it with `pip install "baselines @ '
-    'git+https://github.com/openai/baselines"` to use that path.'
+  'OpenAI baselines is not installed. Dopamine needs '
+  '`baselines.common.atari_wrappers` only for use_ppo_preprocessing=True; '
+  'install it with `pip install "baselines @ '
+  'git+https://github.com/openai/baselines"` to use that path.'
 )
 
 
@@ -44,12 +44,16 @@ def _install_baselines_placeholder():
   """Registers placeholder `baselines` modules if the real one is absent."""
   if 'baselines' in sys.modules or importlib.util.find_spec('baselines'):
     return
-  for name in ('baselines', 'baselines.common',
-               'baselines.common.atari_wrappers'):
+  for name in (
+    'baselines',
+    'baselines.common',
+    'baselines.common.atari_wrappers',
+  ):
     sys.modules[name] = _MissingModule(name, _BASELINES_HINT)
   sys.modules['baselines'].common = sys.modules['baselines.common']
   sys.modules['baselines.common'].atari_wrappers = sys.modules[
-      'baselines.common.atari_wrappers']
+    'baselines.common.atari_wrappers'
+  ]
 
 
 def _use_legacy_keras():
@@ -57,9 +61,10 @@ def _use_legacy_keras():
   if 'tensorflow' in sys.modules and 'TF_USE_LEGACY_KERAS' not in os.environ:
     # Too late to switch: TensorFlow already picked its Keras.
     sys.stderr.write(
-        'fixed_replay: TensorFlow was imported before fixed_replay; set '
-        'TF_USE_LEGACY_KERAS=1 or import fixed_replay first for Dopamine\'s '
-        'TF agents.\n')
+      'fixed_replay: TensorFlow was imported before fixed_replay; set '
+      "TF_USE_LEGACY_KERAS=1 or import fixed_replay first for Dopamine's "
+      'TF agents.\n'
+    )
   os.environ.setdefault('TF_USE_LEGACY_KERAS', '1')
   # TensorFlow's INFO lines (CUDA probing on CPU machines) drown our logs.
   os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
@@ -85,8 +90,9 @@ def require(module_name, pip_name=None, purpose=''):
   except ImportError as error:
     reason = f' for {purpose}' if purpose else ''
     raise ImportError(
-        f'{module_name} is needed{reason}: pip install '
-        f'{pip_name or module_name}') from error
+      f'{module_name} is needed{reason}: pip install '
+      f'{pip_name or module_name}'
+    ) from error
 
 
 def install():

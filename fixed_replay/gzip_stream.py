@@ -57,7 +57,7 @@ class GzipStream:
     self._module = BACKENDS[backend or DEFAULT_BACKEND]
     try:
       self._raw = storage.open_read(self.path)
-    except (OSError, IOError) as error:
+    except OSError as error:
       raise CheckpointError(self.path, f'cannot open: {error}') from error
     self._decompressor = self._module.decompressobj(_GZIP_WBITS)
     self._input = b''  # Compressed bytes not yet given to the decompressor.
@@ -97,14 +97,18 @@ class GzipStream:
       data = self._next_input()
       if not data:
         raise CheckpointError(
-            self.path, f'truncated gzip data: the file ends after '
-            f'{self.position} uncompressed bytes')
+          self.path,
+          f'truncated gzip data: the file ends after '
+          f'{self.position} uncompressed bytes',
+        )
       try:
         out = self._decompressor.decompress(data, max_length)
       except self._module.error as error:
         raise CheckpointError(
-            self.path, f'corrupt gzip data after {self.position} '
-            f'uncompressed bytes: {error}') from error
+          self.path,
+          f'corrupt gzip data after {self.position} '
+          f'uncompressed bytes: {error}',
+        ) from error
       if out:
         self.position += len(out)
         return out
@@ -125,8 +129,10 @@ class GzipStream:
       chunk = self._decompress_some(min(len(view) - filled, OUTPUT_CHUNK_BYTES))
       if not chunk:
         raise CheckpointError(
-            self.path, f'data ends after {self.position} uncompressed bytes, '
-            f'{len(view) - filled} bytes short of what its header promises')
+          self.path,
+          f'data ends after {self.position} uncompressed bytes, '
+          f'{len(view) - filled} bytes short of what its header promises',
+        )
       view[filled : filled + len(chunk)] = chunk
       filled += len(chunk)
 
@@ -142,7 +148,8 @@ class GzipStream:
       chunk = self._decompress_some(min(num_bytes, OUTPUT_CHUNK_BYTES))
       if not chunk:
         raise CheckpointError(
-            self.path, f'data ends after {self.position} uncompressed bytes')
+          self.path, f'data ends after {self.position} uncompressed bytes'
+        )
       num_bytes -= len(chunk)
 
   def read_remaining(self):

@@ -97,11 +97,14 @@ def check_header(path, header, dtype=None, row_shape=None):
   """Raises CheckpointError unless the header has the expected dtype/shape."""
   if dtype is not None and header.dtype != np.dtype(dtype):
     raise CheckpointError(
-        path, f'dtype is {header.dtype}, expected {np.dtype(dtype)}')
+      path, f'dtype is {header.dtype}, expected {np.dtype(dtype)}'
+    )
   if row_shape is not None and tuple(header.row_shape) != tuple(row_shape):
     raise CheckpointError(
-        path, f'rows have shape {tuple(header.row_shape)}, expected '
-        f'{tuple(row_shape)} (array shape {header.shape})')
+      path,
+      f'rows have shape {tuple(header.row_shape)}, expected '
+      f'{tuple(row_shape)} (array shape {header.shape})',
+    )
 
 
 def read_rows(path, start=0, count=None, dtype=None, row_shape=None):
@@ -135,8 +138,10 @@ def read_rows(path, start=0, count=None, dtype=None, row_shape=None):
       count = header.num_rows - start
     if start < 0 or count < 0 or start + count > header.num_rows:
       raise CheckpointError(
-          path, f'rows [{start}, {start + count}) asked, but the array has '
-          f'{header.num_rows} rows')
+        path,
+        f'rows [{start}, {start + count}) asked, but the array has '
+        f'{header.num_rows} rows',
+      )
     result = np.empty((count,) + header.row_shape, header.dtype)
     stream.skip(start * header.row_bytes)
     if result.nbytes:
@@ -166,6 +171,8 @@ def verify(path):
     expected = header.nbytes if header.shape else header.dtype.itemsize
     if payload != expected:
       raise CheckpointError(
-          path, f'holds {payload} bytes after the header at byte '
-          f'{payload_start}, header promises {expected}')
+        path,
+        f'holds {payload} bytes after the header at byte '
+        f'{payload_start}, header promises {expected}',
+      )
     return header
