@@ -62,6 +62,57 @@ def checkpoint_filename(directory, name, suffix):
   return storage.join(directory, f'{name}_ckpt.{suffix}.gz')
 
 
+def scan_checkpoints(data_dir):
+  """Sorts the checkpoint files of a directory into complete and incomplete.
+
+  Args:
+    data_dir: str, local or remote directory, with or without trailing slash.
+
+  Returns:
+    (complete, incomplete): complete maps suffix (int) to CheckpointFiles in
+    increasing suffix order; incomplete maps suffix to the sorted list of
+    missing file names.
+
+  Raises:
+    CheckpointError: if the directory does not exist.
+  """
+  data_dir = str(data_dir)
+  if not storage.isdir(data_dir):
+    raise CheckpointError(data_dir, 'replay directory does not exist')
+  names_by_suffix = {}
+  for entry in storage.listdir(data_dir):
+    match = _FILE_PATTERN.match(entry)
+    if match and match['name'] not in _IGNORED_NAMES:
+      names_by_suffix.setdefault(int(match['suffix']), set()).add(match['name'])
+  required = [STORE_PREFIX + e for e in REQUIRED_STORE_ELEMENTS]
+  required += list(REQUIRED_EXTRA_FILES)
+
+  complete, incomplete = {}, {}
+  for suffix in sorted(names_by_suffix):
+    names = names_by_suffix[suffix]
+    missing = [n for n in required if n not in names]
+    if missing:
+      incomplete[suffix] = [f'{n}_ckpt.{suffix}.gz' for n in missing]
+      continue
+    path = lambda name, s=suffix: checkpoint_filename(data_dir, name, s)
+    store_paths = {
+      n[len(STORE_PREFIX) :]: path(n)
+      for n in sorted(names)
+      if n.startswith(STORE_PREFIX)
+    }
+    complete[suffix] = CheckpointFiles(
+      directory=data_dir,
+      suffix=suffix,
+      store_paths=store_paths,
+      add_count_path=path('add_count'),
+      invalid_range_path=path('invalid_range'),
+      episode_end_indices_path=(
+        path(EPISODE_END_INDICES) if EPISODE_END_INDICES in names else None
+      ),
+    )
+  return complete, incomplete
+
+
 def find_checkpoints(data_dir):
   """Finds the complete checkpoints in a directory.
 
@@ -78,53 +129,22 @@ def find_checkpoints(data_dir):
     CheckpointError: if the directory does not exist or holds no complete
       checkpoint.
   """
-  data_dir = str(data_dir)
-  if not storage.isdir(data_dir):
-    raise CheckpointError(data_dir, 'replay directory does not exist')
-  names_by_suffix = {}
-  for entry in storage.listdir(data_dir):
-    match = _FILE_PATTERN.match(entry)
-    if match and match['name'] not in _IGNORED_NAMES:
-      names_by_suffix.setdefault(int(match['suffix']), set()).add(match['name'])
-
-  checkpoints = {}
-  for suffix in sorted(names_by_suffix):
-    names = names_by_suffix[suffix]
-    required = [STORE_PREFIX + e for e in REQUIRED_STORE_ELEMENTS]
-    required += list(REQUIRED_EXTRA_FILES)
-    missing = [n for n in required if n not in names]
-    if missing:
-      logging.warning(
-        'Skipping incomplete checkpoint %d in %s: missing %s',
-        suffix,
-        data_dir,
-        ', '.join(f'{n}_ckpt.{suffix}.gz' for n in missing),
-      )
-      continue
-    path = lambda name, s=suffix: checkpoint_filename(data_dir, name, s)
-    store_paths = {
-      n[len(STORE_PREFIX) :]: path(n)
-      for n in sorted(names)
-      if n.startswith(STORE_PREFIX)
-    }
-    checkpoints[suffix] = CheckpointFiles(
-      directory=data_dir,
-      suffix=suffix,
-      store_paths=store_paths,
-      add_count_path=path('add_count'),
-      invalid_range_path=path('invalid_range'),
-      episode_end_indices_path=(
-        path(EPISODE_END_INDICES) if EPISODE_END_INDICES in names else None
-      ),
-    )
-  if not checkpoints:
-    raise CheckpointError(
+  complete, incomplete = scan_checkpoints(data_dir)
+  for suffix, missing in incomplete.items():
+    logging.warning(
+      'Skipping incomplete checkpoint %d in %s: missing %s',
+      suffix,
       data_dir,
+      ', '.join(missing),
+    )
+  if not complete:
+    raise CheckpointError(
+      str(data_dir),
       'no complete replay checkpoint (needs $store$_observation, '
       '$store$_action, $store$_reward, $store$_terminal, add_count and '
       'invalid_range _ckpt.N.gz files)',
     )
-  return checkpoints
+  return complete
 
 
 def checkpoint_suffixes(data_dir):
