@@ -1,0 +1,110 @@
+"""Checkpoints written by Dopamine's own replay buffer, for use as oracles.
+
+Frames come from a real Atari game (Pong through Dopamine's `atari_lib`), so
+the files are what Dopamine writes for Atari, compressed like real data.
+"""
+
+# ruff: noqa: I001  (fixed_replay must be imported before Dopamine)
+import functools
+
+import fixed_replay  # noqa: F401
+from dopamine.discrete_domains import atari_lib
+from dopamine.tf.replay_memory import circular_replay_buffer
+import numpy as np
+
+ATARI_SHAPE = (84, 84)
+
+
+@functools.lru_cache(maxsize=4)
+def pong_frames(num_frames, seed=0):
+  """Returns (frames, rewards) from playing Pong with random actions."""
+  rng = np.random.default_rng(seed)
+  env = atari_lib.create_atari_environment('Pong', sticky_actions=True)
+  env.environment.reset(seed=seed)
+  frames = np.empty((num_frames,) + ATARI_SHAPE, np.uint8)
+  rewards = np.empty(num_frames, np.float32)
+  observation = env.reset()
+  for i in range(num_frames):
+    frames[i] = observation[..., 0]
+    observation, rewards[i], terminal, _ = env.step(rng.integers(6))
+    if terminal:
+      observation = env.reset()
+  return frames, rewards
+
+
+def make_buffer(
+  capacity,
+  stack_size=4,
+  update_horizon=1,
+  gamma=0.99,
+  observation_shape=ATARI_SHAPE,
+  extra_storage_types=None,
+):
+  """Returns a Dopamine OutOfGraphReplayBuffer that never deletes files."""
+  return circular_replay_buffer.OutOfGraphReplayBuffer(
+    observation_shape=observation_shape,
+    stack_size=stack_size,
+    replay_capacity=capacity,
+    batch_size=32,
+    update_horizon=update_horizon,
+    gamma=gamma,
+    extra_storage_types=extra_storage_types,
+    checkpoint_duration=10**9,
+  )
+
+
+def fill(buffer, num_adds, seed=0, terminal_prob=0.01, episode_end_prob=0.0):
+  """Adds num_adds real Pong transitions the way a Dopamine agent does.
+
+  Args:
+    buffer: OutOfGraphReplayBuffer with observation shape (84, 84).
+    num_adds: int, calls to `add` (Dopamine adds padding rows on top).
+    seed: int.
+    terminal_prob: float, chance that a transition ends its episode.
+    episode_end_prob: float, chance that an episode is cut without terminal
+      (recorded only in episode_end_indices).
+
+  Returns:
+    The buffer.
+  """
+  rng = np.random.default_rng(seed)
+  frames, rewards = pong_frames(num_adds, seed)
+  for i in range(num_adds):
+    terminal = rng.random() < terminal_prob
+    episode_end = terminal or rng.random() < episode_end_prob
+    buffer.add(
+      frames[i],
+      int(rng.integers(6)),
+      float(rewards[i] or rng.normal()),
+      terminal,
+      episode_end=episode_end,
+    )
+  return buffer
+
+
+def write_checkpoint(
+  directory, suffix, capacity, num_adds, seed=0, **buffer_kwargs
+):
+  """Fills a Dopamine buffer with Pong transitions and saves it.
+
+  Returns:
+    The Dopamine buffer that wrote the files (the oracle).
+  """
+  terminal_prob = buffer_kwargs.pop('terminal_prob', 0.01)
+  episode_end_prob = buffer_kwargs.pop('episode_end_prob', 0.0)
+  buffer = fill(
+    make_buffer(capacity, **buffer_kwargs),
+    num_adds,
+    seed,
+    terminal_prob,
+    episode_end_prob,
+  )
+  buffer.save(str(directory), suffix)
+  return buffer
+
+
+def load_oracle(directory, suffix, capacity, **buffer_kwargs):
+  """Loads a checkpoint with Dopamine's own `load`."""
+  buffer = make_buffer(capacity, **buffer_kwargs)
+  buffer.load(str(directory), suffix)
+  return buffer
