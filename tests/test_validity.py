@@ -71,7 +71,7 @@ def test_window_rows_never_leave_the_window(dopamine_dir):
       fits = [
         i
         for i in range(start + 3, start + count - 3)
-        if writer.is_valid_transition(i)
+        if oracle.is_valid_transition(i)
       ]
       assert set(fits) - set(rows.tolist()) <= set(
         validity.cursor_invalid_rows(window.cursor, capacity, 4, 3)
