@@ -40,6 +40,10 @@ def main(argv=None):
     )
     return 2
   module = importlib.import_module(f'fixed_replay.commands.{command}')
+  # absl's --help prints __main__'s docstring and the flags defined by the
+  # module named sys.argv[0]: point both at the subcommand.
+  sys.argv[0] = module.__name__
+  sys.modules['__main__'].__doc__ = module.__doc__
   app.run(module.main, argv=[f'fixed-replay {command}'] + argv[2:])
   return 0
 

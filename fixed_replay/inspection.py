@@ -289,6 +289,10 @@ class VerifyProgress:
         file=sys.stderr,
       )
 
+  @property
+  def has_bar(self):
+    return self._bar is not None
+
   def start(self, path):
     if self._bar is None:
       logging.info(
@@ -359,10 +363,10 @@ def _store_headers(files, verify, problems, progress):
   """Returns {element: ArrayHeader} of the readable `$store$_` arrays."""
   headers = {}
   for name, path in files.store_paths.items():
+    header = problems.attempt(path, npy_stream.read_npy_header, path)
     if verify:
-      header = _verify_file(path, problems, progress, npy_stream.verify)
-    else:
-      header = problems.attempt(path, npy_stream.read_npy_header, path)
+      # A damaged payload leaves the header usable for the length checks.
+      _verify_file(path, problems, progress, npy_stream.verify)
     if header is None:
       continue
     if not header.shape:
@@ -403,7 +407,9 @@ def _common_rows(files, headers, problems):
 
 def _read_small_array(path, verify, problems, progress):
   """Reads a small `.npy` file whole, fully verified when asked."""
-  if verify and _verify_file(path, problems, progress, npy_stream.verify) is None:
+  if (
+    verify and _verify_file(path, problems, progress, npy_stream.verify) is None
+  ):
     return None
   return problems.attempt(path, npy_stream.read_rows, path)
 
@@ -631,8 +637,11 @@ def summarize_directory(
         )
         continue
       files = complete[suffix]
-      logging.info('Summarising checkpoint %d of %s', suffix, directory)
-      others = sorted(set(paths_by_suffix.get(suffix, [])) - set(files.all_paths()))
+      if progress is None or not progress.has_bar:  # Logs would break a bar.
+        logging.info('Summarising checkpoint %d of %s', suffix, directory)
+      others = sorted(
+        set(paths_by_suffix.get(suffix, [])) - set(files.all_paths())
+      )
       summary.checkpoints.append(
         summarize_checkpoint(
           files, stack_size, update_horizon, verify, others, progress
@@ -642,9 +651,7 @@ def summarize_directory(
     if progress is not None:
       progress.close()
   if not complete:
-    summary.problems.append(
-      Problem(directory, 'no complete replay checkpoint')
-    )
+    summary.problems.append(Problem(directory, 'no complete replay checkpoint'))
   return summary
 
 
@@ -661,7 +668,7 @@ def _incomplete_summary(directory, suffix, missing, paths_by_suffix):
 
 
 def format_bytes(num_bytes):
-  """Formats a byte count with decimal units: '512 B', '7.06 GB'."""
+  """Formats a byte count with decimal units: '512 B', '49.0 kB', '7.06 GB'."""
   if num_bytes is None:
     return '-'
   value = float(num_bytes)
@@ -671,7 +678,8 @@ def format_bytes(num_bytes):
     value /= 1000
   if unit == 'B':
     return f'{int(value)} B'
-  return f'{value:.3g} {unit}' if value < 100 else f'{value:.0f} {unit}'
+  decimals = 2 if value < 10 else 1 if value < 100 else 0
+  return f'{value:.{decimals}f} {unit}'
 
 
 def _format_returns(episodes):
@@ -755,8 +763,10 @@ def format_table(summary):
   table = [_COLUMNS] + lines
   widths = [max(len(r[i]) for r in table) for i in range(len(_COLUMNS))]
   text = [
-    '  '.join(c.ljust(w) if i == 1 or i >= 8 else c.rjust(w)
-              for i, (c, w) in enumerate(zip(r, widths, strict=True))).rstrip()
+    '  '.join(
+      c.ljust(w) if i == 1 or i >= 8 else c.rjust(w)
+      for i, (c, w) in enumerate(zip(r, widths, strict=True))
+    ).rstrip()
     for r in table
   ]
   mode = 'verified' if summary.verified else 'headers only, not verified'
