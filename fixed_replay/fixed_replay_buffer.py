@@ -530,12 +530,9 @@ class FixedReplayBuffer:
       elements.ReplayElement with state, action, reward, next_state,
       is_terminal and episode_end, or (element, metadata).
     """
-    from dopamine.jax.replay_memory import (
-      elements,  # pylint: disable=g-import-not-at-top
-    )
-    from dopamine.jax.replay_memory import (
-      samplers,  # pylint: disable=g-import-not-at-top
-    )
+    # Imported here: JAX is only needed by JAX agents.
+    from dopamine.jax.replay_memory import elements
+    from dopamine.jax.replay_memory import samplers
 
     names = [e.name for e in self.get_transition_elements(size)]
     batch = dict(zip(names, self.sample_transition_batch(size), strict=False))

@@ -20,13 +20,13 @@ OUTPUT_CHUNK_BYTES = 4 << 20  # Most decompressed bytes produced per call.
 def _load_backends():
   backends = []
   try:
-    from isal import isal_zlib  # pylint: disable=g-import-not-at-top
+    from isal import isal_zlib
 
     backends.append(('isal', isal_zlib))
   except ImportError:
     pass
   try:
-    from zlib_ng import zlib_ng  # pylint: disable=g-import-not-at-top
+    from zlib_ng import zlib_ng
 
     backends.append(('zlib-ng', zlib_ng))
   except ImportError:

@@ -279,7 +279,7 @@ class VerifyProgress:
       bar = sys.stderr.isatty()
     self._bar = None
     if bar:
-      import tqdm  # pylint: disable=g-import-not-at-top
+      import tqdm
 
       self._bar = tqdm.tqdm(
         total=self._total,

@@ -16,7 +16,7 @@ def is_remote(path):
 
 
 def _gfile():
-  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf
 
   return tf.io.gfile
 
@@ -55,14 +55,14 @@ def open_read(path):
   """Opens a file for binary reading."""
   if is_remote(path):
     return _gfile().GFile(path, 'rb')
-  return open(path, 'rb')  # pylint: disable=consider-using-with
+  return open(path, 'rb')
 
 
 def open_write(path):
   """Opens a file for binary writing."""
   if is_remote(path):
     return _gfile().GFile(path, 'wb')
-  return open(path, 'wb')  # pylint: disable=consider-using-with
+  return open(path, 'wb')
 
 
 def makedirs(directory):

@@ -55,10 +55,8 @@ def test_window_reads_equal_dopamine_load(dopamine_dir):
 
 
 def test_extra_storage_elements_are_read(tmp_path):
-  from dopamine.tf.replay_memory import (
-    circular_replay_buffer,  # pylint: disable=import-outside-toplevel
-  )
-  import dopamine_data  # pylint: disable=import-outside-toplevel
+  from dopamine.tf.replay_memory import circular_replay_buffer
+  import dopamine_data
 
   extra = [circular_replay_buffer.ReplayElement('logits', (3,), np.float32)]
   buffer = dopamine_data.make_buffer(50, extra_storage_types=extra)
@@ -142,7 +140,7 @@ def test_episode_end_indices_refuses_other_pickles(dopamine_dir, tmp_path):
   directory, _, _ = dopamine_dir
   copy = tmp_path / 'pickle'
   shutil.copytree(directory, copy)
-  import pickle  # pylint: disable=import-outside-toplevel
+  import pickle
 
   with gzip.open(copy / 'episode_end_indices_ckpt.0.gz', 'wb') as f:
     pickle.dump(shutil.rmtree, f)  # Must never be called.

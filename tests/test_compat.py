@@ -40,7 +40,7 @@ def test_dopamine_imports_in_fresh_process():
 
 
 def test_require_names_the_package():
-  from fixed_replay import compat  # pylint: disable=import-outside-toplevel
+  from fixed_replay import compat
 
   try:
     compat.require('no_such_module_xyz', 'no-such-dist', 'testing')

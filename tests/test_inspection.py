@@ -30,7 +30,7 @@ def _fill(buffer, target_add_count, seed, terminal_prob=0.04, cut_prob=0.02):
     the first index is the first zero padding row Dopamine inserts.
   """
   rng = np.random.default_rng(seed)
-  stack_size = buffer._stack_size  # pylint: disable=protected-access
+  stack_size = buffer._stack_size
   episodes, start, total = [], None, 0.0
   while buffer.add_count < target_add_count:
     if start is None:

@@ -79,9 +79,7 @@ def test_window_rows_never_leave_the_window(dopamine_dir):
 
 
 def test_cursor_invalid_rows_matches_dopamine():
-  from dopamine.tf.replay_memory import (
-    circular_replay_buffer,  # pylint: disable=import-outside-toplevel
-  )
+  from dopamine.tf.replay_memory import circular_replay_buffer
 
   for cursor in (0, 1, 5, 998, 999):
     np.testing.assert_array_equal(
