@@ -108,3 +108,34 @@ def load_oracle(directory, suffix, capacity, **buffer_kwargs):
   buffer = make_buffer(capacity, **buffer_kwargs)
   buffer.load(str(directory), suffix)
   return buffer
+
+
+def write_published_checkpoint(directory, suffix, capacity, index=0, seed=0):
+  """Writes checkpoint `index` of a run in the published layout.
+
+  batch_rl's logger dumps its buffer when add_count % capacity == capacity -
+  1: checkpoint k has add_count (k + 1) * capacity - 1 and its cursor at the
+  last row.
+
+  Returns:
+    The Dopamine buffer that wrote the files.
+  """
+  target = (index + 1) * capacity - 1
+  buffer = make_buffer(capacity)
+  rng = np.random.default_rng(seed)
+  frames, rewards = pong_frames(target, seed)
+  step = 0
+  while buffer.add_count < target:
+    # Near the target no episode may end: a new one would add padding rows
+    # and overshoot.
+    terminal = target - buffer.add_count > 8 and rng.random() < 0.01
+    buffer.add(
+      frames[step % len(frames)],
+      int(rng.integers(6)),
+      float(np.clip(rewards[step % len(frames)], -1, 1)),
+      terminal,
+    )
+    step += 1
+  assert buffer.add_count == target
+  buffer.save(str(directory), suffix)
+  return buffer
