@@ -1,0 +1,263 @@
+"""FixedReplayBuffer against Dopamine's buffer and batch_rl's loading.
+
+Four measurements on the 1M-row Breakout checkpoint of `common.py`, each
+method in a fresh process:
+
+1. Sampling throughput at batch 32 in Dopamine's layout (state (32, 84, 84,
+   4)): Dopamine's `OutOfGraphReplayBuffer.sample_transition_batch` against
+   ours, on the same loaded checkpoint. A digest of our batch is compared with
+   Dopamine's batch at the same indices, so a wrong fast sampler cannot pass.
+2. Loading a 50,000-row window through the buffer (`replay_capacity=50000`)
+   against batch_rl's way (Dopamine `load` of everything, then a clip copy).
+3. The stall at `reload_buffer()` with prefetching against without, on a run
+   of hard links to the checkpoint (no disk used, our reads are read-only).
+4. Resident memory with two 1M-row checkpoints loaded, against their arrays;
+   and the refusal, before allocating, of batch_rl's default of five on a
+   machine that cannot hold them.
+
+Usage: python benchmarks/buffer_benchmark.py [--rows=1000000]
+"""
+
+import os
+import time
+
+from absl import app
+from absl import flags
+from absl import logging
+import common
+import reader_benchmark
+
+_SAMPLE_BATCHES = flags.DEFINE_integer(
+  'sample_batches', 3000, 'Minibatches timed per sampler.'
+)
+_TRAIN_SECONDS = flags.DEFINE_float(
+  'train_seconds', 20.0, 'Sampling time between reloads in the stall test.'
+)
+
+SAMPLING_TARGET = 10.0
+STALL_TARGET_S = 1.0
+RESIDENT_TARGET = 1.05
+
+
+def setup_dopamine():
+  from dopamine.tf.replay_memory import circular_replay_buffer  # noqa: F401
+
+  import fixed_replay  # noqa: F401
+
+
+def setup_ours():
+  from fixed_replay import fixed_replay_buffer  # noqa: F401
+
+
+def _result(value):
+  """Passes a child's (small, picklable) return value back as the digest."""
+  return value
+
+
+def _time_sampling(sample, num_batches):
+  sample()  # Warm-up (compiles our kernels once).
+  began = time.perf_counter()
+  for _ in range(num_batches):
+    sample()
+  return num_batches / (time.perf_counter() - began)
+
+
+def sample_dopamine(directory, rows, num_batches, indices):
+  """Dopamine's batches/s, and its batch at `indices` for the check."""
+  from dopamine.tf.replay_memory import circular_replay_buffer
+
+  buffer = circular_replay_buffer.OutOfGraphReplayBuffer(
+    common.OBSERVATION_SHAPE, common.STACK_SIZE, rows, 32
+  )
+  buffer.load(str(directory), 0)
+  rate = _time_sampling(buffer.sample_transition_batch, num_batches)
+  batch = buffer.sample_transition_batch(len(indices), indices=indices)
+  return rate, common.array_digest(dict(enumerate(batch)))
+
+
+def sample_ours(directory, num_batches):
+  """Our batches/s, the rows of a batch and its digest (suffix dropped)."""
+  from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+
+  buffer = FixedReplayBuffer(str(directory), 0, prefetch=False, seed=0)
+  rate = _time_sampling(buffer.sample_transition_batch, num_batches)
+  batch = buffer.sample_transition_batch(256)
+  indices = batch[7]
+  return rate, indices, common.array_digest(dict(enumerate(batch[:-1])))
+
+
+def load_window_ours(directory, count):
+  from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+
+  buffer = FixedReplayBuffer(
+    str(directory), 0, replay_capacity=count, prefetch=False
+  )
+  return buffer._active.shards[0].window.store
+
+
+def _link_run(directory, num_checkpoints):
+  """A run of hard links to checkpoint 0 as suffixes 0..num_checkpoints-1."""
+  run = common.DATA_DIR / f'linked_run_{num_checkpoints}'
+  run.mkdir(exist_ok=True)
+  for name in os.listdir(directory):
+    if not name.endswith('_ckpt.0.gz'):
+      continue
+    for suffix in range(num_checkpoints):
+      link = run / name.replace('_ckpt.0.gz', f'_ckpt.{suffix}.gz')
+      if not link.exists():
+        os.link(directory / name, link)
+  return run
+
+
+def reload_stall(run, prefetch, train_seconds):
+  """Seconds reload_buffer() blocks after `train_seconds` of sampling."""
+  from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+
+  buffer = FixedReplayBuffer(
+    str(run), None, num_buffers_to_load=1, prefetch=prefetch, seed=0
+  )
+  stalls = []
+  for _ in range(2):
+    deadline = time.perf_counter() + train_seconds
+    while time.perf_counter() < deadline:
+      buffer.sample_transition_batch()
+    began = time.perf_counter()
+    buffer.reload_buffer()
+    stalls.append(time.perf_counter() - began)
+  buffer.close()
+  return max(stalls)
+
+
+def hold_checkpoints(run, num_buffers):
+  """Loads num_buffers checkpoints; returns the bytes of their arrays."""
+  from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+
+  buffer = FixedReplayBuffer(
+    str(run), None, num_buffers_to_load=num_buffers, prefetch=False
+  )
+  return sum(s.window.nbytes for s in buffer._active.shards)
+
+
+def try_five(run):
+  """batch_rl's default of five 1M checkpoints: the refusal's message."""
+  from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+
+  try:
+    FixedReplayBuffer(str(run), None, num_buffers_to_load=5)
+  except MemoryError as error:
+    return str(error)
+  return 'loaded (no refusal)'
+
+
+def _sampling(directory, rows):
+  common.wait_for_memory(8 * common.GIB)
+  ours = common.measure(
+    setup_ours, sample_ours, (directory, _SAMPLE_BATCHES.value), _result
+  )
+  ours_rate, indices, ours_digest = ours.digest
+  common.wait_for_memory(8 * common.GIB)
+  theirs = common.measure(
+    setup_dopamine,
+    sample_dopamine,
+    (directory, rows, _SAMPLE_BATCHES.value, indices),
+    _result,
+  )
+  dopamine_rate, dopamine_digest = theirs.digest
+  common.assert_same_digest(dopamine_digest, ours_digest, 'ours vs Dopamine')
+  return dopamine_rate, ours_rate
+
+
+def _loading(directory, rows, count):
+  common.wait_for_memory(16 * common.GIB)
+  base = common.measure(
+    reader_benchmark.setup_baseline,
+    reader_benchmark.read_baseline,
+    (directory, 0, count, rows),
+    common.array_digest,
+  )
+  ours = common.measure(
+    setup_ours, load_window_ours, (directory, count), common.array_digest
+  )
+  common.assert_same_digest(
+    base.digest, ours.digest, 'window: ours vs batch_rl'
+  )
+  return base, ours
+
+
+def main(argv):
+  del argv
+  directory = common.build_checkpoint(common.ROWS.value, common.SEED.value)
+  rows = common.ROWS.value
+  print(f'\nFixedReplayBuffer benchmark on {directory} ({rows:,} rows)')
+  print(f'{common.load_average()} at start ({os.cpu_count()} CPUs)')
+
+  logging.info('1/4 sampling throughput')
+  dopamine_rate, ours_rate = _sampling(directory, rows)
+  ratio = ours_rate / dopamine_rate
+  print('\n1. Sampling, batch 32, state (32, 84, 84, 4), one process each')
+  print(f'   Dopamine sample_transition_batch: {dopamine_rate:9.0f} batches/s')
+  print(f'   FixedReplayBuffer:                {ours_rate:9.0f} batches/s')
+  print(
+    f'   ratio {ratio:.1f}x (target >= {SAMPLING_TARGET:.0f}x: '
+    f'{"PASS" if ratio >= SAMPLING_TARGET else "FAIL"}); batches equal '
+    "Dopamine's at the same rows"
+  )
+
+  logging.info('2/4 loading a window')
+  count = min(50_000, rows)
+  base, ours = _loading(directory, rows, count)
+  speedup = base.wall_s / ours.wall_s
+  memory = base.peak_increase / ours.peak_increase
+  print(f'\n2. Loading rows [0, {count:,}) through the buffer')
+  for name, m in (("batch_rl's way", base), ('FixedReplayBuffer', ours)):
+    print(
+      f'   {name:<18} {m.wall_s:7.2f} s, peak +'
+      f'{common.format_bytes(m.peak_increase)} over imports'
+    )
+  print(
+    f'   {speedup:.0f}x faster (target >= 50x), {memory:.0f}x less peak '
+    'memory (target >= 15x)'
+  )
+
+  logging.info('3/4 reload stall')
+  run = _link_run(directory, 4)
+  common.wait_for_memory(16 * common.GIB)
+  with_prefetch = common.measure(
+    setup_ours, reload_stall, (run, True, _TRAIN_SECONDS.value), _result
+  ).digest
+  without = common.measure(
+    setup_ours, reload_stall, (run, False, _TRAIN_SECONDS.value), _result
+  ).digest
+  print(
+    '\n3. reload_buffer() stall, one 1M checkpoint per set, after '
+    f'{_TRAIN_SECONDS.value:.0f} s of sampling'
+  )
+  print(f'   without prefetch {without:6.2f} s (the load itself)')
+  print(
+    f'   with prefetch    {with_prefetch:6.2f} s (target < '
+    f'{STALL_TARGET_S:.0f} s: '
+    f'{"PASS" if with_prefetch < STALL_TARGET_S else "FAIL"})'
+  )
+
+  logging.info('4/4 resident memory')
+  common.wait_for_memory(16 * common.GIB)
+  held = common.measure(setup_ours, hold_checkpoints, (run, 2), _result)
+  arrays = held.digest
+  ratio = held.peak_increase / arrays
+  print('\n4. Two 1M-row checkpoints loaded')
+  print(
+    f'   arrays {common.format_bytes(arrays)}, peak RSS increase '
+    f'{common.format_bytes(held.peak_increase)}: {ratio:.3f}x (target <= '
+    f'{RESIDENT_TARGET}: {"PASS" if ratio <= RESIDENT_TARGET else "FAIL"})'
+  )
+  run5 = _link_run(directory, 5)
+  refused = common.measure(setup_ours, try_five, (run5,), _result)
+  print(
+    f'   five checkpoints (batch_rl default): "{refused.digest}" '
+    f'(peak RSS increase {common.format_bytes(refused.peak_increase)})'
+  )
+  print(f'\n{common.load_average()} at end')
+
+
+if __name__ == '__main__':
+  app.run(main)
