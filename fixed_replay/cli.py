@@ -16,6 +16,9 @@ SUBCOMMANDS = {
   'a real game.',
   'inspect': 'Summarises (and with --verify checks) the checkpoints of a '
   'replay directory.',
+  'train': 'Trains an offline agent on a replay dataset, evaluating it in '
+  'the game.',
+  'plot': 'Plots evaluation return per iteration of training runs (PNG).',
 }
 
 

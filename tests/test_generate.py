@@ -21,6 +21,7 @@ import pytest
 from fixed_replay import checkpoints
 from fixed_replay import generate
 from fixed_replay import policies
+from fixed_replay.errors import CheckpointError
 
 _STORE_FILES = [f'$store$_{n}' for n in ('action', 'observation', 'reward')]
 _STORE_FILES.append('$store$_terminal')
@@ -191,6 +192,31 @@ def test_custom_cursor_and_episode_end_indices(tmp_path):
   assert episodes >= 1 and episodes == len(summary.episode_returns)
 
 
+def test_dump_inside_episode_start_padding(tmp_path):
+  # Dopamine's add() writes an episode's 3 padding rows and its first row in
+  # one call; a dump due after the first padding row must still happen there.
+  rows = 600
+  first = generate.generate_dataset(
+    tmp_path / 'probe', game='Breakout', num_checkpoints=1, checkpoint_rows=rows
+  )
+  assert first.episode_lengths, 'random Breakout ended no episode'
+  # Stream rows: 3 padding + the first episode, then the second's padding.
+  cursor = 3 + first.episode_lengths[0] + 1
+  assert cursor < rows
+  generate.generate_dataset(
+    tmp_path / 'data',
+    game='Breakout',
+    num_checkpoints=2,
+    checkpoint_rows=rows,
+    cursor=cursor,
+  )
+  windows = _check_against_dopamine(tmp_path / 'data', 'atari', rows, cursor, 2)
+  terminal = windows[0].store['terminal']
+  assert terminal[cursor - 2] == 1 and not terminal[: cursor - 2].any()
+  assert not windows[0].store['observation'][cursor - 1].any()  # Padding.
+  _replay(_stream(windows, rows, cursor), 'atari', 'Breakout', seed=0)
+
+
 def test_cartpole_scripted_balances_and_cuts_episodes(tmp_path):
   rows = 1000
   runs = {}
@@ -267,6 +293,13 @@ def test_bad_arguments_raise_clear_errors(tmp_path):
     generate.generate_dataset(tmp_path, game='Seaquest', policy='scripted')
   with pytest.raises(ValueError, match='needs agent_checkpoint_dir'):
     generate.generate_dataset(tmp_path, environment='cartpole', policy='agent')
+  with pytest.raises(CheckpointError, match='no complete Dopamine agent'):
+    generate.generate_dataset(
+      tmp_path,
+      environment='cartpole',
+      policy='agent',
+      agent_checkpoint_dir=tmp_path / 'no_agent',
+    )
   assert not checkpoints.scan_checkpoints(tmp_path)[0]
 
 
