@@ -1,0 +1,371 @@
+"""FixedReplayRunner on Dopamine's CartPole with a Dopamine-written dataset."""
+
+# ruff: noqa: I001  (fixed_replay must be imported before Dopamine)
+import collections
+import functools
+import os
+import pickle
+import subprocess
+import sys
+
+import fixed_replay  # noqa: F401
+from dopamine.discrete_domains import gym_lib
+from dopamine.metrics import collector_dispatcher
+from dopamine.metrics import statistics_instance
+from dopamine.tf.replay_memory import circular_replay_buffer
+import gin
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from fixed_replay import agents
+from fixed_replay import plotting
+from fixed_replay import run_experiment
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = sys.executable
+CAPACITY = 500
+
+# Dopamine's CartPole settings for DQN (its dqn_cartpole.gin), made tiny.
+AGENT_BINDINGS = [
+  'DQNAgent.observation_shape = %gym_lib.CARTPOLE_OBSERVATION_SHAPE',
+  'DQNAgent.observation_dtype = %gym_lib.CARTPOLE_OBSERVATION_DTYPE',
+  'DQNAgent.stack_size = %gym_lib.CARTPOLE_STACK_SIZE',
+  'DQNAgent.network = @gym_lib.CartpoleDQNNetwork',
+  'DQNAgent.target_update_period = 8',
+  # Losses reach the summary writer (and the runner's per-iteration mean)
+  # every 4 steps.
+  'DQNAgent.summary_writing_frequency = 4',
+  f'WrappedFixedReplayBuffer.replay_capacity = {CAPACITY}',
+  'FixedReplayBuffer.num_buffers_to_load = 1',
+]
+ENVIRONMENT_BINDINGS = [
+  'FixedReplayRunner.create_environment_fn = '
+  '@gym_lib.create_gym_environment',
+  "create_gym_environment.environment_name = 'CartPole'",
+  "create_gym_environment.version = 'v0'",
+]
+
+
+@pytest.fixture(scope='module')
+def replay_run(tmp_path_factory):
+  """A run directory whose replay_logs/ holds two CartPole checkpoints.
+
+  Written by Dopamine's OutOfGraphReplayBuffer from random play in
+  Dopamine's CartPole environment.
+  """
+  run_dir = tmp_path_factory.mktemp('cartpole_data')
+  replay_logs = run_dir / 'replay_logs'
+  replay_logs.mkdir()
+  environment = gym_lib.create_gym_environment('CartPole')
+  rng = np.random.default_rng(0)
+  for suffix in (0, 1):
+    buffer = circular_replay_buffer.OutOfGraphReplayBuffer(
+      observation_shape=(4, 1),
+      stack_size=1,
+      replay_capacity=CAPACITY,
+      batch_size=32,
+      observation_dtype=np.float64,
+      checkpoint_duration=10**9,
+    )
+    observation = environment.reset()
+    for _ in range(CAPACITY):
+      action = int(rng.integers(2))
+      next_observation, reward, terminal, _ = environment.step(action)
+      buffer.add(np.reshape(observation, (4, 1)), action, reward, terminal)
+      observation = environment.reset() if terminal else next_observation
+    buffer.save(str(replay_logs), suffix)
+  return run_dir
+
+
+@pytest.fixture(autouse=True)
+def fresh_gin():
+  gin.clear_config()
+  yield
+  gin.clear_config()
+
+
+class CountingEnvironment:
+  """A real environment that counts its calls by the agent's mode."""
+
+  def __init__(self, environment):
+    self._environment = environment
+    self.agent = None
+    self.calls = collections.Counter()
+
+  def _count(self, name):
+    phase = 'eval' if self.agent.eval_mode else 'train'
+    self.calls[phase, name] += 1
+
+  def reset(self):
+    self._count('reset')
+    return self._environment.reset()
+
+  def step(self, action):
+    self._count('step')
+    return self._environment.step(action)
+
+  def __getattr__(self, name):
+    return getattr(self._environment, name)
+
+
+def make_runner(base_dir, replay_dir, **runner_kwargs):
+  """A FixedReplayRunner on counted CartPole; returns it once built."""
+  agents.agent_class('dqn')
+  gin.parse_config(AGENT_BINDINGS)
+  create_agent_fn = functools.partial(
+    agents.create_agent,
+    agent_name='dqn',
+    replay_data_dir=run_experiment.resolve_replay_dir(replay_dir),
+  )
+  runner = run_experiment.FixedReplayRunner(
+    str(base_dir),
+    create_agent_fn,
+    create_environment_fn=lambda: CountingEnvironment(
+      gym_lib.create_gym_environment('CartPole')
+    ),
+    max_steps_per_episode=200,
+    **runner_kwargs,
+  )
+  runner.environment.agent = runner.agent
+  return runner
+
+
+def online_weights(agent):
+  """{name: value} of the agent's online network variables."""
+  variables = [
+    v
+    for v in agent._sess.graph.get_collection('variables')
+    if v.name.startswith('Online')
+  ]
+  assert variables
+  return agent._sess.run({v.name: v for v in variables})
+
+
+def summaries(base_dir):
+  """{tag: {step: value}} of the scalar summaries in base_dir's events."""
+  found = collections.defaultdict(dict)
+  for name in os.listdir(base_dir):
+    if not name.startswith('events.out.tfevents'):
+      continue
+    path = os.path.join(base_dir, name)
+    for event in tf.compat.v1.train.summary_iterator(path):
+      for value in event.summary.value:
+        if value.WhichOneof('value') == 'simple_value':
+          found[value.tag][event.step] = value.simple_value
+  return found
+
+
+def test_two_iterations_train_offline_and_write_everything(
+  replay_run, tmp_path
+):
+  base_dir = tmp_path / 'run'
+  with tf.Graph().as_default():
+    runner = make_runner(
+      base_dir,
+      replay_run,
+      num_iterations=2,
+      training_steps=40,
+      evaluation_steps=60,
+    )
+    agent = runner.agent
+    reloads = []
+    reload_data = agent.reload_data
+    agent.reload_data = lambda: (reloads.append(1), reload_data())
+    runner.run_experiment()
+
+  # Training never touched the game; evaluation played whole episodes.
+  calls = runner.environment.calls
+  assert calls['train', 'step'] == calls['train', 'reset'] == 0
+  assert calls['eval', 'step'] >= 2 * 60
+  assert calls['eval', 'reset'] >= 2
+  assert agent.training_steps == 2 * 40
+  assert agent.eval_mode
+  # The first iteration used the set loaded at construction.
+  assert len(reloads) == 1
+
+  checkpoints = set(os.listdir(base_dir / 'checkpoints'))
+  for iteration in (0, 1):
+    assert f'sentinel_checkpoint_complete.{iteration}' in checkpoints
+    assert f'ckpt.{iteration}' in checkpoints
+    assert f'tf_ckpt-{iteration}.index' in checkpoints
+
+  with open(base_dir / 'logs' / 'log_1', 'rb') as f:
+    logged = pickle.load(f)
+  assert set(logged) == {'iteration_0', 'iteration_1'}
+  for iteration in (0, 1):
+    stats = logged[f'iteration_{iteration}']
+    returns = stats['eval_episode_returns']
+    assert sum(stats['eval_episode_lengths']) >= 60
+    assert stats['eval_average_return'] == [pytest.approx(np.mean(returns))]
+    assert stats['train_average_steps_per_second'][0] > 0
+    assert stats['train_seconds'][0] > 0
+    assert np.isfinite(stats['train_average_HuberLoss'][0])
+  assert logged['iteration_0']['reload_seconds'] == [0.0]
+
+  scalars = summaries(base_dir)
+  for tag in (
+    'Eval/AverageReturns',
+    'Eval/NumEpisodes',
+    'Train/AverageStepsPerSecond',
+    'Train/HuberLoss',
+    'Time/TrainSeconds',
+    'Time/ReloadSeconds',
+    'Time/EvalSeconds',
+  ):
+    assert set(scalars[tag]) == {0, 1}, tag
+  assert scalars['Eval/NumEpisodes'][1] == len(
+    logged['iteration_1']['eval_episode_returns']
+  )
+  assert scalars['Eval/AverageReturns'][1] == pytest.approx(
+    logged['iteration_1']['eval_average_return'][0]
+  )
+  # The agent's own loss summaries still reach the event file.
+  assert scalars['Losses/HuberLoss']
+
+  iterations, returns = plotting.load_eval_returns(base_dir)
+  np.testing.assert_array_equal(iterations, [0, 1])
+  np.testing.assert_allclose(
+    returns,
+    [logged[f'iteration_{i}']['eval_average_return'][0] for i in (0, 1)],
+  )
+
+
+def test_interrupted_run_resumes_iteration_and_weights(replay_run, tmp_path):
+  base_dir = tmp_path / 'run'
+  with tf.Graph().as_default():
+    first = make_runner(
+      base_dir,
+      replay_run / 'replay_logs',
+      num_iterations=1,
+      training_steps=40,
+      evaluation_steps=20,
+    )
+    first.run_experiment()
+    saved = online_weights(first.agent)
+    saved_training_steps = first.agent.training_steps
+
+  gin.clear_config()
+  with tf.Graph().as_default():
+    second = make_runner(
+      base_dir,
+      replay_run,
+      num_iterations=2,
+      training_steps=40,
+      evaluation_steps=20,
+    )
+    assert second.start_iteration == 1
+    assert second.agent.training_steps == saved_training_steps == 40
+    restored = online_weights(second.agent)
+    assert restored.keys() == saved.keys()
+    for name, value in saved.items():
+      np.testing.assert_array_equal(restored[name], value, err_msg=name)
+    second.run_experiment()
+    assert second.agent.training_steps == 80
+    assert second.environment.calls['train', 'step'] == 0
+
+  with open(base_dir / 'logs' / 'log_1', 'rb') as f:
+    logged = pickle.load(f)
+  # The logger's history came back with the checkpoint.
+  assert set(logged) == {'iteration_0', 'iteration_1'}
+  # The resumed process trained first on the data loaded at construction.
+  assert logged['iteration_1']['reload_seconds'] == [0.0]
+  assert 'sentinel_checkpoint_complete.1' in os.listdir(
+    base_dir / 'checkpoints'
+  )
+
+
+def test_train_module_runs_from_the_command_line(replay_run, tmp_path):
+  base_dir = tmp_path / 'cli_run'
+  bindings = AGENT_BINDINGS + ENVIRONMENT_BINDINGS
+  bindings += [
+    'FixedReplayRunner.num_iterations = 1',
+    'FixedReplayRunner.training_steps = 8',
+    'FixedReplayRunner.evaluation_steps = 10',
+    'FixedReplayRunner.max_steps_per_episode = 200',
+  ]
+  command = [
+    PYTHON,
+    '-m',
+    'fixed_replay.train',
+    f'--base_dir={base_dir}',
+    f'--replay_dir={replay_run}',
+    '--agent_name=dqn',
+  ] + [f'--gin_bindings={b}' for b in bindings]
+  result = subprocess.run(
+    command, cwd=ROOT, capture_output=True, text=True, timeout=300
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'Iteration 0 (1/1) done' in result.stderr
+  assert 'ETA' in result.stderr
+  assert os.path.exists(base_dir / 'checkpoints' / 'ckpt.0')
+  assert os.path.exists(base_dir / 'logs' / 'log_0')
+
+
+@pytest.mark.parametrize(
+  'command',
+  [
+    [PYTHON, '-m', 'fixed_replay.train'],
+    [PYTHON, '-m', 'fixed_replay.cli', 'train'],
+  ],
+)
+def test_train_help_and_required_flags(command):
+  result = subprocess.run(
+    command + ['--help'], cwd=ROOT, capture_output=True, text=True
+  )
+  # absl exits with status 1 after --help.
+  assert 'trains an offline agent' in result.stdout.lower(), result.stderr
+  for flag in (
+    '--base_dir',
+    '--replay_dir',
+    '--agent_name',
+    '--gin_files',
+    '--gin_bindings',
+    '--init_checkpoint_dir',
+  ):
+    assert flag in result.stdout, flag
+  missing = subprocess.run(
+    command + ['--replay_dir=/nowhere'],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+  )
+  assert missing.returncode != 0
+  assert 'base_dir' in missing.stderr
+
+
+def test_replay_dir_accepts_a_run_or_its_replay_logs(replay_run, tmp_path):
+  replay_logs = str(replay_run / 'replay_logs')
+  assert run_experiment.resolve_replay_dir(replay_run) == replay_logs
+  assert run_experiment.resolve_replay_dir(replay_logs) == replay_logs
+  with pytest.raises(ValueError, match='no such directory'):
+    run_experiment.resolve_replay_dir(tmp_path / 'missing')
+
+
+def test_losses_reported_to_a_collector_dispatcher_are_averaged(tmp_path):
+  # JAX agents report losses through Dopamine's CollectorDispatcher.
+  dispatcher = collector_dispatcher.CollectorDispatcher(
+    str(tmp_path), collectors=('pickle',)
+  )
+  tap = run_experiment._LossTap()
+  tapped = run_experiment._TappedDispatcher(dispatcher, tap)
+  for step, loss in enumerate([1.0, 2.0, 6.0]):
+    tapped.write(
+      [
+        statistics_instance.StatisticsInstance('HuberLoss', loss, step),
+        statistics_instance.StatisticsInstance('QValue', 9.0, step),
+      ],
+      collector_allowlist=('pickle',),
+    )
+  assert tap.pop_means() == {'HuberLoss': 3.0}
+  assert tap.pop_means() == {}
+  tapped.flush()  # Forwarded to the real dispatcher.
+  with open(tmp_path / 'metrics' / 'pickle' / 'pickle_0.pkl', 'rb') as f:
+    written = pickle.load(f)
+  assert written['iteration_2']['HuberLoss'] == [6.0]
+
+
+def test_format_duration():
+  assert run_experiment.format_duration(65) == '1m 05s'
+  assert run_experiment.format_duration(3 * 3600 + 4 * 60 + 5) == '3h 04m 05s'
+  assert run_experiment.format_duration(2 * 86400 + 3 * 3600) == '2d 03h 00m'
