@@ -420,6 +420,15 @@ class FixedReplayBuffer:
   # --------------------------------------------------------------- sampling
 
   @property
+  def batch_size(self):
+    return self._batch_size
+
+  @property
+  def replay_capacity(self):
+    """Rows kept per checkpoint (a window may hold fewer, see the log)."""
+    return self._replay_capacity
+
+  @property
   def loaded_suffixes(self):
     """Suffixes of the checkpoints currently sampled from."""
     return self._active.suffixes

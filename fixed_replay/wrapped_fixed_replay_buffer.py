@@ -25,8 +25,8 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
     observation_shape,
     stack_size,
     use_staging=False,
-    replay_capacity=1_000_000,
-    batch_size=32,
+    replay_capacity=None,
+    batch_size=None,
     update_horizon=1,
     gamma=0.99,
     wrapped_memory=None,
@@ -47,8 +47,9 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       observation_shape: tuple of ints.
       stack_size: int.
       use_staging: bool, ignored by Dopamine 4.x (kept for its signature).
-      replay_capacity: int, rows kept per checkpoint.
-      batch_size: int.
+      replay_capacity: int or None, rows kept per checkpoint; None leaves it
+        to FixedReplayBuffer's own default or gin binding.
+      batch_size: int or None, likewise.
       update_horizon: int.
       gamma: float.
       wrapped_memory: an existing FixedReplayBuffer to use instead.
@@ -61,16 +62,17 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       reward_shape: tuple of ints.
       reward_dtype: np.dtype.
     """
+    # Only what the agent decides is passed on explicitly: everything else
+    # (replay_capacity, num_buffers_to_load, ...) stays bindable in gin as
+    # `FixedReplayBuffer.<name>`, where batch_rl's configs bind it.
+    chosen = dict(replay_capacity=replay_capacity, batch_size=batch_size)
     memory = wrapped_memory or FixedReplayBuffer(
       data_dir,
       replay_suffix,
       observation_shape=observation_shape,
       stack_size=stack_size,
-      replay_capacity=replay_capacity,
-      batch_size=batch_size,
       update_horizon=update_horizon,
       gamma=gamma,
-      max_sample_attempts=max_sample_attempts,
       extra_storage_types=extra_storage_types,
       observation_dtype=observation_dtype,
       terminal_dtype=terminal_dtype,
@@ -78,13 +80,14 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       action_dtype=action_dtype,
       reward_shape=reward_shape,
       reward_dtype=reward_dtype,
+      **{k: v for k, v in chosen.items() if v is not None},
     )
     super().__init__(
       observation_shape,
       stack_size,
       use_staging=use_staging,
-      replay_capacity=replay_capacity,
-      batch_size=batch_size,
+      replay_capacity=memory.replay_capacity,
+      batch_size=memory.batch_size,
       update_horizon=update_horizon,
       gamma=gamma,
       wrapped_memory=memory,

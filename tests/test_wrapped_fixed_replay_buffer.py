@@ -46,3 +46,29 @@ def test_session_runs_sample_exact_transitions(dopamine_dir):
   replay.reload_buffer()
   assert set(replay.memory.loaded_suffixes) <= set(writers)
   gin.clear_config()
+
+
+def test_gin_bindings_of_the_buffer_reach_tf_agents(dopamine_dir):
+  """Bindings on FixedReplayBuffer are not overridden by the wrapper."""
+  gin.parse_config(
+    [
+      'FixedReplayBuffer.num_buffers_to_load = 1',
+      'FixedReplayBuffer.replay_capacity = 300',
+      'FixedReplayBuffer.batch_size = 8',
+      'FixedReplayBuffer.prefetch = False',
+    ]
+  )
+  try:
+    with tf.Graph().as_default():
+      replay = WrappedFixedReplayBuffer(
+        data_dir=str(dopamine_dir[0]),
+        replay_suffix=0,
+        observation_shape=(84, 84),
+        stack_size=4,
+      )
+    assert replay.memory.replay_capacity == 300
+    assert replay.batch_size == 8
+    assert replay.states.shape.as_list() == [8, 84, 84, 4]
+    assert replay.memory.add_count == 300
+  finally:
+    gin.clear_config()
