@@ -1,9 +1,14 @@
 """`fixed-replay demo`: the main job on an embedded default.
 
-Plays a real Atari game (Pong) through Dopamine's environment to write a small
-dataset in exactly the DQN Replay Dataset layout, then inspects and verifies
-it with the same code `fixed-replay inspect --verify` runs, and samples a few
-minibatches through the FixedReplayBuffer.
+1. Plays a real Atari game (Pong) through Dopamine's environment to write a
+   small dataset in exactly the DQN Replay Dataset layout;
+2. inspects and verifies it as `fixed-replay inspect --verify` does, and
+   samples minibatches through the FixedReplayBuffer;
+3. trains offline DQN (configs/dqn.gin, scaled down) for a few short
+   iterations on the CPU, each evaluated in the real game;
+4. prints a results table and writes the evaluation plot.
+
+Re-running reuses the dataset and resumes (or skips) the training run.
 
   fixed-replay demo --output_dir=demo_output
 """
@@ -15,6 +20,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import fixed_replay
 from fixed_replay import generate
 from fixed_replay import inspection
 
@@ -29,6 +35,23 @@ _CHECKPOINT_ROWS = flags.DEFINE_integer(
   'checkpoint_rows', 5000, 'Rows per checkpoint.', lower_bound=100
 )
 _SEED = flags.DEFINE_integer('seed', 0, 'Seed of the game and the policy.')
+_AGENT_NAME = flags.DEFINE_string(
+  'agent_name', 'dqn', 'Offline agent to train (see fixed-replay train).'
+)
+_NUM_ITERATIONS = flags.DEFINE_integer(
+  'num_iterations', 3, 'Training iterations.', lower_bound=1
+)
+_TRAINING_STEPS = flags.DEFINE_integer(
+  'training_steps', 1000, 'Training steps per iteration (an update every 4).'
+)
+_EVALUATION_STEPS = flags.DEFINE_integer(
+  'evaluation_steps', 1500, 'Agent steps of evaluation per iteration.'
+)
+
+_CONFIGS_DIR = os.path.join(
+  os.path.dirname(os.path.dirname(os.path.abspath(fixed_replay.__file__))),
+  'configs',
+)
 
 
 def _dataset(output_dir):
@@ -89,6 +112,52 @@ def _sample(data_dir):
   )
 
 
+def _train(data_dir, base_dir):
+  """Trains the offline agent for a few short iterations; returns its stats."""
+  from fixed_replay import plotting
+  from fixed_replay import run_experiment
+
+  bindings = [
+    f'atari_lib.create_atari_environment.game_name = "{_GAME.value}"',
+    f'FixedReplayRunner.num_iterations = {_NUM_ITERATIONS.value}',
+    f'FixedReplayRunner.training_steps = {_TRAINING_STEPS.value}',
+    f'FixedReplayRunner.evaluation_steps = {_EVALUATION_STEPS.value}',
+    'FixedReplayRunner.max_steps_per_episode = 5000',
+    # Two checkpoints: hold one, prefetch the other, swap every iteration.
+    'FixedReplayBuffer.num_buffers_to_load = 1',
+    f'FixedReplayBuffer.seed = {_SEED.value}',
+  ]
+  config = os.path.join(_CONFIGS_DIR, f'{_AGENT_NAME.value}.gin')
+  runner = run_experiment.create_runner(
+    base_dir, _AGENT_NAME.value, data_dir, [config], bindings
+  )
+  runner.run_experiment()
+  return plotting.load_statistics(base_dir)
+
+
+def _print_results(statistics):
+  print(f'\n{_AGENT_NAME.value} on {_GAME.value}, offline:')
+  print(
+    f'{"iteration":>9} {"eval return":>12} {"episodes":>9} '
+    f'{"train steps/s":>14} {"loss":>10}'
+  )
+  for iteration, stats in statistics.items():
+    returns = stats.get('eval_episode_returns', [])
+    losses = [
+      v
+      for k, v in stats.items()
+      if k.startswith('train_average_')
+      and k != 'train_average_steps_per_second'
+    ]
+    loss = f'{losses[0][0]:.4f}' if losses and losses[0] else 'n/a'
+    speed = stats.get('train_average_steps_per_second', [float('nan')])[0]
+    mean = f'{sum(returns) / len(returns):.1f}' if returns else 'n/a'
+    print(
+      f'{iteration:>9} {mean:>12} {len(returns):>9} {speed:>14.1f} '
+      f'{loss:>10}'
+    )
+
+
 def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments {argv[1:]}')
@@ -99,6 +168,14 @@ def main(argv):
     print(inspection.format_problems(summary))
     return 1
   _sample(data_dir)
+  from fixed_replay import plotting
+
+  base_dir = os.path.join(_OUTPUT_DIR.value, f'{_AGENT_NAME.value}_run')
+  statistics = _train(data_dir, base_dir)
+  _print_results(statistics)
+  plot = os.path.join(_OUTPUT_DIR.value, 'eval_returns.png')
+  plotting.plot_eval_returns([base_dir], plot, overwrite=True)
+  print(f'\nRun in {base_dir}; evaluation plot in {plot}')
   return 0
 
 
