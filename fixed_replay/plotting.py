@@ -134,6 +134,7 @@ def make_figure(curves, title=None):
   """
   compat.require('matplotlib', purpose='fixed-replay plot')
   from matplotlib.figure import Figure
+  from matplotlib.ticker import MaxNLocator
 
   figure = Figure(figsize=(8, 5), dpi=100, layout='constrained')
   axes = figure.add_subplot()
@@ -146,6 +147,7 @@ def make_figure(curves, title=None):
       markersize=4,
     )
   axes.set_xlabel('Iteration')
+  axes.xaxis.set_major_locator(MaxNLocator(integer=True))
   axes.set_ylabel('Average evaluation return')
   axes.grid(alpha=0.3)
   axes.legend()

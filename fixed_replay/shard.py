@@ -70,7 +70,9 @@ def empty_batch(elements):
 class ReplayShard:
   """Rows of one checkpoint, sampled with Dopamine's transition semantics."""
 
-  def __init__(self, window, stack_size, update_horizon, gamma):
+  def __init__(
+    self, window, stack_size, update_horizon, gamma, valid_rows=None
+  ):
     """Builds the shard and its table of valid rows.
 
     Args:
@@ -78,6 +80,9 @@ class ReplayShard:
       stack_size: int, frames per state.
       update_horizon: int, n of the n-step return.
       gamma: float, discount.
+      valid_rows: optional sorted int array, the window's valid file rows
+        when already known (e.g. precomputed in a compact store); computed
+        from the window when None.
     """
     self.window = window
     self.suffix = window.suffix
@@ -85,16 +90,18 @@ class ReplayShard:
     self._update_horizon = update_horizon
     self._store = window.store
     self._terminal = window.store['terminal']
-    self.valid_rows = validity.valid_rows(
-      self._terminal,
-      window.start,
-      window.num_file_rows,
-      window.add_count,
-      window.invalid_range,
-      window.episode_end_indices,
-      stack_size,
-      update_horizon,
-    )
+    if valid_rows is None:
+      valid_rows = validity.valid_rows(
+        self._terminal,
+        window.start,
+        window.num_file_rows,
+        window.add_count,
+        window.invalid_range,
+        window.episode_end_indices,
+        stack_size,
+        update_horizon,
+      )
+    self.valid_rows = valid_rows
     # A full file read whole is circular, exactly as in Dopamine.
     self._circular = window.is_full and window.num_rows == window.num_file_rows
     # Same float32 discounts as Dopamine, so n-step sums match bit for bit.
@@ -150,6 +157,28 @@ class ReplayShard:
       batch: dict of element name to batch array (see transition_elements).
       destinations: int array (b,), positions in the batch arrays.
     """
+    state_rows, next_rows = self.write_transition_parts(
+      indices, batch, destinations
+    )
+    frames = self._store['observation']
+    stacking.gather_stacks(frames, state_rows, batch['state'], destinations)
+    stacking.gather_stacks(frames, next_rows, batch['next_state'], destinations)
+
+  def write_transition_parts(self, indices, batch, destinations):
+    """Writes every element but the two states; says where their frames are.
+
+    A store that keeps its frames elsewhere (compressed blocks) calls this
+    and gathers the stacks itself.
+
+    Args:
+      indices: int array (b,) of valid file rows.
+      batch: dict of element name to batch array (see transition_elements).
+      destinations: int array (b,), positions in the batch arrays.
+
+    Returns:
+      (state_rows, next_state_rows): int64 arrays (b, stack_size), window
+      positions of the frames of each state, oldest first.
+    """
     file_rows = np.asarray(indices, dtype=np.int64)
     rows = self._to_window(file_rows)
     trajectory = self._to_window(file_rows[:, None] + self._horizon_offsets)
@@ -165,19 +194,6 @@ class ReplayShard:
     next_file_rows = file_rows + length
     next_rows = self._to_window(next_file_rows)
 
-    frames = self._store['observation']
-    stacking.gather_stacks(
-      frames,
-      self._to_window(file_rows[:, None] + self._stack_offsets),
-      batch['state'],
-      destinations,
-    )
-    stacking.gather_stacks(
-      frames,
-      self._to_window(next_file_rows[:, None] + self._stack_offsets),
-      batch['next_state'],
-      destinations,
-    )
     batch['reward'][destinations] = discounted.sum(axis=1)
     batch['action'][destinations] = self._store['action'][rows]
     batch['next_action'][destinations] = self._store['action'][next_rows]
@@ -189,3 +205,8 @@ class ReplayShard:
       if name not in ('observation', 'action', 'reward', 'terminal'):
         if name in batch:
           batch[name][destinations] = array[rows]
+    state_rows = self._to_window(file_rows[:, None] + self._stack_offsets)
+    next_state_rows = self._to_window(
+      next_file_rows[:, None] + self._stack_offsets
+    )
+    return state_rows, next_state_rows

@@ -6,6 +6,24 @@ import importlib
 # agents never import JAX and the other way round.
 AGENTS = {
   'dqn': ('fixed_replay.agents.dqn_agent', 'FixedReplayDQNAgent'),
+  'multi_head_dqn': (
+    'fixed_replay.agents.multi_head_dqn_agent',
+    'FixedReplayMultiHeadDQNAgent',
+  ),
+  'rem': ('fixed_replay.agents.rem_agent', 'FixedReplayREMAgent'),
+  'quantile': ('fixed_replay.agents.quantile_agent', 'FixedReplayQuantileAgent'),
+  'c51': ('fixed_replay.agents.c51_agent', 'FixedReplayC51Agent'),
+  'jax_dqn': ('fixed_replay.agents.jax_dqn_agent', 'FixedReplayJaxDQNAgent'),
+  'jax_quantile': (
+    'fixed_replay.agents.jax_quantile_agent',
+    'FixedReplayJaxQuantileAgent',
+  ),
+  'jax_rem': ('fixed_replay.agents.jax_rem_agent', 'FixedReplayJaxREMAgent'),
+  'jax_cql': ('fixed_replay.agents.jax_cql_agent', 'FixedReplayJaxCQLAgent'),
+  'jax_quantile_cql': (
+    'fixed_replay.agents.jax_cql_agent',
+    'FixedReplayJaxQuantileCQLAgent',
+  ),
 }
 
 
