@@ -44,7 +44,8 @@ def test_random_windows_equal_np_load(frames_file, backend, monkeypatch):
 
 def test_small_output_chunks_do_not_change_result(frames_file, monkeypatch):
   path, frames = frames_file
-  monkeypatch.setattr(gzip_stream, 'OUTPUT_CHUNK_BYTES', 4099)
+  monkeypatch.setattr(gzip_stream, 'READ_CHUNK_BYTES', 4099)
+  monkeypatch.setattr(gzip_stream, 'SKIP_CHUNK_BYTES', 3001)
   monkeypatch.setattr(gzip_stream, 'INPUT_CHUNK_BYTES', 517)
   np.testing.assert_array_equal(
     npy_stream.read_rows(path, 1234, 77), frames[1234:1311]
