@@ -384,13 +384,15 @@ class FixedReplayBuffer:
       self._pending = None
     else:
       suffixes = self._draw_suffixes(self._num_buffers_to_load)
-      self._active = _ShardSet([])  # Free the old set before loading.
+      # Keep what both sets share; free the rest before loading the new.
+      kept = [s for s in self._active.shards if s.suffix in suffixes]
+      self._active = _ShardSet(kept)
       memory.check_fits(
         self._set_bytes(suffixes),
         self._budget,
         f'Loading checkpoints {suffixes}',
       )
-      self._publish(self._load_shards(suffixes, parallel=True))
+      self._publish(self._load_shards(suffixes, parallel=True, reuse=kept))
     logging.info(
       'Swapped in checkpoints %s after waiting %.2f s',
       self._active.suffixes,

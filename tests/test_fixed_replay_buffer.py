@@ -298,3 +298,17 @@ def test_extra_storage_types_are_returned(tmp_path):
 
 def test_checkpoint_files_found_once(dopamine_dir):
   assert len(checkpoints.find_checkpoints(dopamine_dir[0])) == 4
+
+
+def test_reload_without_prefetch_keeps_shared_checkpoints(dopamine_dir):
+  """Holding every checkpoint, a reload must not read anything again."""
+  buffer = _buffer(dopamine_dir[0], num_buffers_to_load=4, prefetch=True)
+  shards = {s.suffix: s for s in buffer._active.shards}
+  buffer.reload_buffer()
+  assert {s.suffix: s for s in buffer._active.shards} == shards
+  partial = _buffer(dopamine_dir[0], num_buffers_to_load=3, seed=5)
+  before = {s.suffix: s for s in partial._active.shards}
+  partial.reload_buffer()
+  for shard in partial._active.shards:
+    if shard.suffix in before:
+      assert shard is before[shard.suffix]

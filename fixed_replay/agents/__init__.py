@@ -11,7 +11,10 @@ AGENTS = {
     'FixedReplayMultiHeadDQNAgent',
   ),
   'rem': ('fixed_replay.agents.rem_agent', 'FixedReplayREMAgent'),
-  'quantile': ('fixed_replay.agents.quantile_agent', 'FixedReplayQuantileAgent'),
+  'quantile': (
+    'fixed_replay.agents.quantile_agent',
+    'FixedReplayQuantileAgent',
+  ),
   'c51': ('fixed_replay.agents.c51_agent', 'FixedReplayC51Agent'),
   'jax_dqn': ('fixed_replay.agents.jax_dqn_agent', 'FixedReplayJaxDQNAgent'),
   'jax_quantile': (

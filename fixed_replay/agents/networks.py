@@ -1,0 +1,285 @@
+"""Keras networks of the offline TF agents (graph mode, as Dopamine's).
+
+Two families of outputs, each for Atari frames and for vector observations:
+
+* multi-head Q-networks (Ensemble-DQN and REM): one shared torso and a last
+  dense layer with num_actions x num_heads outputs. `q_heads` is
+  [batch, num_actions, num_heads]; `q_values`, the mean over heads, is what
+  the agents act on.
+* quantile networks (QR-DQN): num_actions x num_quantiles outputs.
+  `quantile_values` is [batch, num_actions, num_quantiles]; `q_values` is
+  their mean.
+
+The Atari torso is the Nature DQN one, with the layer names of Dopamine's
+`atari_lib.NatureDQNNetwork`. The vector torso is a small MLP that, like
+Dopamine's `gym_lib` networks, can rescale inputs to [-1, 1] from known
+bounds; the `Cartpole*` classes use Dopamine's CartPole bounds.
+
+Importing this module also makes the graph-mode settings the gin configs
+need configurable: `preferred_tf_device` (the configs bind `tf_device =
+@preferred_tf_device()`) and TF1's optimizers under batch_rl's names
+`tf.train.AdamOptimizer` and `tf.train.RMSPropOptimizer`
+(`gin.tf.external_configurables` cannot be imported with TensorFlow 2.18: it
+needs tf.estimator).
+"""
+
+import collections
+
+from dopamine.discrete_domains import atari_lib
+from dopamine.discrete_domains import gym_lib
+import gin
+import tensorflow as tf
+
+MultiHeadNetworkType = collections.namedtuple(
+  'multi_head_dqn_network', ['q_heads', 'q_values']
+)
+QuantileNetworkType = collections.namedtuple(
+  'qr_dqn_network', ['quantile_values', 'q_values']
+)
+
+
+def _register_optimizers():
+  """Registers TF1 optimizers as gin configurables, once per process."""
+  for optimizer in (
+    tf.compat.v1.train.AdamOptimizer,
+    tf.compat.v1.train.RMSPropOptimizer,
+  ):
+    try:
+      gin.external_configurable(optimizer, module='tf.train')
+    except ValueError:
+      pass  # Already registered (e.g. by gin.tf.external_configurables).
+
+
+_register_optimizers()
+
+
+@gin.configurable
+def preferred_tf_device():
+  """Returns '/gpu:0' if TensorFlow sees a GPU, else '/cpu:*'.
+
+  Dopamine's default ('/cpu:*') never uses a GPU, and a GPU device on a
+  machine without one works only through soft placement, with a flood of
+  placement warnings.
+  """
+  if tf.config.list_physical_devices('GPU'):
+    return '/gpu:0'
+  return '/cpu:*'
+
+
+class NatureTorso(tf.keras.layers.Layer):
+  """Nature DQN convolutions and 512-unit layer; uint8 frames in [0, 255]."""
+
+  def __init__(self, name=None):
+    super().__init__(name=name)
+    relu = tf.keras.activations.relu
+    self.conv1 = tf.keras.layers.Conv2D(
+      32, [8, 8], strides=4, padding='same', activation=relu, name='Conv'
+    )
+    self.conv2 = tf.keras.layers.Conv2D(
+      64, [4, 4], strides=2, padding='same', activation=relu, name='Conv'
+    )
+    self.conv3 = tf.keras.layers.Conv2D(
+      64, [3, 3], strides=1, padding='same', activation=relu, name='Conv'
+    )
+    self.flatten = tf.keras.layers.Flatten()
+    self.dense = tf.keras.layers.Dense(
+      512, activation=relu, name='fully_connected'
+    )
+
+  def call(self, state):
+    x = tf.cast(state, tf.float32) / 255.0
+    x = self.conv3(self.conv2(self.conv1(x)))
+    return self.dense(self.flatten(x))
+
+
+class MLPTorso(tf.keras.layers.Layer):
+  """Fully connected ReLU layers over flattened vector observations."""
+
+  def __init__(self, hidden_units, min_vals=None, max_vals=None, name=None):
+    """Creates the layers.
+
+    Args:
+      hidden_units: sequence of ints, width of each hidden layer.
+      min_vals: array or None, lower bounds of the flattened observation;
+        with max_vals, inputs are rescaled to [-1, 1].
+      max_vals: array or None, upper bounds.
+      name: str.
+
+    Raises:
+      ValueError: if only one of min_vals and max_vals is given.
+    """
+    super().__init__(name=name)
+    if (min_vals is None) != (max_vals is None):
+      raise ValueError('Give both min_vals and max_vals, or neither')
+    self.min_vals = min_vals
+    self.max_vals = max_vals
+    self.flatten = tf.keras.layers.Flatten()
+    self.hidden = [
+      tf.keras.layers.Dense(
+        units, activation=tf.keras.activations.relu, name='fully_connected'
+      )
+      for units in hidden_units
+    ]
+
+  def call(self, state):
+    x = self.flatten(tf.cast(state, tf.float32))
+    if self.min_vals is not None:
+      low = tf.constant(self.min_vals, tf.float32)
+      high = tf.constant(self.max_vals, tf.float32)
+      x = 2.0 * (x - low) / (high - low) - 1.0
+    for layer in self.hidden:
+      x = layer(x)
+    return x
+
+
+class _MultiHeadQNetwork(tf.keras.Model):
+  """A torso and one dense layer giving num_heads Q-values per action."""
+
+  def __init__(self, torso, num_actions, num_heads, name=None):
+    super().__init__(name=name)
+    self.num_actions = num_actions
+    self.num_heads = num_heads
+    self.torso = torso
+    self.last_layer = tf.keras.layers.Dense(
+      num_actions * num_heads, name='fully_connected'
+    )
+
+  def call(self, state):
+    x = self.last_layer(self.torso(state))
+    q_heads = tf.reshape(x, [-1, self.num_actions, self.num_heads])
+    return MultiHeadNetworkType(q_heads, tf.reduce_mean(q_heads, axis=-1))
+
+
+class _QuantileNetwork(tf.keras.Model):
+  """A torso and one dense layer giving num_quantiles values per action."""
+
+  def __init__(self, torso, num_actions, num_quantiles, name=None):
+    super().__init__(name=name)
+    self.num_actions = num_actions
+    self.num_quantiles = num_quantiles
+    self.torso = torso
+    self.last_layer = tf.keras.layers.Dense(
+      num_actions * num_quantiles, name='fully_connected'
+    )
+
+  def call(self, state):
+    x = self.last_layer(self.torso(state))
+    quantiles = tf.reshape(x, [-1, self.num_actions, self.num_quantiles])
+    return QuantileNetworkType(quantiles, tf.reduce_mean(quantiles, axis=-1))
+
+
+@gin.configurable
+class AtariMultiHeadQNetwork(_MultiHeadQNetwork):
+  """Nature DQN torso with num_heads Q-value heads (batch_rl's network)."""
+
+  def __init__(self, num_actions, num_heads, name=None):
+    super().__init__(NatureTorso(), num_actions, num_heads, name=name)
+
+
+@gin.configurable
+class AtariQuantileNetwork(_QuantileNetwork):
+  """Nature DQN torso with num_quantiles outputs per action (QR-DQN)."""
+
+  def __init__(self, num_actions, num_quantiles, name=None):
+    super().__init__(NatureTorso(), num_actions, num_quantiles, name=name)
+
+
+@gin.configurable
+class MLPQNetwork(tf.keras.Model):
+  """A small MLP Q-network for vector observations (Dopamine's DQN API)."""
+
+  def __init__(
+    self,
+    num_actions,
+    name=None,
+    hidden_units=(64, 64),
+    min_vals=None,
+    max_vals=None,
+  ):
+    super().__init__(name=name)
+    self.num_actions = num_actions
+    self.torso = MLPTorso(hidden_units, min_vals, max_vals)
+    self.last_layer = tf.keras.layers.Dense(num_actions, name='fully_connected')
+
+  def call(self, state):
+    return atari_lib.DQNNetworkType(self.last_layer(self.torso(state)))
+
+
+@gin.configurable
+class MLPMultiHeadQNetwork(_MultiHeadQNetwork):
+  """A small MLP with num_heads Q-value heads, for vector observations."""
+
+  def __init__(
+    self,
+    num_actions,
+    num_heads,
+    name=None,
+    hidden_units=(64, 64),
+    min_vals=None,
+    max_vals=None,
+  ):
+    torso = MLPTorso(hidden_units, min_vals, max_vals)
+    super().__init__(torso, num_actions, num_heads, name=name)
+
+
+@gin.configurable
+class MLPQuantileNetwork(_QuantileNetwork):
+  """A small MLP with num_quantiles outputs per action."""
+
+  def __init__(
+    self,
+    num_actions,
+    num_quantiles,
+    name=None,
+    hidden_units=(64, 64),
+    min_vals=None,
+    max_vals=None,
+  ):
+    torso = MLPTorso(hidden_units, min_vals, max_vals)
+    super().__init__(torso, num_actions, num_quantiles, name=name)
+
+
+@gin.configurable
+class CartpoleQNetwork(MLPQNetwork):
+  """MLPQNetwork with inputs rescaled by Dopamine's CartPole bounds."""
+
+  def __init__(self, num_actions, name=None, hidden_units=(64, 64)):
+    super().__init__(
+      num_actions,
+      name=name,
+      hidden_units=hidden_units,
+      min_vals=gym_lib.CARTPOLE_MIN_VALS,
+      max_vals=gym_lib.CARTPOLE_MAX_VALS,
+    )
+
+
+@gin.configurable
+class CartpoleMultiHeadQNetwork(MLPMultiHeadQNetwork):
+  """MLPMultiHeadQNetwork with Dopamine's CartPole input bounds."""
+
+  def __init__(self, num_actions, num_heads, name=None, hidden_units=(64, 64)):
+    super().__init__(
+      num_actions,
+      num_heads,
+      name=name,
+      hidden_units=hidden_units,
+      min_vals=gym_lib.CARTPOLE_MIN_VALS,
+      max_vals=gym_lib.CARTPOLE_MAX_VALS,
+    )
+
+
+@gin.configurable
+class CartpoleQuantileNetwork(MLPQuantileNetwork):
+  """MLPQuantileNetwork with Dopamine's CartPole input bounds."""
+
+  def __init__(
+    self, num_actions, num_quantiles, name=None, hidden_units=(64, 64)
+  ):
+    super().__init__(
+      num_actions,
+      num_quantiles,
+      name=name,
+      hidden_units=hidden_units,
+      min_vals=gym_lib.CARTPOLE_MIN_VALS,
+      max_vals=gym_lib.CARTPOLE_MAX_VALS,
+    )
