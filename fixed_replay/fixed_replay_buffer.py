@@ -35,12 +35,30 @@ class _ShardSet:
     self.shards = tuple(shards)
     counts = [s.num_valid for s in self.shards]
     self.ends = np.cumsum(counts, dtype=np.int64)
+    self.starts = self.ends - np.asarray(counts, dtype=np.int64)
     self.total = int(self.ends[-1]) if counts else 0
     self.by_suffix = {s.suffix: s for s in self.shards}
+    self.suffix_array = np.array([s.suffix for s in self.shards], np.int32)
 
   @property
   def suffixes(self):
     return [s.suffix for s in self.shards]
+
+
+def _position_of(active, suffix):
+  """Index in active.shards of checkpoint `suffix` (None: the only one)."""
+  if suffix is None:
+    if len(active.shards) != 1:
+      raise ValueError(
+        f'{len(active.shards)} checkpoints are loaded {active.suffixes}: '
+        'say which with `suffixes`'
+      )
+    return 0
+  if suffix not in active.by_suffix:
+    raise ValueError(
+      f'Checkpoint {suffix} is not loaded (loaded: {active.suffixes})'
+    )
+  return active.suffixes.index(suffix)
 
 
 @gin.configurable
@@ -454,45 +472,40 @@ class FixedReplayBuffer:
     batch_size = self._batch_size if batch_size is None else batch_size
     return shard_lib.transition_elements(batch_size, **self._element_signature)
 
+  def shard(self, suffix=None):
+    """The loaded ReplayShard of checkpoint `suffix` (None: the only one)."""
+    active = self._active
+    return active.shards[_position_of(active, suffix)]
+
   def is_valid_transition(self, index, suffix=None):
     """Whether file row `index` of checkpoint `suffix` may be sampled."""
-    shard = self._shard_for(suffix)
-    return shard.is_valid_transition(index)
+    return self.shard(suffix).is_valid_transition(index)
 
-  def _shard_for(self, suffix):
-    active = self._active
-    if suffix is None:
-      if len(active.shards) != 1:
-        raise ValueError(
-          f'{len(active.shards)} checkpoints are loaded '
-          f'{active.suffixes}: say which with `suffixes`'
-        )
-      return active.shards[0]
-    if suffix not in active.by_suffix:
-      raise ValueError(
-        f'Checkpoint {suffix} is not loaded ' f'(loaded: {active.suffixes})'
+  def _draw(self, batch_size, active):
+    """Returns (shard positions, file rows) of batch_size valid transitions."""
+    if self._mix_checkpoints:
+      positions = self._rng.integers(0, active.total, batch_size)
+      which = np.searchsorted(active.ends, positions, side='right')
+    else:
+      chosen = self._rng.integers(len(active.shards))
+      which = np.full(batch_size, chosen)
+      positions = active.starts[chosen] + self._rng.integers(
+        0, active.shards[chosen].num_valid, batch_size
       )
-    return active.by_suffix[suffix]
+    rows = np.empty(batch_size, dtype=np.int64)
+    for i in np.unique(which):  # One vectorized lookup per shard.
+      members = which == i
+      rows[members] = active.shards[i].valid_rows[
+        positions[members] - active.starts[i]
+      ]
+    return which, rows
 
   def sample_index_batch(self, batch_size=None):
     """Draws (suffixes, file rows) of batch_size valid transitions."""
     batch_size = self._batch_size if batch_size is None else batch_size
     active = self._active
-    if self._mix_checkpoints:
-      positions = self._rng.integers(0, active.total, batch_size)
-      which = np.searchsorted(active.ends, positions, side='right')
-      starts = active.ends[which] - [active.shards[i].num_valid for i in which]
-      rows = np.empty(batch_size, dtype=np.int64)
-      for i in np.unique(which):
-        members = which == i
-        rows[members] = active.shards[i].valid_rows[
-          positions[members] - starts[members]
-        ]
-      suffixes = np.array([active.shards[i].suffix for i in which])
-      return suffixes, rows
-    shard = active.shards[self._rng.integers(len(active.shards))]
-    rows = shard.valid_rows[self._rng.integers(0, shard.num_valid, batch_size)]
-    return np.full(batch_size, shard.suffix), rows
+    which, rows = self._draw(batch_size, active)
+    return active.suffix_array[which], rows
 
   def sample_transition_batch(
     self, batch_size=None, indices=None, suffixes=None
@@ -511,22 +524,28 @@ class FixedReplayBuffer:
     Raises:
       ValueError: if an index is not a valid transition of its checkpoint.
     """
+    # One snapshot for the whole call: a background swap cannot pull the
+    # checkpoints away between drawing rows and reading them.
+    active = self._active
     if indices is None:
-      suffixes, indices = self.sample_index_batch(batch_size)
+      batch_size = self._batch_size if batch_size is None else batch_size
+      which, indices = self._draw(batch_size, active)
     else:
       indices = np.asarray(indices, dtype=np.int64)
       if suffixes is None:
-        suffixes = self._shard_for(None).suffix
+        suffixes = active.suffixes[_position_of(active, None)]
       suffixes = np.broadcast_to(np.asarray(suffixes), indices.shape)
-    batch_size = len(indices)
-    elements = self.get_transition_elements(batch_size)
+      which = np.empty(len(indices), dtype=np.int64)
+      for suffix in np.unique(suffixes):
+        which[suffixes == suffix] = _position_of(active, int(suffix))
+    elements = self.get_transition_elements(len(indices))
     batch = shard_lib.empty_batch(elements)
-    for suffix in np.unique(suffixes):
-      destinations = np.flatnonzero(suffixes == suffix)
-      shard = self._shard_for(int(suffix))
+    for i in np.unique(which):
+      destinations = np.flatnonzero(which == i)
       rows = indices[destinations]
-      shard.check_indices(rows)
-      shard.write_transitions(rows, batch, destinations)
+      if suffixes is not None:  # Rows drawn here are valid by construction.
+        active.shards[i].check_indices(rows)
+      active.shards[i].write_transitions(rows, batch, destinations)
     return tuple(batch[e.name] for e in elements)
 
   def sample(self, size=None, with_sample_metadata=False):

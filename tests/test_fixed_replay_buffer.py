@@ -104,7 +104,7 @@ def test_every_valid_row_matches_dopamine(dopamine_dir):
     # The file's invalid_range was written for horizon 1; rows whose 3-step
     # future crosses the cursor are left out by us (Dopamine would stitch).
     stitched = set(((oracle.cursor() - 3 + np.arange(2)) % capacity).tolist())
-    ours = buffer._shard_for(suffix).valid_rows
+    ours = buffer.shard(suffix).valid_rows
     assert set(rows.tolist()) - set(ours.tolist()) <= stitched
     batch = _as_dict(
       buffer,
@@ -116,7 +116,7 @@ def test_every_valid_row_matches_dopamine(dopamine_dir):
 def test_minibatches_mix_checkpoints_uniformly(dopamine_dir):
   directory, _, writers = dopamine_dir
   buffer = _buffer(directory)
-  counts = {s: buffer._shard_for(s).num_valid for s in writers}
+  counts = {s: buffer.shard(s).num_valid for s in writers}
   suffixes = np.concatenate(
     [
       _as_dict(buffer, buffer.sample_transition_batch(256))['suffix']
