@@ -326,7 +326,7 @@ def test_heads_act_on_their_mean(cartpole_dir):
       [agent._net_outputs, agent._q_argmax], {agent.state_ph: state}
     )
   np.testing.assert_allclose(
-    outputs.q_values, outputs.q_heads.mean(axis=-1), rtol=1e-6
+    outputs.q_values, outputs.q_heads.mean(axis=-1), rtol=1e-5
   )
   assert argmax == np.argmax(outputs.q_heads.mean(axis=-1)[0])
 
