@@ -118,7 +118,9 @@ class FixedReplayRunner(run_experiment.Runner):
       began = time.perf_counter()
       self._agent.reload_data()
       reload_seconds = time.perf_counter() - began
+    wait_seconds = self._replay_wait_seconds(reset=True)
     train_seconds = self._run_train_phase(statistics)
+    wait_seconds = self._replay_wait_seconds()
     began = time.perf_counter()
     num_episodes_eval, average_return_eval = self._run_eval_phase(statistics)
     eval_seconds = time.perf_counter() - began
@@ -142,9 +144,21 @@ class FixedReplayRunner(run_experiment.Runner):
       'Time/ReloadSeconds': reload_seconds,
       'Time/EvalSeconds': eval_seconds,
     }
+    if wait_seconds is not None:
+      # Agents that sample in the background say how long training waited.
+      statistics.append({'train_replay_wait_seconds': wait_seconds})
+      scalars['Time/ReplayWaitSeconds'] = wait_seconds
     scalars.update({f'Train/{name}': value for name, value in losses.items()})
     self._write_scalars(iteration, scalars)
     return statistics.data_lists
+
+  def _replay_wait_seconds(self, reset=False):
+    """Seconds the agent's train steps waited on minibatches, if it counts."""
+    if not hasattr(self._agent, 'replay_wait_seconds'):
+      return None
+    if reset:
+      self._agent.reset_replay_wait()
+    return self._agent.replay_wait_seconds
 
   def _run_train_phase(self, statistics):
     """Runs `training_steps` agent train steps; no environment step.

@@ -379,6 +379,9 @@ def test_runner_trains_checkpoints_and_resumes(cartpole_dir, tmp_path):
     stats = logged[f'iteration_{iteration}']
     assert np.isfinite(stats['train_average_HuberLoss'][0])
     assert sum(stats['eval_episode_lengths']) >= 20
+    # The runner records how long training waited on minibatches.
+    wait = stats['train_replay_wait_seconds'][0]
+    assert 0 <= wait <= stats['train_seconds'][0]
 
 
 # --------------------------------------------------------------- REM, CQL
