@@ -30,6 +30,9 @@ import reader_benchmark
 _SAMPLE_BATCHES = flags.DEFINE_integer(
   'sample_batches', 3000, 'Minibatches timed per sampler.'
 )
+_PARTS = flags.DEFINE_list(
+  'parts', ['1', '2', '3', '4'], 'Which of the four measurements to run.'
+)
 _TRAIN_SECONDS = flags.DEFINE_float(
   'train_seconds', 20.0, 'Sampling time between reloads in the stall test.'
 )
@@ -97,7 +100,7 @@ def load_window_ours(directory, count):
 
 def _link_run(directory, num_checkpoints):
   """A run of hard links to checkpoint 0 as suffixes 0..num_checkpoints-1."""
-  run = common.DATA_DIR / f'linked_run_{num_checkpoints}'
+  run = common.DATA_DIR / f'{directory.name}_linked_x{num_checkpoints}'
   run.mkdir(exist_ok=True)
   for name in os.listdir(directory):
     if not name.endswith('_ckpt.0.gz'):
@@ -184,14 +187,7 @@ def _loading(directory, rows, count):
   return base, ours
 
 
-def main(argv):
-  del argv
-  directory = common.build_checkpoint(common.ROWS.value, common.SEED.value)
-  rows = common.ROWS.value
-  print(f'\nFixedReplayBuffer benchmark on {directory} ({rows:,} rows)')
-  print(f'{common.load_average()} at start ({os.cpu_count()} CPUs)')
-
-  logging.info('1/4 sampling throughput')
+def _report_sampling(directory, rows):
   dopamine_rate, ours_rate = _sampling(directory, rows)
   ratio = ours_rate / dopamine_rate
   print('\n1. Sampling, batch 32, state (32, 84, 84, 4), one process each')
@@ -203,7 +199,8 @@ def main(argv):
     "Dopamine's at the same rows"
   )
 
-  logging.info('2/4 loading a window')
+
+def _report_loading(directory, rows):
   count = min(50_000, rows)
   base, ours = _loading(directory, rows, count)
   speedup = base.wall_s / ours.wall_s
@@ -219,7 +216,8 @@ def main(argv):
     'memory (target >= 15x)'
   )
 
-  logging.info('3/4 reload stall')
+
+def _report_stall(directory, rows):
   run = _link_run(directory, 4)
   common.wait_for_memory(16 * common.GIB)
   with_prefetch = common.measure(
@@ -229,8 +227,8 @@ def main(argv):
     setup_ours, reload_stall, (run, False, _TRAIN_SECONDS.value), _result
   ).digest
   print(
-    '\n3. reload_buffer() stall, one 1M checkpoint per set, after '
-    f'{_TRAIN_SECONDS.value:.0f} s of sampling'
+    f'\n3. reload_buffer() stall, one {rows:,}-row checkpoint per set, '
+    f'after {_TRAIN_SECONDS.value:.0f} s of sampling'
   )
   print(f'   without prefetch {without:6.2f} s (the load itself)')
   print(
@@ -239,12 +237,14 @@ def main(argv):
     f'{"PASS" if with_prefetch < STALL_TARGET_S else "FAIL"})'
   )
 
-  logging.info('4/4 resident memory')
+
+def _report_memory(directory, rows):
+  run = _link_run(directory, 4)
   common.wait_for_memory(16 * common.GIB)
   held = common.measure(setup_ours, hold_checkpoints, (run, 2), _result)
   arrays = held.digest
   ratio = held.peak_increase / arrays
-  print('\n4. Two 1M-row checkpoints loaded')
+  print(f'\n4. Two {rows:,}-row checkpoints loaded')
   print(
     f'   arrays {common.format_bytes(arrays)}, peak RSS increase '
     f'{common.format_bytes(held.peak_increase)}: {ratio:.3f}x (target <= '
@@ -256,6 +256,26 @@ def main(argv):
     f'   five checkpoints (batch_rl default): "{refused.digest}" '
     f'(peak RSS increase {common.format_bytes(refused.peak_increase)})'
   )
+
+
+_PARTS_BY_NAME = {
+  '1': ('sampling throughput', _report_sampling),
+  '2': ('loading a window', _report_loading),
+  '3': ('reload stall', _report_stall),
+  '4': ('resident memory', _report_memory),
+}
+
+
+def main(argv):
+  del argv
+  directory = common.build_checkpoint(common.ROWS.value, common.SEED.value)
+  rows = common.ROWS.value
+  print(f'\nFixedReplayBuffer benchmark on {directory} ({rows:,} rows)')
+  print(f'{common.load_average()} at start ({os.cpu_count()} CPUs)')
+  for part in _PARTS.value:
+    name, report = _PARTS_BY_NAME[part]
+    logging.info('%s/4 %s', part, name)
+    report(directory, rows)
   print(f'\n{common.load_average()} at end')
 
 

@@ -160,9 +160,14 @@ class ReplayShard:
     state_rows, next_rows = self.write_transition_parts(
       indices, batch, destinations
     )
-    frames = self._store['observation']
-    stacking.gather_stacks(frames, state_rows, batch['state'], destinations)
-    stacking.gather_stacks(frames, next_rows, batch['next_state'], destinations)
+    stacking.gather_state_pairs(
+      self._store['observation'],
+      state_rows,
+      next_rows,
+      batch['state'],
+      batch['next_state'],
+      destinations,
+    )
 
   def write_transition_parts(self, indices, batch, destinations):
     """Writes every element but the two states; says where their frames are.

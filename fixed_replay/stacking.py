@@ -15,22 +15,37 @@ import numba
 import numpy as np
 
 
+@numba.njit(nogil=True, cache=True, inline='always')
+def _pack_stack4(frames, rows, target):
+  """target[p] packs frames[rows[0..3], p] as 4 bytes, little-endian."""
+  f0 = frames[rows[0]]
+  f1 = frames[rows[1]]
+  f2 = frames[rows[2]]
+  f3 = frames[rows[3]]
+  for p in range(frames.shape[1]):
+    target[p] = (
+      np.uint32(f0[p])
+      | (np.uint32(f1[p]) << 8)
+      | (np.uint32(f2[p]) << 16)
+      | (np.uint32(f3[p]) << 24)
+    )
+
+
 @numba.njit(nogil=True, cache=True)
 def _gather_uint8_stack4(frames, rows, destinations, out):
-  """out[d, p] packs frames[rows[b, 0..3], p] as 4 bytes, little-endian."""
   for b in range(rows.shape[0]):
-    f0 = frames[rows[b, 0]]
-    f1 = frames[rows[b, 1]]
-    f2 = frames[rows[b, 2]]
-    f3 = frames[rows[b, 3]]
-    target = out[destinations[b]]
-    for p in range(frames.shape[1]):
-      target[p] = (
-        np.uint32(f0[p])
-        | (np.uint32(f1[p]) << 8)
-        | (np.uint32(f2[p]) << 16)
-        | (np.uint32(f3[p]) << 24)
-      )
+    _pack_stack4(frames, rows[b], out[destinations[b]])
+
+
+@numba.njit(nogil=True, cache=True)
+def _gather_pairs_uint8_stack4(
+  frames, rows, next_rows, destinations, out, next_out
+):
+  # State and next state one transition at a time: their frames mostly
+  # overlap, so the second stack reads frames still in cache.
+  for b in range(rows.shape[0]):
+    _pack_stack4(frames, rows[b], out[destinations[b]])
+    _pack_stack4(frames, next_rows[b], next_out[destinations[b]])
 
 
 @numba.njit(nogil=True, cache=True)
@@ -44,6 +59,52 @@ def _gather_any(frames, rows, destinations, out):
         target[p, k] = frame[p]
 
 
+def _check_bounds(frames, rows, out, destinations):
+  # The kernels do no bounds checks; a bad row must not become a segfault.
+  if rows.size and (rows.min() < 0 or rows.max() >= len(frames)):
+    raise IndexError(f'frame rows outside [0, {len(frames)})')
+  if destinations.size and (
+    destinations.min() < 0 or destinations.max() >= len(out)
+  ):
+    raise IndexError(f'batch positions outside [0, {len(out)})')
+
+
+def _packable(frames, stack_size):
+  return (
+    frames.dtype == np.uint8 and stack_size == 4 and sys.byteorder == 'little'
+  )
+
+
+def gather_state_pairs(frames, rows, next_rows, out, next_out, destinations):
+  """Writes states and next states in one pass (see gather_stacks).
+
+  Args:
+    frames: array (num_rows, *observation_shape), C-contiguous.
+    rows: int array (b, stack_size), frame rows of each state.
+    next_rows: int array (b, stack_size), frame rows of each next state.
+    out: array (batch, *observation_shape, stack_size) for the states.
+    next_out: same shape, for the next states.
+    destinations: int array (b,), positions in `out` and `next_out`.
+  """
+  rows = np.ascontiguousarray(rows, dtype=np.int64)
+  next_rows = np.ascontiguousarray(next_rows, dtype=np.int64)
+  destinations = np.ascontiguousarray(destinations, dtype=np.int64)
+  _check_bounds(frames, rows, out, destinations)
+  _check_bounds(frames, next_rows, next_out, destinations)
+  if not _packable(frames, rows.shape[1]):
+    gather_stacks(frames, rows, out, destinations)
+    gather_stacks(frames, next_rows, next_out, destinations)
+    return
+  _gather_pairs_uint8_stack4(
+    frames.reshape(len(frames), -1),
+    rows,
+    next_rows,
+    destinations,
+    out.reshape(len(out), -1).view(np.uint32),
+    next_out.reshape(len(next_out), -1).view(np.uint32),
+  )
+
+
 def gather_stacks(frames, rows, out, destinations):
   """Writes frame stacks into `out` in Dopamine's layout.
 
@@ -54,18 +115,12 @@ def gather_stacks(frames, rows, out, destinations):
       `destinations` are written.
     destinations: int array (b,), positions in `out`.
   """
-  stack_size = rows.shape[1]
-  # The kernels do no bounds checks; a bad row must not become a segfault.
-  if rows.size and (rows.min() < 0 or rows.max() >= len(frames)):
-    raise IndexError(f'frame rows outside [0, {len(frames)})')
-  if destinations.size and (
-    destinations.min() < 0 or destinations.max() >= len(out)
-  ):
-    raise IndexError(f'batch positions outside [0, {len(out)})')
-  flat_frames = frames.reshape(len(frames), -1)
   rows = np.ascontiguousarray(rows, dtype=np.int64)
   destinations = np.ascontiguousarray(destinations, dtype=np.int64)
-  if frames.dtype == np.uint8 and stack_size == 4 and sys.byteorder == 'little':
+  _check_bounds(frames, rows, out, destinations)
+  flat_frames = frames.reshape(len(frames), -1)
+  stack_size = rows.shape[1]
+  if _packable(frames, stack_size):
     packed = out.reshape(len(out), -1).view(np.uint32)
     _gather_uint8_stack4(flat_frames, rows, destinations, packed)
   else:
