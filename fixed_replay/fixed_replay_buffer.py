@@ -157,6 +157,7 @@ class FixedReplayBuffer:
       extra_storage_types=list(extra_storage_types or []),
     )
     self._extra_names = [e.name for e in extra_storage_types or []]
+    self._elements_by_batch_size = {}
     self._start = replay_transitions_start_index
     self._mix_checkpoints = mix_checkpoints
     self._rng = np.random.default_rng(seed)
@@ -470,7 +471,11 @@ class FixedReplayBuffer:
   def get_transition_elements(self, batch_size=None):
     """Dopamine's transition signature plus `suffix` (see shard.py)."""
     batch_size = self._batch_size if batch_size is None else batch_size
-    return shard_lib.transition_elements(batch_size, **self._element_signature)
+    if batch_size not in self._elements_by_batch_size:  # Built once per size.
+      self._elements_by_batch_size[batch_size] = tuple(
+        shard_lib.transition_elements(batch_size, **self._element_signature)
+      )
+    return self._elements_by_batch_size[batch_size]
 
   def shard(self, suffix=None):
     """The loaded ReplayShard of checkpoint `suffix` (None: the only one)."""
@@ -492,6 +497,8 @@ class FixedReplayBuffer:
       positions = active.starts[chosen] + self._rng.integers(
         0, active.shards[chosen].num_valid, batch_size
       )
+    if len(active.shards) == 1:
+      return which, active.shards[0].valid_rows[positions]
     rows = np.empty(batch_size, dtype=np.int64)
     for i in np.unique(which):  # One vectorized lookup per shard.
       members = which == i
@@ -540,7 +547,7 @@ class FixedReplayBuffer:
         which[suffixes == suffix] = _position_of(active, int(suffix))
     elements = self.get_transition_elements(len(indices))
     batch = shard_lib.empty_batch(elements)
-    for i in np.unique(which):
+    for i in np.unique(which) if len(active.shards) > 1 else [0]:
       destinations = np.flatnonzero(which == i)
       rows = indices[destinations]
       if suffixes is not None:  # Rows drawn here are valid by construction.
