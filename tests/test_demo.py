@@ -29,6 +29,21 @@ def test_demo_generates_verifies_and_samples(tmp_path):
   assert '2/2 complete' in result.stdout
   assert 'verified' in result.stdout
   assert 'minibatches of (32, 84, 84, 4)' in result.stdout
+  # Offline training ran, was evaluated, tabulated and plotted.
+  table = result.stdout[result.stdout.index('dqn on Pong, offline:') :]
+  assert (
+    len(
+      [
+        line
+        for line in table.splitlines()
+        if line.strip().startswith(('0 ', '1 '))
+      ]
+    )
+    == 2
+  )
+  plot = tmp_path / 'eval_returns.png'
+  assert plot.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
+  assert (tmp_path / 'dqn_run' / 'checkpoints').is_dir()
   names = os.listdir(tmp_path / 'replay_logs')
   assert sorted(n for n in names if n.endswith('_ckpt.1.gz')) == [
     '$store$_action_ckpt.1.gz',
