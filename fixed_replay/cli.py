@@ -16,6 +16,8 @@ SUBCOMMANDS = {
   'a real game.',
   'inspect': 'Summarises (and with --verify checks) the checkpoints of a '
   'replay directory.',
+  'convert': "Converts a run's gzip checkpoints into a compact store "
+  '(CompactReplayBuffer samples all of them in bounded memory).',
   'train': 'Trains an offline agent on a replay dataset, evaluating it in '
   'the game.',
   'plot': 'Plots evaluation return per iteration of training runs (PNG).',

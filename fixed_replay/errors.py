@@ -13,3 +13,7 @@ class CheckpointError(Exception):
     super().__init__(f'{path}: {problem}')
     self.path = path
     self.problem = problem
+
+  def __reduce__(self):
+    # Rebuilt from (path, problem), so it survives a process pool's pickling.
+    return type(self), (self.path, self.problem)

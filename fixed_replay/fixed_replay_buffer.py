@@ -603,3 +603,19 @@ class FixedReplayBuffer:
   def load(self, checkpoint_dir, suffix):
     """Does nothing: data comes from `data_dir`, never from a checkpoint."""
     del checkpoint_dir, suffix
+
+
+@gin.configurable
+def replay_buffer_class(memory_class=FixedReplayBuffer):
+  """The buffer every offline agent, TF or JAX, trains from.
+
+  Bind `replay_buffer_class.memory_class = @CompactReplayBuffer` (after
+  `import fixed_replay.compact_replay_buffer`) to train on a compact store.
+
+  Args:
+    memory_class: a class taking FixedReplayBuffer's constructor arguments.
+
+  Returns:
+    memory_class.
+  """
+  return memory_class

@@ -4,7 +4,7 @@ from dopamine.tf.replay_memory import circular_replay_buffer
 import gin
 import numpy as np
 
-from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.fixed_replay_buffer import replay_buffer_class
 
 
 @gin.configurable(
@@ -38,6 +38,7 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
     action_dtype=np.int32,
     reward_shape=(),
     reward_dtype=np.float32,
+    memory_class=None,
   ):
     """Creates (or wraps) a FixedReplayBuffer and its sampling ops.
 
@@ -61,12 +62,16 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       action_dtype: np.dtype.
       reward_shape: tuple of ints.
       reward_dtype: np.dtype.
+      memory_class: the buffer class to create, e.g. CompactReplayBuffer over
+        a compact store; None takes `replay_buffer_class()`, which gin binds
+        for TF and JAX agents alike.
     """
     # Only what the agent decides is passed on explicitly: everything else
     # (replay_capacity, num_buffers_to_load, ...) stays bindable in gin as
     # `FixedReplayBuffer.<name>`, where batch_rl's configs bind it.
     chosen = dict(replay_capacity=replay_capacity, batch_size=batch_size)
-    memory = wrapped_memory or FixedReplayBuffer(
+    memory_class = memory_class or replay_buffer_class()
+    memory = wrapped_memory or memory_class(
       data_dir,
       replay_suffix,
       observation_shape=observation_shape,

@@ -43,7 +43,7 @@ import optax
 import tensorflow as tf
 
 from fixed_replay import prefetch
-from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.fixed_replay_buffer import replay_buffer_class
 
 
 def _register_optax():
@@ -135,13 +135,13 @@ class JaxOfflineAgent:
   # ------------------------------------------------------------- the data
 
   def _build_replay_buffer(self):
-    """Returns the FixedReplayBuffer over the dataset.
+    """Returns the buffer over the dataset (see `replay_buffer_class`).
 
     Shapes, n-step settings and dtypes are the agent's; everything else
     (replay_capacity, batch_size, num_buffers_to_load, ...) is bound in gin
     as `FixedReplayBuffer.<name>`.
     """
-    return FixedReplayBuffer(
+    return replay_buffer_class()(
       self._replay_data_dir,
       self._replay_suffix,
       observation_shape=self.observation_shape,

@@ -1,0 +1,207 @@
+"""Conversion into a compact store: atomic, resumable, deterministic."""
+
+import fcntl
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from fixed_replay import compact_store
+from fixed_replay import convert
+from fixed_replay.errors import CheckpointError
+
+# More checkpoints than conftest's four, as hard links (nothing copied), so
+# that a conversion killed after its first checkpoint is surely midway.
+_LINKED_SUFFIXES = {0: 0, 1: 1, 3: 3, 7: 7, 10: 0, 11: 1, 12: 3, 13: 7}
+
+
+def _digest(directory):
+  """{relative path: sha256} of every file under `directory`."""
+  digests = {}
+  for root, _, names in os.walk(directory):
+    for name in names:
+      path = os.path.join(root, name)
+      with open(path, 'rb') as stream:
+        digests[os.path.relpath(path, directory)] = hashlib.sha256(
+          stream.read()
+        ).hexdigest()
+  return digests
+
+
+@pytest.fixture(scope='module')
+def source(dopamine_dir, tmp_path_factory):
+  """Eight checkpoints: conftest's four and hard links to them."""
+  directory = tmp_path_factory.mktemp('source')
+  original = dopamine_dir[0]
+  for name in os.listdir(original):
+    for suffix, of in _LINKED_SUFFIXES.items():
+      if name.endswith(f'_ckpt.{of}.gz'):
+        target = name.replace(f'_ckpt.{of}.gz', f'_ckpt.{suffix}.gz')
+        os.link(original / name, directory / target)
+  return directory
+
+
+@pytest.fixture(scope='module')
+def reference(source, tmp_path_factory):
+  """An uninterrupted conversion, by a pool of worker processes."""
+  directory = tmp_path_factory.mktemp('reference')
+  result = convert.convert(source, directory, workers=2)
+  assert sorted(result.converted) == sorted(_LINKED_SUFFIXES)
+  return directory, result
+
+
+def _store_files(directory):
+  return {
+    path: digest
+    for path, digest in _digest(directory).items()
+    if path != '.convert.lock'
+  }
+
+
+def test_conversion_reports_and_leaves_source_unchanged(
+  source, reference, tmp_path
+):
+  before = _digest(source)
+  result = convert.convert(source, tmp_path / 'store', workers=0)
+  assert _digest(source) == before
+  assert result.frames == 8 * 1000 and not result.skipped
+  assert 0 < result.store_bytes
+  assert result.source_bytes == sum(
+    os.path.getsize(source / name) for name in os.listdir(source)
+  )
+  # In-process and pooled conversions write the same bytes.
+  assert _store_files(tmp_path / 'store') == _store_files(reference[0])
+
+
+def test_killed_conversion_resumes_to_identical_store(
+  source, reference, tmp_path
+):
+  store = tmp_path / 'store'
+  process = subprocess.Popen(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'convert',
+      str(source),
+      str(store),
+      '--workers=1',
+    ],
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+  )
+  deadline = time.time() + 120
+  complete = []
+  while not complete and time.time() < deadline:
+    if store.exists():
+      complete = [n for n in os.listdir(store) if n.startswith('checkpoint_')]
+    time.sleep(0.002)
+  os.kill(process.pid, signal.SIGKILL)
+  process.wait()
+  time.sleep(0.2)  # The worker dies with its parent.
+  complete = [n for n in os.listdir(store) if n.startswith('checkpoint_')]
+  assert 1 <= len(complete) < len(_LINKED_SUFFIXES), complete
+
+  result = convert.convert(source, store, workers=2)
+  assert sorted(result.skipped) == sorted(
+    int(n.split('_')[1]) for n in complete
+  )
+  assert sorted(result.skipped + result.converted) == sorted(_LINKED_SUFFIXES)
+  assert not [n for n in os.listdir(store) if 'partial' in n]
+  assert _store_files(store) == _store_files(reference[0])
+
+
+def test_rerun_skips_everything(source, reference):
+  store, _ = reference
+  before = _store_files(store)
+  result = convert.convert(source, store)
+  assert result.converted == [] and len(result.skipped) == 8
+  assert _store_files(store) == before
+
+
+def test_partial_directories_are_removed_and_redone(
+  source, reference, tmp_path
+):
+  store = tmp_path / 'store'
+  convert.convert(source, store, workers=0)
+  # A checkpoint half written when its conversion was killed:
+  os.rename(store / 'checkpoint_12', store / '.checkpoint_12.partial-999')
+  os.remove(store / '.checkpoint_12.partial-999' / compact_store.MANIFEST)
+  result = convert.convert(source, store, workers=0)
+  assert result.converted == [12]
+  assert _store_files(store) == _store_files(reference[0])
+
+
+def test_damaged_stored_checkpoint_is_not_skipped_silently(source, tmp_path):
+  store = tmp_path / 'store'
+  convert.convert(source, store, workers=0)
+  with open(store / 'checkpoint_3' / 'reward.npy', 'r+b') as stream:
+    stream.seek(-2, os.SEEK_END)
+    stream.write(b'\x01\x02')
+  with pytest.raises(CheckpointError, match=r'checkpoint_3/reward\.npy'):
+    convert.convert(source, store, workers=0)
+
+
+def test_other_options_on_resume_are_refused(source, reference):
+  with pytest.raises(CheckpointError, match='block_rows.: 32'):
+    convert.convert(
+      source, reference[0], convert.ConvertOptions(block_rows=32), workers=0
+    )
+
+
+def test_damaged_source_names_the_file_and_leaves_nothing(
+  dopamine_dir, tmp_path
+):
+  source = tmp_path / 'source'
+  os.mkdir(source)
+  for name in os.listdir(dopamine_dir[0]):
+    if name.endswith('_ckpt.1.gz'):
+      os.link(dopamine_dir[0] / name, source / name)
+  bad = source / '$store$_observation_ckpt.1.gz'
+  data = bad.read_bytes()
+  os.remove(bad)  # The link: the fixture's file stays intact.
+  bad.write_bytes(data[: len(data) // 2])
+  with pytest.raises(CheckpointError, match=r'observation_ckpt\.1\.gz'):
+    convert.convert(source, tmp_path / 'store', workers=1)
+  assert [
+    n for n in os.listdir(tmp_path / 'store') if n != '.convert.lock'
+  ] == []
+
+
+def test_one_converter_per_store(source, tmp_path):
+  store = tmp_path / 'store'
+  os.mkdir(store)
+  with open(store / '.convert.lock', 'w') as held:
+    fcntl.flock(held, fcntl.LOCK_EX)
+    with pytest.raises(CheckpointError, match='another conversion'):
+      convert.convert(source, store, workers=0)
+
+
+def test_store_must_not_be_the_source(source):
+  with pytest.raises(CheckpointError, match='must not be the source'):
+    convert.convert(source, source)
+
+
+def test_cli_prints_summary(source, tmp_path):
+  completed = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'convert',
+      str(source),
+      str(tmp_path / 'store'),
+      '--workers=0',
+      '--block_rows=8',
+    ],
+    capture_output=True,
+    text=True,
+    check=True,
+  )
+  assert 'converted 8 checkpoint(s)' in completed.stdout
+  manifest = compact_store.read_manifest(tmp_path / 'store' / 'checkpoint_0')
+  assert manifest['observation']['block_rows'] == 8
