@@ -175,6 +175,7 @@ class FixedReplayBuffer:
       )
     self._num_buffers_to_load = num_buffers_to_load
     self._shard_bytes = {}
+    self._headers = {}
     self._budget = (
       memory_budget if memory_budget is not None else memory.available_bytes()
     )
@@ -223,10 +224,18 @@ class FixedReplayBuffer:
     chosen = self._rng.choice(sorted(self._files), num_buffers, replace=False)
     return sorted(int(s) for s in chosen)
 
+  def _headers_of(self, suffix):
+    """The checkpoint's `$store$_` headers, read once (remote reads cost)."""
+    if suffix not in self._headers:
+      self._headers[suffix] = checkpoints.read_store_headers(
+        self._files[suffix]
+      )
+    return self._headers[suffix]
+
   def _window_of(self, suffix):
     """Returns (start, count) of the rows to load from a checkpoint."""
     files = self._files[suffix]
-    headers = checkpoints.read_store_headers(files)
+    headers = self._headers_of(suffix)
     num_file_rows = headers['observation'].num_rows
     if self._start >= num_file_rows:
       raise ValueError(
@@ -256,7 +265,7 @@ class FixedReplayBuffer:
         start, count = self._window_of(suffix)
         names = ['observation', 'action', 'reward', 'terminal']
         self._shard_bytes[suffix], _ = memory.shard_bytes(
-          self._files[suffix], start, count, names + self._extra_names
+          self._headers_of(suffix), start, count, names + self._extra_names
         )
     return memory.total([self._shard_bytes[s] for s in suffixes])
 

@@ -3,8 +3,6 @@
 import numpy as np
 import psutil
 
-from fixed_replay import checkpoints
-
 # Bytes per row beyond the stored arrays: the table of valid rows (int64).
 _INDEX_BYTES_PER_ROW = 8
 
@@ -22,11 +20,12 @@ def format_bytes(num_bytes):
   return None
 
 
-def shard_bytes(files, start, count, elements=None):
+def shard_bytes(headers, start, count, elements=None):
   """Returns the bytes a shard of rows [start, start + count) will hold.
 
   Args:
-    files: checkpoints.CheckpointFiles.
+    headers: dict of store element name to npy_stream.ArrayHeader (see
+      checkpoints.read_store_headers).
     start: int, first row (clipped to the file like the loader does).
     count: int or None, rows wanted (None: to the end of the file).
     elements: optional store element names to count (default: all).
@@ -34,7 +33,6 @@ def shard_bytes(files, start, count, elements=None):
   Returns:
     (num_bytes, num_rows): the estimate and the window's row count.
   """
-  headers = checkpoints.read_store_headers(files)
   num_rows = window_rows(headers['observation'].num_rows, start, count)
   names = elements or headers
   row_bytes = sum(headers[name].row_bytes for name in names)
