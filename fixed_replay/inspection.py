@@ -251,7 +251,10 @@ def episode_returns(terminal, reward, add_count, episode_end_indices=None):
   if not len(end_positions):
     return np.zeros(0)
   starts = np.concatenate([[0], end_positions[:-1] + 1])
-  rewards = np.asarray(reward, np.float64)[order[: end_positions[-1] + 1]]
+  # Select before casting: rows past a not-full writer's cursor were never
+  # written (Dopamine allocates with np.empty) and may hold anything.
+  rewards = np.asarray(reward)[order[: end_positions[-1] + 1]]
+  rewards = rewards.astype(np.float64)
   returns = np.add.reduceat(rewards, starts)
   # Only if nothing was ever overwritten is the oldest row an episode start.
   return returns if add_count <= rows else returns[1:]
