@@ -407,7 +407,7 @@ def test_rem_mixing_weights_are_fresh_convex_and_used(cartpole_dir):
   alphas = np.array([run[0] for run in runs])
   assert alphas.shape == (3, 10)
   assert np.all(alphas >= 0)
-  np.testing.assert_allclose(alphas.sum(axis=1), 1.0, rtol=1e-6)
+  np.testing.assert_allclose(alphas.sum(axis=1), 1.0, rtol=1e-5)
   assert not np.allclose(alphas[0], alphas[1])
   assert not np.allclose(alphas[1], alphas[2])
   for alpha, loss, batch, heads, next_heads in runs:
@@ -431,7 +431,10 @@ def test_rem_acts_on_the_mean_of_its_heads(cartpole_dir):
   state = np.random.default_rng(0).normal(size=agent.state.shape)
   outputs = agent.network_def.apply(agent.online_params, state)
   np.testing.assert_allclose(
-    outputs.q_values, np.asarray(outputs.q_heads).mean(axis=-1), rtol=1e-6
+    outputs.q_values,
+    np.asarray(outputs.q_heads).mean(axis=-1),
+    rtol=1e-5,
+    atol=1e-6,
   )
 
 
