@@ -377,21 +377,9 @@ class CompactReplayBuffer:
 
   def _select(self, replay_suffix, file_start, file_end):
     found = compact_store.find_stored_checkpoints(self._data_dir)
-    if replay_suffix is not None:
-      if replay_suffix not in found:
-        raise ValueError(
-          f'replay_suffix={replay_suffix}: no converted checkpoint with that '
-          f'suffix in {self._data_dir} (found {sorted(found)})'
-        )
-      return {replay_suffix: found[replay_suffix]}
-    suffixes = sorted(found)[file_start:file_end]
-    if not suffixes:
-      raise ValueError(
-        f'replay_file_start_index={file_start}, replay_file_end_index='
-        f'{file_end} select none of the {len(found)} checkpoints in '
-        f'{self._data_dir}'
-      )
-    return {s: found[s] for s in suffixes}
+    return fixed_replay_buffer.select_checkpoints(
+      found, replay_suffix, file_start, file_end, self._data_dir
+    )
 
   def _check_matches(self, stored):
     """Raises CheckpointError unless the store holds what was asked for."""

@@ -45,6 +45,41 @@ class _ShardSet:
     return [s.suffix for s in self.shards]
 
 
+def select_checkpoints(found, replay_suffix, file_start, file_end, data_dir):
+  """Applies replay_suffix or the replay_file_*_index slice to `found`.
+
+  Shared by every buffer, so the arguments mean the same over gzip
+  checkpoints and over a compact store.
+
+  Args:
+    found: dict of suffix to what describes that checkpoint.
+    replay_suffix: int or None, a single checkpoint.
+    file_start: int, first position in the sorted suffixes.
+    file_end: int or None, end (exclusive) of that slice.
+    data_dir: str, for the messages.
+
+  Returns:
+    dict of the selected suffixes to their values in `found`.
+
+  Raises:
+    ValueError: if the selection is empty.
+  """
+  if replay_suffix is not None:
+    if replay_suffix not in found:
+      raise ValueError(
+        f'replay_suffix={replay_suffix}: no complete checkpoint with that '
+        f'suffix in {data_dir} (found {sorted(found)})'
+      )
+    return {replay_suffix: found[replay_suffix]}
+  suffixes = sorted(found)[file_start:file_end]
+  if not suffixes:
+    raise ValueError(
+      f'replay_file_start_index={file_start}, replay_file_end_index='
+      f'{file_end} select none of the {len(found)} checkpoints in {data_dir}'
+    )
+  return {s: found[s] for s in suffixes}
+
+
 def _position_of(active, suffix):
   """Index in active.shards of checkpoint `suffix` (None: the only one)."""
   if suffix is None:
@@ -203,21 +238,9 @@ class FixedReplayBuffer:
   def _select_checkpoints(self, replay_suffix, file_start, file_end):
     """Returns {suffix: CheckpointFiles} of the checkpoints we may load."""
     found = checkpoints.find_checkpoints(self._data_dir)
-    if replay_suffix is not None:
-      if replay_suffix not in found:
-        raise ValueError(
-          f'replay_suffix={replay_suffix}: no complete checkpoint with that '
-          f'suffix in {self._data_dir} (found {sorted(found)})'
-        )
-      return {replay_suffix: found[replay_suffix]}
-    suffixes = sorted(found)[file_start:file_end]
-    if not suffixes:
-      raise ValueError(
-        f'replay_file_start_index={file_start}, replay_file_end_index='
-        f'{file_end} select none of the {len(found)} checkpoints in '
-        f'{self._data_dir}'
-      )
-    return {s: found[s] for s in suffixes}
+    return select_checkpoints(
+      found, replay_suffix, file_start, file_end, self._data_dir
+    )
 
   def _draw_suffixes(self, num_buffers):
     """Draws num_buffers distinct checkpoint suffixes at random."""
