@@ -80,7 +80,7 @@ def sample_dopamine(directory, rows, num_batches, indices):
 
 def sample_ours(directory, num_batches):
   """Our batches/s, the rows of a batch and its digest (suffix dropped)."""
-  from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+  from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
   buffer = FixedReplayBuffer(str(directory), 0, prefetch=False, seed=0)
   rate = _time_sampling(buffer.sample_transition_batch, num_batches)
@@ -90,7 +90,7 @@ def sample_ours(directory, num_batches):
 
 
 def load_window_ours(directory, count):
-  from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+  from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
   buffer = FixedReplayBuffer(
     str(directory), 0, replay_capacity=count, prefetch=False
@@ -114,7 +114,7 @@ def _link_run(directory, num_checkpoints):
 
 def reload_stall(run, prefetch, train_seconds):
   """Seconds reload_buffer() blocks after `train_seconds` of sampling."""
-  from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+  from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
   buffer = FixedReplayBuffer(
     str(run), None, num_buffers_to_load=1, prefetch=prefetch, seed=0
@@ -133,7 +133,7 @@ def reload_stall(run, prefetch, train_seconds):
 
 def hold_checkpoints(run, num_buffers):
   """Loads num_buffers checkpoints; returns the bytes of their arrays."""
-  from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+  from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
   buffer = FixedReplayBuffer(
     str(run), None, num_buffers_to_load=num_buffers, prefetch=False
@@ -143,7 +143,7 @@ def hold_checkpoints(run, num_buffers):
 
 def try_five(run):
   """batch_rl's default of five 1M checkpoints: the refusal's message."""
-  from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+  from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
   try:
     FixedReplayBuffer(str(run), None, num_buffers_to_load=5)

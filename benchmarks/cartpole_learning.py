@@ -1,15 +1,15 @@
 """CartPole learning check: do the offline agents learn from logged data?
 
-Writes (once, then reuses) a CartPole dataset in the DQN Replay Dataset
-layout with `fixed_replay.generate.generate_dataset`: Dopamine's CartPole
+Writes (once, then reuses) a CartPole dataset in the DQN Replay Dataset layout
+with `fixed_replay.dataset.generate.generate_dataset`: Dopamine's CartPole
 played by the scripted controller with probability `--epsilon` of a uniform
 random action (0.5 by default: the behaviour policy averages about 130 per
-episode, so reaching 150 means doing better than the data). Then each agent
-is trained on it through `fixed_replay.run_experiment.create_runner` with
-`configs/cartpole/<agent>.gin` (10 iterations x 2,000 updates, 1,000
-evaluation steps each), one fresh process per agent, and the script reports
-the average evaluation return of every iteration with the wall time elapsed
-since the agent's process started (data loading and compilation included).
+episode, so reaching 150 means doing better than the data). Then each agent is
+trained on it through `fixed_replay.training.run_experiment.create_runner` with
+`configs/cartpole/<agent>.gin` (10 iterations x 2,000 updates, 1,000 evaluation
+steps each), one fresh process per agent, and the script reports the average
+evaluation return of every iteration with the wall time elapsed since the
+agent's process started (data loading and compilation included).
 
 An agent passes when some iteration's average evaluation return reaches
 `--target_return` (150) within `--time_limit_s` (600 s).
@@ -81,8 +81,8 @@ def ensure_dataset(directory):
   Returns:
     str, a line describing the data.
   """
-  from fixed_replay import checkpoints
-  from fixed_replay import generate
+  from fixed_replay.dataset import checkpoints
+  from fixed_replay.dataset import generate
 
   if os.path.isdir(directory):
     complete, incomplete = checkpoints.scan_checkpoints(directory)
@@ -121,7 +121,7 @@ def train_agent(agent_name, replay_dir, base_dir, bindings):
     evaluation return)], 'seconds': total wall time.
   """
   began = time.perf_counter()
-  from fixed_replay import run_experiment
+  from fixed_replay.training import run_experiment
 
   runner = run_experiment.create_runner(
     base_dir,

@@ -67,9 +67,9 @@ def checkpoint_dir(rows, data_dir=DATA_DIR, game=DEFAULT_GAME):
 
 def is_complete(directory, rows):
   """True if `directory` holds checkpoint 0 with `rows` rows, cursor last."""
-  from fixed_replay import checkpoints
-  from fixed_replay import npy_stream
+  from fixed_replay.dataset import checkpoints
   from fixed_replay.errors import CheckpointError
+  from fixed_replay.io import npy_stream
 
   if not os.path.isdir(directory):
     return False
@@ -369,7 +369,7 @@ def run_in_subprocess(function, *args):
 
 def crc32(data):
   """CRC-32 of a buffer with the fastest available implementation."""
-  from fixed_replay import gzip_stream
+  from fixed_replay.io import gzip_stream
 
   module = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND]
   return module.crc32(memoryview(data).cast('B'))

@@ -86,8 +86,8 @@ def codec_table(path, num_frames=30_000, windows=20_000):
   """(codec, block_rows, bytes/frame, windows/s) on the first frames."""
   import blosc2
 
-  from fixed_replay import compact_store
-  from fixed_replay import npy_stream
+  from fixed_replay.io import npy_stream
+  from fixed_replay.store import compact_store
 
   frames = npy_stream.read_rows(path, 0, num_frames)
   rng = np.random.default_rng(0)
@@ -133,7 +133,7 @@ def _link_gzip_run(source, rows, num_checkpoints):
 
 def convert_run(source, store):
   """Converts a gzip run with one worker per core (the timed call)."""
-  from fixed_replay import convert
+  from fixed_replay.store import convert
 
   result = convert.convert(str(source), str(store))
   return result.frames, result.seconds
@@ -141,7 +141,7 @@ def convert_run(source, store):
 
 def _replicate(store, num_checkpoints, converted):
   """Stored checkpoints converted..n-1 as links of the converted ones."""
-  from fixed_replay import compact_store
+  from fixed_replay.store import compact_store
 
   for suffix in range(converted, num_checkpoints):
     origin = store / compact_store.checkpoint_dirname(suffix % converted)
@@ -161,9 +161,9 @@ def _replicate(store, num_checkpoints, converted):
 
 def write_memmap(source_files, path):
   """Streams a checkpoint's frames into a plain .npy (TorchRL's layout)."""
-  from fixed_replay import checkpoints
-  from fixed_replay import npy_stream
-  from fixed_replay.gzip_stream import GzipStream
+  from fixed_replay.dataset import checkpoints
+  from fixed_replay.io import npy_stream
+  from fixed_replay.io.gzip_stream import GzipStream
 
   header = checkpoints.read_store_headers(source_files)['observation']
   out = np.lib.format.open_memmap(
@@ -185,8 +185,8 @@ class MemmapStore:
   """Uniform sampling over memory-mapped frames with ReplayShard's math."""
 
   def __init__(self, gzip_run, memmap_dir, num_checkpoints):
-    from fixed_replay import checkpoints
-    from fixed_replay import shard as shard_lib
+    from fixed_replay.dataset import checkpoints
+    from fixed_replay.replay import shard as shard_lib
 
     found = checkpoints.find_checkpoints(str(gzip_run))
     self.shards = []
@@ -202,8 +202,8 @@ class MemmapStore:
   @staticmethod
   def _small_window(files):
     """The checkpoint's arrays but the frames (read once, whole)."""
-    from fixed_replay import checkpoints
-    from fixed_replay import npy_stream
+    from fixed_replay.dataset import checkpoints
+    from fixed_replay.io import npy_stream
 
     meta = checkpoints.read_checkpoint(files, 0, 0)
     for name in ('action', 'reward', 'terminal'):
@@ -259,7 +259,7 @@ def _stall(sample, seconds, step_seconds):
 def sample_compact(store, seconds, check_suffixes, check_rows, workers):
   """((wall, per-CPU rate), digest at the check indices, cache hit rate,
   stall per 2 ms training step or None)."""
-  from fixed_replay.compact_replay_buffer import CompactReplayBuffer
+  from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 
   buffer = CompactReplayBuffer(
     str(store),
@@ -293,7 +293,7 @@ def sample_memmap(gzip_run, memmap_dir, num_checkpoints, seconds, check):
 
 def sample_fixed(gzip_run, num_buffers, seconds, check):
   """FixedReplayBuffer holding checkpoints 0..num_buffers-1."""
-  from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+  from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
   began = time.perf_counter()
   buffer = FixedReplayBuffer(
@@ -329,7 +329,7 @@ def _logical_bytes(directory):
 
 def _check_indices(store, suffixes):
   """CHECK_ROWS valid (suffix, row) pairs among the given checkpoints."""
-  from fixed_replay import compact_store
+  from fixed_replay.store import compact_store
 
   rng = np.random.default_rng(1)
   chosen = rng.choice(suffixes, CHECK_ROWS)
@@ -372,7 +372,7 @@ def _print_codec_table():
 
 
 def _rows_of(directory):
-  from fixed_replay import checkpoints
+  from fixed_replay.dataset import checkpoints
 
   files = checkpoints.find_checkpoints(str(directory))[0]
   return checkpoints.read_store_headers(files)['observation'].num_rows
@@ -411,7 +411,7 @@ def main(argv):
   first = memmap_dir / 'observation_0.npy'
   memmap_seconds = None
   if not first.exists():
-    from fixed_replay import checkpoints
+    from fixed_replay.dataset import checkpoints
 
     files = checkpoints.find_checkpoints(str(source))[0]
     began = time.perf_counter()

@@ -2,7 +2,7 @@
 
 Decompresses `$store$_observation_ckpt.0.gz` of the benchmark checkpoint to
 the end (output discarded, CRC checked) with `GzipStream` on every backend of
-`fixed_replay.gzip_stream.BACKENDS`, and with the standard library's
+`fixed_replay.io.gzip_stream.BACKENDS`, and with the standard library's
 `gzip.GzipFile.read` in chunks for reference. Prints GB/s of uncompressed
 output; this is what orders the backends in gzip_stream.py.
 
@@ -26,7 +26,7 @@ STDLIB = 'gzip.GzipFile'
 
 def inflate_with_stream(path, backend):
   """Returns uncompressed bytes of `path`, read with GzipStream."""
-  from fixed_replay.gzip_stream import GzipStream
+  from fixed_replay.io.gzip_stream import GzipStream
 
   with GzipStream(path, backend=backend) as stream:
     return stream.read_to_end()
@@ -50,8 +50,8 @@ def _time(function, *args):
 
 def main(argv):
   del argv
-  from fixed_replay import checkpoints
-  from fixed_replay import gzip_stream
+  from fixed_replay.dataset import checkpoints
+  from fixed_replay.io import gzip_stream
 
   directory = common.build_checkpoint(
     common.ROWS.value, common.SEED.value, game=common.GAME.value

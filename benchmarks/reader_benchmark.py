@@ -3,8 +3,8 @@
 batch_rl's way: Dopamine's `OutOfGraphReplayBuffer.load` inflates every array
 of the checkpoint whole, then `array[start:start + count].copy()` keeps the
 window (batch_rl clips a loaded buffer this way). Ours:
-`fixed_replay.checkpoints.read_checkpoint` inflates only up to the window's end
-and writes straight into arrays of the window's size.
+`fixed_replay.dataset.checkpoints.read_checkpoint` inflates only up to the
+window's end and writes straight into arrays of the window's size.
 
 Cases: (a) rows [0, window_rows) and (b) the whole file. Each run is a fresh
 process; its peak RSS is the kernel's high-water mark, and "increase" is that
@@ -46,7 +46,7 @@ def setup_baseline():
 
 
 def setup_ours():
-  importlib.import_module('fixed_replay.checkpoints')
+  importlib.import_module('fixed_replay.dataset.checkpoints')
 
 
 def read_baseline(directory, start, count, capacity):
@@ -65,7 +65,7 @@ def read_baseline(directory, start, count, capacity):
 
 
 def read_ours(directory, start, count):
-  from fixed_replay import checkpoints
+  from fixed_replay.dataset import checkpoints
 
   files = checkpoints.find_checkpoints(str(directory))[0]
   window = checkpoints.read_checkpoint(
@@ -179,7 +179,7 @@ def _ratios(runs):
 
 def main(argv):
   del argv
-  from fixed_replay import checkpoints
+  from fixed_replay.dataset import checkpoints
 
   directory = common.build_checkpoint(
     common.ROWS.value, common.SEED.value, game=common.GAME.value

@@ -54,7 +54,7 @@ class _TimedSampling:
   """Wraps FixedReplayBuffer.sample_transition_batch with a stopwatch."""
 
   def __init__(self):
-    from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+    from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
     self.seconds = 0.0
     self.calls = 0

@@ -1,7 +1,43 @@
-"""fixed_replay: offline RL on Dopamine replay checkpoints without the RAM."""
+"""fixed_replay: offline RL on Dopamine replay checkpoints without the RAM.
+
+The names most users need, importable from the top:
+
+  from fixed_replay import FixedReplayBuffer, CompactReplayBuffer
+  from fixed_replay import WrappedFixedReplayBuffer, FixedReplayRunner
+  from fixed_replay import CheckpointError
+
+They are imported on first use, so `import fixed_replay` stays light (it does
+not import TensorFlow or JAX; see compat.py for what it does set up).
+"""
+
+import importlib
 
 from fixed_replay import compat as _compat
+from fixed_replay import module_aliases as _module_aliases
 
 _compat.install()
+_module_aliases.install()
 
 __version__ = '0.1.0'
+
+# Public name -> the module that defines it.
+_PUBLIC = {
+  'CheckpointError': 'fixed_replay.errors',
+  'FixedReplayBuffer': 'fixed_replay.replay.fixed_replay_buffer',
+  'CompactReplayBuffer': 'fixed_replay.replay.compact_replay_buffer',
+  'WrappedFixedReplayBuffer': 'fixed_replay.replay.wrapped_fixed_replay_buffer',
+  'FixedReplayRunner': 'fixed_replay.training.run_experiment',
+}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name):
+  if name not in _PUBLIC:
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+  value = getattr(importlib.import_module(_PUBLIC[name]), name)
+  globals()[name] = value
+  return value
+
+
+def __dir__():
+  return sorted(set(globals()) | set(_PUBLIC))

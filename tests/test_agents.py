@@ -21,11 +21,11 @@ import tensorflow as tf
 
 from fixed_replay import agents
 from fixed_replay import run_experiment  # noqa: F401  (FixedReplayRunner)
-from fixed_replay.agents import c51_agent
-from fixed_replay.agents import multi_head_dqn_agent
-from fixed_replay.agents import networks
-from fixed_replay.agents import offline
-from fixed_replay.agents import quantile_agent
+from fixed_replay.agents.tf import c51_agent
+from fixed_replay.agents.tf import multi_head_dqn_agent
+from fixed_replay.agents.tf import networks
+from fixed_replay.agents.tf import offline
+from fixed_replay.agents.tf import quantile_agent
 
 CONFIGS = os.path.join(os.path.dirname(os.path.dirname(__file__)), 'configs')
 AGENT_CLASSES = {

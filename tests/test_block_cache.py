@@ -6,7 +6,7 @@ import time
 import numpy as np
 import pytest
 
-from fixed_replay.block_cache import BlockCache
+from fixed_replay.store.block_cache import BlockCache
 
 
 class _Loader:

@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from fixed_replay import checkpoints
+from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
 
 

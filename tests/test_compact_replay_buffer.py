@@ -9,13 +9,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from fixed_replay import compact_store
-from fixed_replay import convert
-from fixed_replay import validity
-from fixed_replay.compact_replay_buffer import CompactReplayBuffer
+from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
-from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
-from fixed_replay.wrapped_fixed_replay_buffer import WrappedFixedReplayBuffer
+from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
+from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.replay.wrapped_fixed_replay_buffer import (
+  WrappedFixedReplayBuffer,
+)
+from fixed_replay.store import compact_store
+from fixed_replay.store import convert
 
 
 @pytest.fixture(scope='module')
@@ -297,7 +299,7 @@ def test_extra_storage_types_are_returned(tmp_path):
 
 
 def test_gin_binding_selects_it_for_tf_agents(dopamine_dir, store, oracles):
-  import fixed_replay.compact_replay_buffer  # noqa: F401 - registers it.
+  import fixed_replay.replay.compact_replay_buffer  # noqa: F401 - registers it.
 
   gin.parse_config(
     [
@@ -352,7 +354,7 @@ def test_one_gin_binding_selects_it_for_jax_and_tf_agents(store):
   agents.agent_class('jax_dqn')
   gin.parse_config(
     [
-      'import fixed_replay.compact_replay_buffer',
+      'import fixed_replay.replay.compact_replay_buffer',
       'replay_buffer_class.memory_class = @CompactReplayBuffer',
       'CompactReplayBuffer.num_workers = 1',
       'CompactReplayBuffer.batch_size = 8',

@@ -6,12 +6,12 @@ import shutil
 import numpy as np
 import pytest
 
-from fixed_replay import checkpoints
-from fixed_replay import compact_store
-from fixed_replay import convert
-from fixed_replay import npy_stream
-from fixed_replay import validity
+from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import npy_stream
+from fixed_replay.store import compact_store
+from fixed_replay.store import convert
 
 
 @pytest.fixture(scope='module')

@@ -10,9 +10,9 @@ import time
 
 import pytest
 
-from fixed_replay import compact_store
-from fixed_replay import convert
 from fixed_replay.errors import CheckpointError
+from fixed_replay.store import compact_store
+from fixed_replay.store import convert
 
 # More checkpoints than conftest's four, as hard links (nothing copied), so
 # that a conversion killed after its first checkpoint is surely midway.

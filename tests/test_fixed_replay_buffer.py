@@ -8,9 +8,9 @@ import dopamine_data
 import numpy as np
 import pytest
 
-from fixed_replay import checkpoints
+from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
-from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
 
 def _buffer(directory, **kwargs):

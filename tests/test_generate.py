@@ -1,7 +1,7 @@
 """`fixed-replay generate` against Dopamine's own buffer and a replayed game.
 
 Generated files are loaded with Dopamine's `OutOfGraphReplayBuffer.load` and
-`fixed_replay.checkpoints.read_checkpoint`; their rows are checked by
+`fixed_replay.dataset.checkpoints.read_checkpoint`; their rows are checked by
 replaying the stored actions in a freshly seeded environment, which must
 reproduce every stored observation, reward and terminal.
 """
@@ -18,9 +18,9 @@ from dopamine.tf.replay_memory import circular_replay_buffer
 import numpy as np
 import pytest
 
-from fixed_replay import checkpoints
-from fixed_replay import generate
-from fixed_replay import policies
+from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import generate
+from fixed_replay.dataset import policies
 from fixed_replay.errors import CheckpointError
 
 _STORE_FILES = [f'$store$_{n}' for n in ('action', 'observation', 'reward')]

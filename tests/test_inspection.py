@@ -13,7 +13,7 @@ import dopamine_data
 import numpy as np
 import pytest
 
-from fixed_replay import inspection
+from fixed_replay.dataset import inspection
 
 OBSERVATION_SHAPE = (84, 84)
 CAPACITY = 300
@@ -361,7 +361,7 @@ def test_progress_bar(written, capsys):
 
 def test_cli_does_not_import_tensorflow():
   code = (
-    'import sys, fixed_replay.commands.inspect; '
+    'import sys, fixed_replay.cli.inspect; '
     'print(sorted(m for m in sys.modules '
     "if m.split('.')[0] in ('tensorflow', 'dopamine')))"
   )

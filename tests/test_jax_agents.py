@@ -28,11 +28,11 @@ import optax
 import pytest
 
 from fixed_replay import agents
-from fixed_replay import prefetch
-from fixed_replay import run_experiment
-from fixed_replay.agents import jax_cql_agent
-from fixed_replay.agents import jax_offline
-from fixed_replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.replay import prefetch
+from fixed_replay.training import run_experiment
+from fixed_replay.agents.jax import cql_agent as jax_cql_agent
+from fixed_replay.agents.jax import offline as jax_offline
+from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIGS = os.path.join(ROOT, 'configs')

@@ -7,9 +7,9 @@ import struct
 import numpy as np
 import pytest
 
-from fixed_replay import gzip_stream
-from fixed_replay import npy_stream
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import gzip_stream
+from fixed_replay.io import npy_stream
 
 
 def _write(path, array, compresslevel=6):

@@ -10,7 +10,7 @@ from dopamine.discrete_domains import logger
 import numpy as np
 import pytest
 
-from fixed_replay import plotting
+from fixed_replay.training import plotting
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PNG_MAGIC = b'\x89PNG\r\n\x1a\n'

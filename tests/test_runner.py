@@ -19,8 +19,8 @@ import pytest
 import tensorflow as tf
 
 from fixed_replay import agents
-from fixed_replay import plotting
-from fixed_replay import run_experiment
+from fixed_replay.training import plotting
+from fixed_replay.training import run_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = sys.executable

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fixed_replay import stacking
+from fixed_replay.replay import stacking
 
 
 def _expected(frames, rows):

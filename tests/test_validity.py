@@ -4,8 +4,8 @@ import dopamine_data
 import numpy as np
 import pytest
 
-from fixed_replay import checkpoints
-from fixed_replay import validity
+from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import validity
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,9 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from fixed_replay.wrapped_fixed_replay_buffer import WrappedFixedReplayBuffer
+from fixed_replay.replay.wrapped_fixed_replay_buffer import (
+  WrappedFixedReplayBuffer,
+)
 
 
 def test_session_runs_sample_exact_transitions(dopamine_dir):

@@ -5,26 +5,26 @@ import importlib
 # agent_name -> (module, class). Modules are imported on demand so that TF
 # agents never import JAX and the other way round.
 AGENTS = {
-  'dqn': ('fixed_replay.agents.dqn_agent', 'FixedReplayDQNAgent'),
+  'dqn': ('fixed_replay.agents.tf.dqn_agent', 'FixedReplayDQNAgent'),
   'multi_head_dqn': (
-    'fixed_replay.agents.multi_head_dqn_agent',
+    'fixed_replay.agents.tf.multi_head_dqn_agent',
     'FixedReplayMultiHeadDQNAgent',
   ),
-  'rem': ('fixed_replay.agents.rem_agent', 'FixedReplayREMAgent'),
+  'rem': ('fixed_replay.agents.tf.rem_agent', 'FixedReplayREMAgent'),
   'quantile': (
-    'fixed_replay.agents.quantile_agent',
+    'fixed_replay.agents.tf.quantile_agent',
     'FixedReplayQuantileAgent',
   ),
-  'c51': ('fixed_replay.agents.c51_agent', 'FixedReplayC51Agent'),
-  'jax_dqn': ('fixed_replay.agents.jax_dqn_agent', 'FixedReplayJaxDQNAgent'),
+  'c51': ('fixed_replay.agents.tf.c51_agent', 'FixedReplayC51Agent'),
+  'jax_dqn': ('fixed_replay.agents.jax.dqn_agent', 'FixedReplayJaxDQNAgent'),
   'jax_quantile': (
-    'fixed_replay.agents.jax_quantile_agent',
+    'fixed_replay.agents.jax.quantile_agent',
     'FixedReplayJaxQuantileAgent',
   ),
-  'jax_rem': ('fixed_replay.agents.jax_rem_agent', 'FixedReplayJaxREMAgent'),
-  'jax_cql': ('fixed_replay.agents.jax_cql_agent', 'FixedReplayJaxCQLAgent'),
+  'jax_rem': ('fixed_replay.agents.jax.rem_agent', 'FixedReplayJaxREMAgent'),
+  'jax_cql': ('fixed_replay.agents.jax.cql_agent', 'FixedReplayJaxCQLAgent'),
   'jax_quantile_cql': (
-    'fixed_replay.agents.jax_cql_agent',
+    'fixed_replay.agents.jax.cql_agent',
     'FixedReplayJaxQuantileCQLAgent',
   ),
 }

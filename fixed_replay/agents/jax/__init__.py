@@ -1,0 +1,1 @@
+"""Offline agents on Dopamine's JAX agents."""

@@ -1,0 +1,381 @@
+"""What turns a Dopamine JAX agent into an offline one.
+
+`JaxOfflineAgent` is mixed in before a `dopamine.jax.agents` class, as
+`OfflineAgent` is for the TF agents:
+
+* the replay is a `FixedReplayBuffer` over a logged dataset (Dopamine 4.x's
+  `sample()` API), read-only: `begin_episode`, `step` and `end_episode` only
+  act, nothing is ever added;
+* minibatches are sampled and moved to the accelerator by a background
+  thread (`fixed_replay.replay.prefetch.BatchPrefetcher`), so an update never
+  waits on sampling unless the sampler falls behind; `replay_wait_seconds`
+  says how long the training loop did wait;
+* the runner drives training through `train_step()` and swaps data with
+  `reload_data()`; an update happens every `update_period` train steps, the
+  target network is synced every `target_update_period`, as in Dopamine;
+* `init_checkpoint_dir` warm-starts the parameters (and optimizer state) from
+  another run's latest Dopamine checkpoint;
+* checkpoints are Dopamine's bundles (parameters, target parameters,
+  optimizer state, training steps) plus the agent's JAX RNG key.
+
+Subclasses implement `_update()`: one gradient step on `self.replay_elements`
+returning {loss name: scalar}.
+
+The `optimizer` argument takes either a name for Dopamine's gin-configurable
+`create_optimizer` ('adam', 'rmsprop', 'sgd') or an optax
+GradientTransformation, e.g. `@optax.rmsprop()` in gin (registered here) for
+TF1's RMSProp semantics (`initial_scale=1.0`), which Dopamine's factory
+cannot express.
+"""
+
+import collections
+import os
+import time
+
+from absl import logging
+from dopamine.discrete_domains import checkpointer
+from dopamine.jax.agents.dqn import dqn_agent
+from dopamine.metrics import statistics_instance
+import gin
+import jax
+import numpy as np
+import optax
+import tensorflow as tf
+
+from fixed_replay.replay import prefetch
+from fixed_replay.replay.fixed_replay_buffer import replay_buffer_class
+
+
+def _register_optax():
+  """Makes optax's optimizers configurable as `@optax.<name>()`, once."""
+  for optimizer in (optax.adam, optax.rmsprop, optax.sgd):
+    try:
+      gin.external_configurable(optimizer, module='optax')
+    except ValueError:
+      pass  # Already registered in this process.
+
+
+_register_optax()
+
+
+def make_optimizer(optimizer):
+  """Returns an optax optimizer from a Dopamine name or an optax object.
+
+  Args:
+    optimizer: str (a name for Dopamine's `create_optimizer`) or an optax
+      GradientTransformation.
+
+  Returns:
+    optax.GradientTransformation.
+
+  Raises:
+    TypeError: for anything else.
+  """
+  if isinstance(optimizer, str):
+    return dqn_agent.create_optimizer(optimizer)
+  if isinstance(optimizer, optax.GradientTransformation):
+    return optimizer
+  raise TypeError(
+    f'optimizer must be a name for create_optimizer or an optax '
+    f'GradientTransformation, got {optimizer!r}'
+  )
+
+
+def _to_device(batch):
+  return jax.device_put(batch)
+
+
+class JaxOfflineAgent:
+  """Mixin for Dopamine JAX agents that learn only from a fixed dataset."""
+
+  def _init_offline(
+    self, replay_data_dir, replay_suffix, init_checkpoint_dir, prefetch_batches
+  ):
+    """Records the dataset; call before the Dopamine agent's __init__.
+
+    Args:
+      replay_data_dir: str, directory of replay checkpoints.
+      replay_suffix: int or None, a single checkpoint to train on.
+      init_checkpoint_dir: str or None, a run directory (or its
+        `checkpoints/` folder) whose latest parameters initialise the agent.
+      prefetch_batches: int, minibatches prepared ahead in a background
+        thread; 0 samples in the training step itself.
+
+    Raises:
+      ValueError: if prefetch_batches is negative.
+    """
+    if prefetch_batches < 0:
+      raise ValueError(f'prefetch_batches={prefetch_batches} must be >= 0')
+    self._replay_data_dir = replay_data_dir
+    self._replay_suffix = replay_suffix
+    self._init_checkpoint_dir = init_checkpoint_dir
+    self._prefetch_batches = prefetch_batches
+    self._prefetcher = None
+    self._sync_wait_seconds = 0.0
+    self._sync_batches = 0
+    # {name: scalar} of the last update, left on the device (reading it
+    # waits for the update to finish).
+    self.last_losses = {}
+
+  def _finish_offline_init(self):
+    """Call after the Dopamine agent's __init__."""
+    # All the data exists from the start: a warm-up threshold means nothing.
+    self.min_replay_history = 0
+    # Before the thread starts, so that a refused checkpoint leaves none.
+    if self._init_checkpoint_dir:
+      self._warm_start(self._init_checkpoint_dir)
+    if self._prefetch_batches:
+      self._prefetcher = prefetch.BatchPrefetcher(
+        self._sample_batch,
+        depth=self._prefetch_batches,
+        transform=_to_device,
+        name=f'{type(self).__name__}_prefetch',
+      )
+
+  # ------------------------------------------------------------- the data
+
+  def _build_replay_buffer(self):
+    """Returns the buffer over the dataset (see `replay_buffer_class`).
+
+    Shapes, n-step settings and dtypes are the agent's; everything else
+    (replay_capacity, batch_size, num_buffers_to_load, ...) is bound in gin
+    as `FixedReplayBuffer.<name>`.
+    """
+    return replay_buffer_class()(
+      self._replay_data_dir,
+      self._replay_suffix,
+      observation_shape=self.observation_shape,
+      stack_size=self.stack_size,
+      update_horizon=self.update_horizon,
+      gamma=self.gamma,
+      observation_dtype=np.dtype(self.observation_dtype),
+    )
+
+  def _sample_batch(self):
+    """One minibatch from the buffer, under Dopamine's replay_elements keys."""
+    element = self._replay.sample()
+    return collections.OrderedDict(
+      state=element.state,
+      next_state=element.next_state,
+      action=element.action,
+      reward=element.reward,
+      terminal=element.is_terminal,
+    )
+
+  def _sample_from_replay_buffer(self):
+    """Sets self.replay_elements to the next (on-device) minibatch."""
+    if self._prefetcher is not None:
+      self.replay_elements = self._prefetcher.get()
+      return
+    began = time.perf_counter()
+    self.replay_elements = _to_device(self._sample_batch())
+    self._sync_wait_seconds += time.perf_counter() - began
+    self._sync_batches += 1
+
+  @property
+  def replay_wait_seconds(self):
+    """Seconds the training steps spent waiting for minibatches so far."""
+    if self._prefetcher is not None:
+      return self._prefetcher.wait_seconds
+    return self._sync_wait_seconds
+
+  @property
+  def replay_batches(self):
+    """Minibatches the training steps have taken so far."""
+    if self._prefetcher is not None:
+      return self._prefetcher.batches
+    return self._sync_batches
+
+  def reset_replay_wait(self):
+    """Zeroes replay_wait_seconds and replay_batches."""
+    if self._prefetcher is not None:
+      self._prefetcher.reset_stats()
+    self._sync_wait_seconds = 0.0
+    self._sync_batches = 0
+
+  def reload_data(self):
+    """Swaps in the next set of checkpoints (prefetched in the background).
+
+    Minibatches prepared from the previous set are dropped.
+    """
+    if self._prefetcher is None:
+      self._replay.reload_data()
+      return
+    with self._prefetcher.paused():
+      self._replay.reload_data()
+
+  @property
+  def replay(self):
+    """The FixedReplayBuffer the agent trains from."""
+    return self._replay
+
+  def close(self):
+    """Stops background sampling and checkpoint loading."""
+    if self._prefetcher is not None:
+      self._prefetcher.close()
+    self._replay.close()
+
+  # ------------------------------------------------------------ acting only
+
+  def _build_networks_and_optimizer(self):
+    self._rng, rng = jax.random.split(self._rng)
+    self.online_params = self.network_def.init(
+      rng, x=self.preprocess_fn(self.state)
+    )
+    self.optimizer = make_optimizer(self._optimizer_name)
+    self.optimizer_state = self.optimizer.init(self.online_params)
+    self.target_network_params = self.online_params
+
+  def _select_action(self):
+    self._rng, action = dqn_agent.select_action(
+      self.network_def,
+      self.online_params,
+      self.preprocess_fn(self.state),
+      self._rng,
+      self.num_actions,
+      self.eval_mode,
+      self.epsilon_eval,
+      self.epsilon_train,
+      self.epsilon_decay_period,
+      self.training_steps,
+      self.min_replay_history,
+      self.epsilon_fn,
+    )
+    self.action = np.asarray(action)
+    return self.action
+
+  def begin_episode(self, observation):
+    """Returns the first action of an episode; never trains."""
+    self._reset_state()
+    self._record_observation(observation)
+    return self._select_action()
+
+  def step(self, reward, observation):
+    """Returns the next action; the transition is not stored anywhere."""
+    del reward
+    self._last_observation = self._observation
+    self._record_observation(observation)
+    return self._select_action()
+
+  def end_episode(self, reward, terminal=True):
+    """Nothing to do: offline agents never add to their data."""
+    del reward, terminal
+
+  # --------------------------------------------------------------- training
+
+  def train_step(self):
+    """One training step (an update every `update_period` steps)."""
+    self._train_step()
+
+  def _train_step(self):
+    """Dopamine's schedule, without the replay warm-up test."""
+    if self.training_steps % self.update_period == 0:
+      self._sample_from_replay_buffer()
+      losses = self.last_losses = self._update()
+      if (
+        self.summary_writer is not None
+        and self.training_steps > 0
+        and self.training_steps % self.summary_writing_frequency == 0
+      ):
+        self._write_losses(losses)
+    if self.training_steps % self.target_update_period == 0:
+      self._sync_weights()
+    self.training_steps += 1
+
+  def _update(self):
+    """One gradient step on self.replay_elements; returns {name: loss}."""
+    raise NotImplementedError
+
+  def _write_losses(self, losses):
+    """Writes losses as Dopamine's JAX agents do (summaries, collectors)."""
+    values = {name: float(np.asarray(value)) for name, value in losses.items()}
+    with self.summary_writer.as_default():
+      for name, value in values.items():
+        tf.summary.scalar(name, value, step=self.training_steps)
+    self.summary_writer.flush()
+    if hasattr(self, 'collector_dispatcher'):
+      self.collector_dispatcher.write(
+        [
+          statistics_instance.StatisticsInstance(
+            name, value, step=self.training_steps
+          )
+          for name, value in values.items()
+        ],
+        collector_allowlist=self._collector_allowlist,
+      )
+
+  # ------------------------------------------------ checkpoints, warm start
+
+  def bundle_and_checkpoint(self, checkpoint_dir, iteration_number):
+    """Dopamine's bundle plus the agent's RNG key."""
+    bundle = super().bundle_and_checkpoint(checkpoint_dir, iteration_number)
+    if bundle is not None:
+      bundle['rng'] = self._rng
+    return bundle
+
+  def unbundle(self, checkpoint_dir, iteration_number, bundle_dictionary):
+    """Restores Dopamine's bundle and the RNG key (if saved)."""
+    restored = super().unbundle(
+      checkpoint_dir, iteration_number, bundle_dictionary
+    )
+    if restored and bundle_dictionary and 'rng' in bundle_dictionary:
+      self._rng = bundle_dictionary['rng']
+    return restored
+
+  def _warm_start(self, directory):
+    """Restores parameters and optimizer state from another run.
+
+    Args:
+      directory: str, a run directory or its checkpoints/ folder.
+
+    Raises:
+      ValueError: if no Dopamine checkpoint is found, or its parameters do not
+        fit this agent's networks.
+    """
+    for candidate in (os.path.join(directory, 'checkpoints'), directory):
+      if not tf.io.gfile.isdir(candidate):
+        continue
+      number = checkpointer.get_latest_checkpoint_number(candidate)
+      if number < 0:
+        continue
+      path = os.path.join(candidate, f'ckpt.{number}')
+      bundle = checkpointer.Checkpointer(candidate).load_checkpoint(number)
+      self._restore_parameters(bundle, path)
+      logging.info('Warm-started %s from %s', type(self).__name__, path)
+      return
+    raise ValueError(
+      f'init_checkpoint_dir={directory}: no Dopamine checkpoint (ckpt.N with '
+      f'its sentinel file) found there or in its checkpoints/ folder'
+    )
+
+  def _restore_parameters(self, bundle, path):
+    if not isinstance(bundle, dict) or 'online_params' not in bundle:
+      raise ValueError(
+        f'{path}: not a JAX agent checkpoint (no online_params in it)'
+      )
+    for key, current in (
+      ('online_params', self.online_params),
+      ('target_params', self.target_network_params),
+    ):
+      if _signature(bundle[key]) != _signature(current):
+        raise ValueError(
+          f'{path}: its {key} do not fit this agent ({type(self).__name__}, '
+          f'{self.num_actions} actions): parameter names or shapes differ'
+        )
+    self.online_params = bundle['online_params']
+    self.target_network_params = bundle['target_params']
+    optimizer_state = bundle.get('optimizer_state')
+    fresh = self.optimizer.init(self.online_params)
+    if optimizer_state is not None and _signature(
+      optimizer_state
+    ) == _signature(fresh):
+      self.optimizer_state = optimizer_state
+    else:
+      logging.info('%s: optimizer state not reused (another optimizer)', path)
+      self.optimizer_state = fresh
+
+
+def _signature(tree):
+  """The structure and leaf shapes of a pytree."""
+  leaves, structure = jax.tree.flatten(tree)
+  return structure, [np.shape(leaf) for leaf in leaves]

@@ -1,0 +1,150 @@
+"""Offline Random Ensemble Mixture (REM) in JAX.
+
+Agarwal et al. (2020): the network has K Q-heads; every gradient step draws
+alpha ~ U(0, 1)^K, normalised to sum to 1, and both the online and the
+target Q-functions become the same convex combination sum_k alpha_k Q_k. The
+Huber TD loss is taken on that mixture. The agent acts greedily on the mean
+of the heads (the network's `q_values`).
+"""
+
+import functools
+
+from dopamine.jax import losses
+from dopamine.jax.agents.dqn import dqn_agent
+import gin
+import jax
+import jax.numpy as jnp
+import optax
+
+from fixed_replay.agents.jax import networks as jax_networks
+from fixed_replay.agents.jax import offline as jax_offline
+
+
+def random_convex_weights(key, num_heads):
+  """Returns [num_heads] draws of U(0, 1), normalised to sum to 1."""
+  weights = jax.random.uniform(key, (num_heads,), minval=0.0, maxval=1.0)
+  return weights / jnp.sum(weights)
+
+
+def mix_heads(q_heads, weights):
+  """[..., num_actions, num_heads] x [num_heads] -> [..., num_actions]."""
+  return jnp.tensordot(q_heads, weights, axes=([-1], [0]))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 3, 11))
+def train(
+  network_def,
+  online_params,
+  target_params,
+  optimizer,
+  optimizer_state,
+  states,
+  actions,
+  next_states,
+  rewards,
+  terminals,
+  rng,
+  cumulative_gamma,
+):
+  """One REM update with a freshly drawn mixture.
+
+  Returns:
+    (rng, optimizer_state, online_params, loss, weights): the advanced RNG
+    key, the new optimizer state and parameters, the mean Huber loss and the
+    mixture this step used.
+  """
+  rng, key = jax.random.split(rng)
+  weights = random_convex_weights(key, network_def.num_heads)
+  next_heads = jax.vmap(lambda s: network_def.apply(target_params, s))(
+    next_states
+  ).q_heads
+  next_q = jnp.max(mix_heads(next_heads, weights), axis=1)
+  target = jax.lax.stop_gradient(
+    rewards + cumulative_gamma * next_q * (1.0 - terminals)
+  )
+
+  def loss_fn(params):
+    heads = jax.vmap(lambda s: network_def.apply(params, s))(states).q_heads
+    q_values = mix_heads(heads, weights)
+    chosen = jnp.take_along_axis(q_values, actions[:, None], axis=1)[:, 0]
+    return jnp.mean(losses.huber_loss(target, chosen))
+
+  loss, grad = jax.value_and_grad(loss_fn)(online_params)
+  updates, optimizer_state = optimizer.update(
+    grad, optimizer_state, params=online_params
+  )
+  online_params = optax.apply_updates(online_params, updates)
+  return rng, optimizer_state, online_params, loss, weights
+
+
+@gin.configurable
+class FixedReplayJaxREMAgent(
+  jax_offline.JaxOfflineAgent, dqn_agent.JaxDQNAgent
+):
+  """REM trained only from logged replay checkpoints.
+
+  `mixing_weights` holds the convex combination of the last update.
+  """
+
+  def __init__(
+    self,
+    num_actions,
+    replay_data_dir,
+    replay_suffix=None,
+    init_checkpoint_dir=None,
+    prefetch_batches=2,
+    num_heads=200,
+    network=jax_networks.JaxMultiHeadQNetwork,
+    **kwargs,
+  ):
+    """Creates the agent.
+
+    Args:
+      num_actions: int.
+      replay_data_dir: str, directory of replay checkpoints.
+      replay_suffix: int or None, train on this checkpoint only.
+      init_checkpoint_dir: str or None, warm-start parameters from here.
+      prefetch_batches: int, minibatches prepared ahead in the background (0:
+        sample in the training step).
+      num_heads: int, K, the number of Q-heads.
+      network: a flax module class taking num_actions and num_heads whose
+        outputs have q_heads [num_actions, num_heads] and q_values.
+      **kwargs: Dopamine JaxDQNAgent arguments.
+    """
+    self.num_heads = num_heads
+    self.mixing_weights = None
+    self._init_offline(
+      replay_data_dir, replay_suffix, init_checkpoint_dir, prefetch_batches
+    )
+    dqn_agent.JaxDQNAgent.__init__(
+      self,
+      num_actions,
+      network=functools.partial(network, num_heads=num_heads),
+      loss_type='huber',
+      **kwargs,
+    )
+    self._finish_offline_init()
+
+  def _update(self):
+    elements = self.replay_elements
+    (
+      self._rng,
+      self.optimizer_state,
+      self.online_params,
+      loss,
+      self.mixing_weights,
+    ) = train(
+      self.network_def,
+      self.online_params,
+      self.target_network_params,
+      self.optimizer,
+      self.optimizer_state,
+      self.preprocess_fn(elements['state']),
+      elements['action'],
+      self.preprocess_fn(elements['next_state']),
+      elements['reward'],
+      elements['terminal'],
+      self._rng,
+      self.cumulative_gamma,
+    )
+    return {'HuberLoss': loss}

@@ -1,0 +1,74 @@
+"""Offline C51 (Bellemare et al., 2017): Dopamine's RainbowAgent, uniform.
+
+As published for the DQN Replay Dataset: 51 atoms on [-10, 10], 1-step
+targets, the categorical projection and cross-entropy loss of Dopamine's
+RainbowAgent, sampled uniformly from the fixed data (the dataset has no
+priorities, so prioritized replay is refused), Adam lr 2.5e-4, eps 3.125e-4.
+"""
+
+from dopamine.tf.agents.rainbow import rainbow_agent
+import gin
+import tensorflow as tf
+
+from fixed_replay.agents.tf import offline
+
+ADAM_LEARNING_RATE = 0.00025
+ADAM_EPSILON = 0.0003125
+
+
+@gin.configurable
+class FixedReplayC51Agent(offline.OfflineAgent, rainbow_agent.RainbowAgent):
+  """C51 trained only from logged replay checkpoints."""
+
+  def __init__(
+    self,
+    sess,
+    num_actions,
+    replay_data_dir,
+    replay_suffix=None,
+    init_checkpoint_dir=None,
+    replay_scheme='uniform',
+    optimizer=None,
+    **kwargs,
+  ):
+    """Creates the agent.
+
+    Args:
+      sess: tf.compat.v1.Session.
+      num_actions: int.
+      replay_data_dir: str, directory of replay checkpoints.
+      replay_suffix: int or None, train on this checkpoint only.
+      init_checkpoint_dir: str or None, warm-start weights from here.
+      replay_scheme: str, must be 'uniform'.
+      optimizer: tf.compat.v1.train.Optimizer; None gives Adam with the
+        published learning rate 2.5e-4 and epsilon 3.125e-4.
+      **kwargs: Dopamine RainbowAgent arguments (num_atoms, vmax, ...).
+
+    Raises:
+      ValueError: if replay_scheme is not 'uniform'.
+    """
+    if replay_scheme != 'uniform':
+      raise ValueError(
+        f'replay_scheme={replay_scheme!r}: offline C51 samples the fixed '
+        "dataset uniformly; only 'uniform' is supported"
+      )
+    self.loss = None  # Scalar minibatch loss, set by _build_train_op.
+    self._init_offline(replay_data_dir, replay_suffix, init_checkpoint_dir)
+    optimizer = optimizer or tf.compat.v1.train.AdamOptimizer(
+      learning_rate=ADAM_LEARNING_RATE, epsilon=ADAM_EPSILON
+    )
+    rainbow_agent.RainbowAgent.__init__(
+      self,
+      sess,
+      num_actions,
+      replay_scheme=replay_scheme,
+      optimizer=optimizer,
+      **kwargs,
+    )
+    self._finish_offline_init()
+
+  def _build_train_op(self):
+    # Dopamine returns (update op, per-transition cross-entropy).
+    train_op, loss = super()._build_train_op()
+    self.loss = tf.reduce_mean(loss)
+    return train_op, loss

@@ -1,0 +1,79 @@
+r"""`fixed-replay train`: trains an offline agent on a replay dataset.
+
+Every iteration trains from the fixed dataset (no environment step), then
+evaluates the agent in the real game; checkpoints, logs/ and TensorBoard
+events go to --base_dir. Same flags as batch_rl's
+`batch_rl.fixed_replay.train`, also reachable as `python -m fixed_replay.train`:
+
+  fixed-replay train --base_dir=/tmp/dqn_pong \
+      --replay_dir=/data/Pong/1 --agent_name=dqn \
+      --gin_files=configs/dqn.gin \
+      --gin_bindings='FixedReplayRunner.num_iterations=200'
+
+--replay_dir may be a run directory (its replay_logs/ is used) or the folder
+of checkpoints itself. Rerunning with the same --base_dir resumes from the
+last completed iteration.
+"""
+
+from absl import app
+from absl import flags
+from absl import logging
+
+_BASE_DIR = flags.DEFINE_string(
+  'base_dir',
+  None,
+  'Directory for checkpoints/, logs/ and TensorBoard events; an existing run '
+  'there is resumed.',
+)
+_REPLAY_DIR = flags.DEFINE_string(
+  'replay_dir',
+  None,
+  'The dataset: a run directory with replay_logs/, or the folder of replay '
+  'checkpoints itself (local or gs://).',
+)
+_AGENT_NAME = flags.DEFINE_string(
+  'agent_name', 'dqn', 'Name of the agent (see fixed_replay.agents.AGENTS).'
+)
+_GIN_FILES = flags.DEFINE_multi_string(
+  'gin_files', [], 'Gin configuration files (e.g. configs/dqn.gin).'
+)
+_GIN_BINDINGS = flags.DEFINE_multi_string(
+  'gin_bindings',
+  [],
+  'Gin bindings applied after the files (e.g. '
+  '"FixedReplayRunner.num_iterations=10").',
+)
+_INIT_CHECKPOINT_DIR = flags.DEFINE_string(
+  'init_checkpoint_dir',
+  None,
+  'A run directory (or its checkpoints/) whose latest weights initialise the '
+  'agent before training starts.',
+)
+
+REQUIRED_FLAGS = ('base_dir', 'replay_dir')
+
+
+def main(argv):
+  """Creates the runner from the flags and runs the experiment."""
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
+  logging.set_verbosity(logging.INFO)
+  # Imported here so that --help does not wait for TensorFlow and JAX.
+  from fixed_replay.training import run_experiment
+
+  runner = run_experiment.create_runner(
+    _BASE_DIR.value,
+    agent_name=_AGENT_NAME.value,
+    replay_dir=_REPLAY_DIR.value,
+    gin_files=_GIN_FILES.value,
+    gin_bindings=_GIN_BINDINGS.value,
+    init_checkpoint_dir=_INIT_CHECKPOINT_DIR.value,
+  )
+  runner.run_experiment()
+  return 0
+
+
+flags.mark_flags_as_required(REQUIRED_FLAGS)
+
+if __name__ == '__main__':
+  app.run(main)

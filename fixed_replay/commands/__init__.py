@@ -1,1 +1,0 @@
-"""One module per `fixed-replay` subcommand (absl flags + main)."""

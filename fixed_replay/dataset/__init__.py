@@ -1,0 +1,1 @@
+"""Replay datasets on disk: finding, checking, summarising and writing them."""

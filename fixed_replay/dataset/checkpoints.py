@@ -1,0 +1,338 @@
+"""Finds Dopamine replay checkpoints in a directory and reads row windows.
+
+A checkpoint with suffix N is a set of files `{name}_ckpt.N.gz`: the
+`$store$_` arrays (observation, action, reward, terminal, plus any extra
+storage elements), `add_count`, `invalid_range` and, from newer Dopamine,
+`episode_end_indices` (a pickled set). See ../shared/reference for the layout.
+"""
+
+import dataclasses
+import io
+import pickle
+import re
+
+from absl import logging
+import numpy as np
+
+from fixed_replay.errors import CheckpointError
+from fixed_replay.io import files as storage
+from fixed_replay.io import npy_stream
+from fixed_replay.io.gzip_stream import GzipStream
+
+STORE_PREFIX = '$store$_'
+REQUIRED_STORE_ELEMENTS = ('observation', 'action', 'reward', 'terminal')
+REQUIRED_EXTRA_FILES = ('add_count', 'invalid_range')
+EPISODE_END_INDICES = 'episode_end_indices'
+# Files Dopamine's checkpointing may leave that this reader does not use.
+_IGNORED_NAMES = frozenset(['sum_tree'])
+_FILE_PATTERN = re.compile(r'^(?P<name>.+)_ckpt\.(?P<suffix>\d+)\.gz$')
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointFiles:
+  """The files of one checkpoint suffix.
+
+  Attributes:
+    directory: str, where the files are.
+    suffix: int.
+    store_paths: dict of storage element name ('observation', ...) to path.
+    add_count_path: str.
+    invalid_range_path: str.
+    episode_end_indices_path: str or None when absent (published dataset).
+  """
+
+  directory: str
+  suffix: int
+  store_paths: dict
+  add_count_path: str
+  invalid_range_path: str
+  episode_end_indices_path: str = None
+
+  def all_paths(self):
+    """Returns every file path of this checkpoint."""
+    paths = list(self.store_paths.values())
+    paths += [self.add_count_path, self.invalid_range_path]
+    if self.episode_end_indices_path:
+      paths.append(self.episode_end_indices_path)
+    return paths
+
+
+def checkpoint_filename(directory, name, suffix):
+  """Returns the path Dopamine uses for element `name` of checkpoint suffix."""
+  return storage.join(directory, f'{name}_ckpt.{suffix}.gz')
+
+
+def scan_checkpoints(data_dir):
+  """Sorts the checkpoint files of a directory into complete and incomplete.
+
+  Args:
+    data_dir: str, local or remote directory, with or without trailing slash.
+
+  Returns:
+    (complete, incomplete): complete maps suffix (int) to CheckpointFiles in
+    increasing suffix order; incomplete maps suffix to the sorted list of
+    missing file names.
+
+  Raises:
+    CheckpointError: if the directory does not exist.
+  """
+  data_dir = str(data_dir)
+  if not storage.isdir(data_dir):
+    raise CheckpointError(data_dir, 'replay directory does not exist')
+  names_by_suffix = {}
+  for entry in storage.listdir(data_dir):
+    match = _FILE_PATTERN.match(entry)
+    if match and match['name'] not in _IGNORED_NAMES:
+      names_by_suffix.setdefault(int(match['suffix']), set()).add(match['name'])
+  required = [STORE_PREFIX + e for e in REQUIRED_STORE_ELEMENTS]
+  required += list(REQUIRED_EXTRA_FILES)
+
+  complete, incomplete = {}, {}
+  for suffix in sorted(names_by_suffix):
+    names = names_by_suffix[suffix]
+    missing = [n for n in required if n not in names]
+    if missing:
+      incomplete[suffix] = [f'{n}_ckpt.{suffix}.gz' for n in missing]
+      continue
+    path = lambda name, s=suffix: checkpoint_filename(data_dir, name, s)
+    store_paths = {
+      n[len(STORE_PREFIX) :]: path(n)
+      for n in sorted(names)
+      if n.startswith(STORE_PREFIX)
+    }
+    complete[suffix] = CheckpointFiles(
+      directory=data_dir,
+      suffix=suffix,
+      store_paths=store_paths,
+      add_count_path=path('add_count'),
+      invalid_range_path=path('invalid_range'),
+      episode_end_indices_path=(
+        path(EPISODE_END_INDICES) if EPISODE_END_INDICES in names else None
+      ),
+    )
+  return complete, incomplete
+
+
+def find_checkpoints(data_dir):
+  """Finds the complete checkpoints in a directory.
+
+  Unrelated files are ignored; suffixes missing a required file are skipped
+  with a warning that names the missing files.
+
+  Args:
+    data_dir: str, local or remote directory, with or without trailing slash.
+
+  Returns:
+    dict of suffix (int) to CheckpointFiles, in increasing suffix order.
+
+  Raises:
+    CheckpointError: if the directory does not exist or holds no complete
+      checkpoint.
+  """
+  complete, incomplete = scan_checkpoints(data_dir)
+  for suffix, missing in incomplete.items():
+    logging.warning(
+      'Skipping incomplete checkpoint %d in %s: missing %s',
+      suffix,
+      data_dir,
+      ', '.join(missing),
+    )
+  if not complete:
+    raise CheckpointError(
+      str(data_dir),
+      'no complete replay checkpoint (needs $store$_observation, '
+      '$store$_action, $store$_reward, $store$_terminal, add_count and '
+      'invalid_range _ckpt.N.gz files)',
+    )
+  return complete
+
+
+def checkpoint_suffixes(data_dir):
+  """Returns the sorted suffixes of the complete checkpoints in data_dir."""
+  return list(find_checkpoints(data_dir))
+
+
+class _IndexSetUnpickler(pickle.Unpickler):
+  """Unpickles a set of integers and nothing else.
+
+  Dopamine pickles `episode_end_indices` (a set of numpy int64 scalars); a
+  dataset may come from anywhere, so no other object may be constructed.
+  """
+
+  _ALLOWED = {
+    ('builtins', 'set'),
+    ('builtins', 'frozenset'),
+    ('builtins', 'int'),
+    ('numpy', 'dtype'),
+    ('numpy.core.multiarray', 'scalar'),
+    ('numpy._core.multiarray', 'scalar'),
+    ('numpy', 'int64'),
+  }
+
+  def find_class(self, module, name):
+    if (module, name) in self._ALLOWED:
+      return super().find_class(module, name)
+    raise pickle.UnpicklingError(f'{module}.{name} is not allowed')
+
+
+def read_episode_end_indices(path):
+  """Reads Dopamine's pickled episode_end_indices set as sorted int64 rows."""
+  with GzipStream(path) as stream:
+    data = stream.read_remaining()
+  try:
+    indices = _IndexSetUnpickler(io.BytesIO(data)).load()
+    return np.array(sorted(int(i) for i in indices), dtype=np.int64)
+  except (
+    pickle.UnpicklingError,
+    EOFError,
+    TypeError,
+    ValueError,
+    AttributeError,
+  ) as error:
+    raise CheckpointError(
+      path, f'episode_end_indices is not a pickled set of ints: {error}'
+    ) from error
+
+
+@dataclasses.dataclass
+class CheckpointWindow:
+  """Rows [start, start + len) of one checkpoint plus its bookkeeping.
+
+  Attributes:
+    suffix: int.
+    start: int, file row of the first row held.
+    num_file_rows: int, rows in the whole file (the writer's capacity).
+    store: dict of element name to array of the window's rows.
+    add_count: int, rows ever added by the writer.
+    invalid_range: np.ndarray of int64 file rows.
+    episode_end_indices: sorted int64 np.ndarray of file rows, or None when
+      the checkpoint has no such file.
+  """
+
+  suffix: int
+  start: int
+  num_file_rows: int
+  store: dict
+  add_count: int
+  invalid_range: np.ndarray
+  episode_end_indices: np.ndarray = None
+
+  @property
+  def num_rows(self):
+    return len(self.store['observation'])
+
+  @property
+  def cursor(self):
+    """Next write slot of the writer: add_count modulo the file's rows."""
+    return self.add_count % self.num_file_rows
+
+  @property
+  def is_full(self):
+    return self.add_count >= self.num_file_rows
+
+  @property
+  def nbytes(self):
+    return sum(a.nbytes for a in self.store.values())
+
+
+def read_store_headers(files):
+  """Reads the headers of all `$store$_` arrays and checks their lengths.
+
+  Args:
+    files: CheckpointFiles.
+
+  Returns:
+    dict of element name to npy_stream.ArrayHeader.
+
+  Raises:
+    CheckpointError: if a header is bad or the arrays differ in length.
+  """
+  headers = {
+    name: npy_stream.read_npy_header(path)
+    for name, path in files.store_paths.items()
+  }
+  lengths = {name: h.num_rows for name, h in headers.items()}
+  expected = lengths['observation']
+  for name, length in lengths.items():
+    if length != expected or not headers[name].shape:
+      raise CheckpointError(
+        files.store_paths[name],
+        f'{length} rows, but {files.store_paths["observation"]} has '
+        f'{expected}: arrays of checkpoint {files.suffix} differ in length',
+      )
+  return headers
+
+
+def read_checkpoint(
+  files,
+  start=0,
+  count=None,
+  observation_shape=None,
+  observation_dtype=None,
+  elements=None,
+):
+  """Reads rows [start, start + count) of every array of one checkpoint.
+
+  Args:
+    files: CheckpointFiles.
+    start: int, first file row.
+    count: int or None, number of rows (None: to the end of the file).
+    observation_shape: optional tuple, expected shape of one observation.
+    observation_dtype: optional expected observation dtype.
+    elements: optional iterable of store element names to read (default all;
+      the four required ones are always read).
+
+  Returns:
+    CheckpointWindow.
+
+  Raises:
+    CheckpointError: naming the file, on damage, mismatched lengths, an
+      unexpected observation shape or dtype, or a window outside the file.
+  """
+  headers = read_store_headers(files)
+  num_file_rows = headers['observation'].num_rows
+  npy_stream.check_header(
+    files.store_paths['observation'],
+    headers['observation'],
+    observation_dtype,
+    observation_shape,
+  )
+  if count is None:
+    count = num_file_rows - start
+  if start < 0 or count < 0 or start + count > num_file_rows:
+    raise CheckpointError(
+      files.store_paths['observation'],
+      f'rows [{start}, {start + count}) asked, but checkpoint '
+      f'{files.suffix} has {num_file_rows} rows',
+    )
+  wanted = set(REQUIRED_STORE_ELEMENTS) | set(elements or files.store_paths)
+  unknown = wanted - set(files.store_paths)
+  if unknown:
+    raise CheckpointError(
+      files.directory,
+      f'checkpoint {files.suffix} has no element(s) ' f'{sorted(unknown)}',
+    )
+  store = {
+    name: npy_stream.read_rows(files.store_paths[name], start, count)
+    for name in sorted(wanted)
+  }
+  add_count = npy_stream.read_rows(files.add_count_path)
+  if add_count.shape or add_count.dtype.kind not in 'iu':
+    raise CheckpointError(
+      files.add_count_path,
+      f'expected a 0-d integer array, got '
+      f'{add_count.dtype} of shape {add_count.shape}',
+    )
+  invalid_range = npy_stream.read_rows(files.invalid_range_path)
+  episode_ends = None
+  if files.episode_end_indices_path:
+    episode_ends = read_episode_end_indices(files.episode_end_indices_path)
+  return CheckpointWindow(
+    suffix=files.suffix,
+    start=start,
+    num_file_rows=num_file_rows,
+    store=store,
+    add_count=int(add_count),
+    invalid_range=invalid_range.astype(np.int64),
+    episode_end_indices=episode_ends,
+  )

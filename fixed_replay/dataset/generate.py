@@ -1,0 +1,586 @@
+"""Writes datasets in the DQN Replay Dataset layout by playing a real game.
+
+A behaviour policy (random, scripted or a restored Dopamine agent, see
+`fixed_replay.dataset.policies`) plays an Atari game or CartPole through
+Dopamine's own environment wrappers. Its transitions are added, one stream, to
+a real Dopamine `OutOfGraphReplayBuffer` with `add(observation, action, reward,
+terminal)`, exactly as Dopamine's agents store them:
+
+* row i is (o_i, a_i, r_i, terminal_i): the observation the policy acted on,
+  its action, the reward (clipped to [-1, 1], as Dopamine's Runner and the
+  published data; CartPole rewards are 1 anyway) and whether the episode
+  ended there;
+* Dopamine adds the stack_size - 1 all-zero rows at each episode start;
+* an episode cut at max_steps_per_episode is stored as terminal, like the
+  published data.
+
+Like batch_rl's logged replay buffer, the buffer (capacity checkpoint_rows)
+is dumped whenever `add_count % checkpoint_rows == cursor`, cursor being
+checkpoint_rows - 1 by default (the published layout: invalid_range
+[998, 999, 0, 1, 2] for 1000 rows). Dump k becomes checkpoint suffix k, so
+checkpoint 0 holds add_count = cursor rows (not full) and later ones are full
+buffers whose rows continue the previous checkpoint's. Unlike batch_rl, the
+dump also happens when the target falls inside an episode's padding rows, so
+every checkpoint has exactly the chosen cursor.
+
+Files are written with Dopamine's own `save()` into a staging directory
+inside output_dir and then moved to their final names, so an interrupted run
+never leaves a half-written file under a checkpoint name. The published
+dataset has no `episode_end_indices` files; `write_episode_end_indices=True`
+keeps the one newer Dopamine writes. save() compresses at gzip level 9: about
+2 s per 10,000 Atari rows (minutes for a 1M-row checkpoint); the time of each
+checkpoint is logged. Rows past add_count of a partial checkpoint are zero.
+"""
+
+import dataclasses
+import os
+import re
+import time
+
+from absl import logging
+import numpy as np
+import tqdm
+
+from fixed_replay import progress as progress_lib
+from fixed_replay.dataset import policies
+
+# Dopamine (and with it TensorFlow) is imported inside the functions that need
+# it, so that importing this module and `fixed-replay generate --help` are
+# fast.
+
+ENVIRONMENTS = ('atari', 'cartpole')
+POLICIES = ('random', 'scripted', 'agent')
+# Dopamine's Runner default and the published data's cut (27k agent steps =
+# 108k frames; ALE's v5 games end at 100k frames first, as terminal).
+ATARI_MAX_STEPS_PER_EPISODE = 27000
+# Runner.max_steps_per_episode in Dopamine's CartPole gin configs.
+CARTPOLE_MAX_STEPS_PER_EPISODE = 200
+STAGING_PREFIX = '.staging.'
+# Large enough that Dopamine's save() never deletes an older checkpoint.
+_NEVER_DELETE = 2**62
+_CHECKPOINT_FILE = re.compile(r'^.+_ckpt\.\d+\.gz$')
+# Moved last, so that a suffix looks complete only once its arrays are there.
+_BOOKKEEPING_NAMES = ('add_count', 'invalid_range', 'episode_end_indices')
+
+
+@dataclasses.dataclass(frozen=True)
+class EnvironmentSpec:
+  """How one environment's observations are stored.
+
+  Attributes:
+    observation_shape: tuple, shape of one stored observation.
+    observation_dtype: numpy dtype of the stored observations.
+    stack_size: int, frames per state (Dopamine pads stack_size - 1 rows).
+    max_steps_per_episode: int, default episode cut.
+  """
+
+  observation_shape: tuple
+  observation_dtype: type
+  stack_size: int
+  max_steps_per_episode: int
+
+
+# Dopamine's NATURE_DQN_* and gym_lib.CARTPOLE_* gin constants.
+ENVIRONMENT_SPECS = {
+  'atari': EnvironmentSpec((84, 84), np.uint8, 4, ATARI_MAX_STEPS_PER_EPISODE),
+  'cartpole': EnvironmentSpec(
+    (4, 1), np.float64, 1, CARTPOLE_MAX_STEPS_PER_EPISODE
+  ),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointSummary:
+  """One written checkpoint.
+
+  Attributes:
+    suffix: int.
+    add_count: int, rows ever added (padding included) when it was dumped.
+    episodes: int, episodes that ended since the previous checkpoint.
+    mean_return: float or None, their mean undiscounted, unclipped return.
+    save_seconds: float, time spent in Dopamine's save() and moving files.
+  """
+
+  suffix: int
+  add_count: int
+  episodes: int
+  mean_return: float
+  save_seconds: float
+
+
+@dataclasses.dataclass
+class DatasetSummary:
+  """What generate_dataset wrote.
+
+  Attributes:
+    output_dir: str.
+    checkpoints: list of CheckpointSummary, in suffix order.
+    episode_returns: list of float, unclipped returns of the episodes that
+      ended before the last checkpoint, in order.
+    episode_lengths: list of int, their lengths in agent steps.
+    agent_steps: int, environment steps taken (rows without padding).
+    seconds: float, wall time of the whole run (set-up included).
+    generation_seconds: float, time spent playing and writing checkpoints.
+  """
+
+  output_dir: str
+  checkpoints: list
+  episode_returns: list
+  episode_lengths: list
+  agent_steps: int
+  seconds: float
+  generation_seconds: float
+
+  @property
+  def suffixes(self):
+    return [c.suffix for c in self.checkpoints]
+
+  @property
+  def mean_return(self):
+    return (
+      float(np.mean(self.episode_returns)) if self.episode_returns else None
+    )
+
+  @property
+  def rows_per_second(self):
+    """Rows (padding included) written per second of generation."""
+    return self.checkpoints[-1].add_count / max(self.generation_seconds, 1e-9)
+
+
+def _mean_or_none(values):
+  return float(np.mean(values)) if values else None
+
+
+def create_environment(environment, game='Pong', sticky_actions=True):
+  """Creates a Dopamine environment.
+
+  Args:
+    environment: str, 'atari' or 'cartpole'.
+    game: str, Atari game name (ignored for CartPole).
+    sticky_actions: bool, Machado et al.'s sticky actions (Atari only).
+
+  Returns:
+    Dopamine's AtariPreprocessing or GymPreprocessing environment.
+  """
+  if environment == 'atari':
+    from dopamine.discrete_domains import atari_lib
+
+    return atari_lib.create_atari_environment(
+      game, sticky_actions=sticky_actions
+    )
+  from dopamine.discrete_domains import gym_lib
+
+  # CartPole-v0's 200-step time limit is not a terminal in Dopamine's wrapper
+  # (game_over = terminated and not truncated); max_steps_per_episode cuts.
+  return gym_lib.create_gym_environment('CartPole', 'v0')
+
+
+def _action_meanings(env):
+  return list(env.environment.unwrapped.get_action_meanings())
+
+
+def make_policy(
+  policy,
+  env,
+  environment,
+  game,
+  rng,
+  epsilon=0.1,
+  action_repeat=1,
+  agent_checkpoint_dir=None,
+  agent_name='dqn',
+  gin_files=(),
+  gin_bindings=(),
+):
+  """Builds a behaviour policy (see fixed_replay.dataset.policies).
+
+  Args:
+    policy: str, one of POLICIES.
+    env: the Dopamine environment.
+    environment: str, 'atari' or 'cartpole'.
+    game: str, the Atari game.
+    rng: np.random.Generator for all random choices of the policy.
+    epsilon: float, exploration rate of the scripted and agent policies.
+    action_repeat: int, agent steps each random action is held (random).
+    agent_checkpoint_dir: str, Runner base_dir or checkpoints dir (agent).
+    agent_name: str, Dopamine agent name (agent).
+    gin_files: sequence of gin files the agent was trained with (agent).
+    gin_bindings: sequence of gin bindings (agent).
+
+  Returns:
+    A policy with begin_episode/step.
+
+  Raises:
+    ValueError: for an unknown policy or missing agent_checkpoint_dir.
+  """
+  num_actions = env.action_space.n
+  if policy == 'random':
+    return policies.RandomPolicy(num_actions, rng, action_repeat)
+  if policy == 'scripted':
+    meanings = _action_meanings(env) if environment == 'atari' else None
+    base = policies.make_scripted_policy(environment, game, meanings)
+  elif policy == 'agent':
+    if not agent_checkpoint_dir:
+      raise ValueError('policy=agent needs agent_checkpoint_dir')
+    agent = policies.load_agent(
+      agent_checkpoint_dir, env, agent_name, gin_files, gin_bindings
+    )
+    base = policies.AgentPolicy(agent)
+  else:
+    raise ValueError(f'unknown policy {policy!r}; choose from {POLICIES}')
+  return policies.EpsilonGreedyPolicy(base, num_actions, epsilon, rng)
+
+
+def _check_output_dir(output_dir):
+  """Creates output_dir or checks that it holds no checkpoint files."""
+  if os.path.isdir(output_dir):
+    taken = sorted(
+      name
+      for name in os.listdir(output_dir)
+      if _CHECKPOINT_FILE.match(name) or name.startswith(STAGING_PREFIX)
+    )
+    if taken:
+      shown = ', '.join(taken[:3]) + (', ...' if len(taken) > 3 else '')
+      raise FileExistsError(
+        f'{output_dir}: already holds replay checkpoint files ({shown}); '
+        'refusing to write there. Choose an empty or new directory.'
+      )
+  elif os.path.exists(output_dir):
+    raise NotADirectoryError(f'{output_dir}: exists and is not a directory')
+  else:
+    os.makedirs(output_dir)
+
+
+def _check_arguments(
+  policy, num_checkpoints, checkpoint_rows, cursor, spec, max_steps
+):
+  """Raises ValueError for arguments generate_dataset cannot honour."""
+  if policy not in POLICIES:
+    raise ValueError(f'unknown policy {policy!r}; choose from {POLICIES}')
+  if num_checkpoints < 1:
+    raise ValueError(f'num_checkpoints must be >= 1, got {num_checkpoints}')
+  if checkpoint_rows < spec.stack_size + 1:
+    # Dopamine's buffer needs room for a stack plus the 1-step future.
+    raise ValueError(
+      f'checkpoint_rows must be >= {spec.stack_size + 1}, got '
+      f'{checkpoint_rows}'
+    )
+  if not 0 <= cursor < checkpoint_rows:
+    raise ValueError(f'cursor must be in [0, {checkpoint_rows}), got {cursor}')
+  if max_steps < 1:
+    raise ValueError(f'max_steps_per_episode must be >= 1, got {max_steps}')
+
+
+class _CheckpointWriter:
+  """Dumps a Dopamine replay buffer at the scheduled add counts.
+
+  Dump k happens when add_count == first_dump + k * checkpoint_rows and is
+  written with the buffer's own save() into output_dir/.staging.k, whose files
+  are then moved to output_dir.
+  """
+
+  def __init__(
+    self,
+    output_dir,
+    checkpoint_rows,
+    cursor,
+    num_checkpoints,
+    keep_episode_end_indices,
+  ):
+    self._output_dir = output_dir
+    self._rows = checkpoint_rows
+    self._first_dump = cursor if cursor > 0 else checkpoint_rows
+    self._num_checkpoints = num_checkpoints
+    self._keep_episode_end_indices = keep_episode_end_indices
+    self.buffer = None
+    self.written = []
+    self.episode_returns = []
+    self.episode_lengths = []
+    self._episodes_at_last_dump = 0
+
+  @property
+  def total_rows(self):
+    """add_count at the last dump."""
+    return self._first_dump + (self._num_checkpoints - 1) * self._rows
+
+  @property
+  def done(self):
+    return len(self.written) == self._num_checkpoints
+
+  def after_row(self):
+    """Called by the buffer after each row it writes, padding included."""
+    add_count = int(self.buffer.add_count)
+    due = self._first_dump + len(self.written) * self._rows
+    if add_count == due and not self.done:
+      self._dump(add_count)
+
+  def _dump(self, add_count):
+    suffix = len(self.written)
+    start = time.time()
+    staging = os.path.join(self._output_dir, f'{STAGING_PREFIX}{suffix}')
+    os.makedirs(staging)
+    self.buffer.save(staging, suffix)
+    names = sorted(
+      os.listdir(staging),
+      key=lambda n: (n.split('_ckpt.')[0] in _BOOKKEEPING_NAMES, n),
+    )
+    for name in names:
+      source = os.path.join(staging, name)
+      if name.startswith('episode_end_indices_ckpt.') and not (
+        self._keep_episode_end_indices
+      ):
+        os.remove(source)  # The published layout has no such file.
+      else:
+        os.replace(source, os.path.join(self._output_dir, name))
+    os.rmdir(staging)
+    returns = self.episode_returns[self._episodes_at_last_dump :]
+    self._episodes_at_last_dump = len(self.episode_returns)
+    summary = CheckpointSummary(
+      suffix=suffix,
+      add_count=add_count,
+      episodes=len(returns),
+      mean_return=_mean_or_none(returns),
+      save_seconds=time.time() - start,
+    )
+    self.written.append(summary)
+    logging.info(
+      'Wrote checkpoint %d/%d to %s: add_count %d, %d rows, %d episodes '
+      'ended since the last checkpoint (mean return %s), saved in %.1f s',
+      suffix + 1,
+      self._num_checkpoints,
+      self._output_dir,
+      add_count,
+      min(add_count, self._rows),
+      len(returns),
+      'n/a' if summary.mean_return is None else f'{summary.mean_return:.2f}',
+      summary.save_seconds,
+    )
+
+
+def _make_buffer(spec, checkpoint_rows, writer):
+  """A real Dopamine OutOfGraphReplayBuffer that reports every row written."""
+  from dopamine.tf.replay_memory import circular_replay_buffer
+
+  class _ReportingReplayBuffer(circular_replay_buffer.OutOfGraphReplayBuffer):
+    """Dopamine's buffer, calling writer.after_row() after each row.
+
+    add() writes the episode-start padding and the row in one call; hooking
+    the per-row _add_transition lets a dump land exactly on its add_count
+    even inside the padding. Only private attributes are added, so save()
+    writes exactly the files Dopamine's own buffer writes.
+    """
+
+    def __init__(self, on_row, **kwargs):
+      self._on_row = on_row
+      super().__init__(**kwargs)
+
+    def _create_storage(self):
+      super()._create_storage()
+      # Dopamine allocates with np.empty, so the rows past add_count of a
+      # partial checkpoint would hold leftover memory: files would differ
+      # between runs. np.zeros is allocated lazily, like np.empty.
+      self._store = {
+        name: np.zeros(array.shape, array.dtype)
+        for name, array in self._store.items()
+      }
+
+    def _add_transition(self, transition):
+      super()._add_transition(transition)
+      self._on_row()
+
+  return _ReportingReplayBuffer(
+    writer.after_row,
+    observation_shape=spec.observation_shape,
+    stack_size=spec.stack_size,
+    replay_capacity=checkpoint_rows,
+    batch_size=32,
+    observation_dtype=spec.observation_dtype,
+    checkpoint_duration=_NEVER_DELETE,
+  )
+
+
+def _progress_bar(total, enabled):
+  if enabled:
+    return progress_lib.bar(total, 'generate', unit='row', unit_scale=True)
+  return tqdm.tqdm(total=total, disable=True)
+
+
+def _play(env, policy, buffer, writer, spec, max_steps, bar):
+  """Plays episodes, adding rows to buffer until the writer is done.
+
+  Returns:
+    int, agent steps taken.
+  """
+  agent_steps = 0
+  while not writer.done:
+    observation = env.reset()
+    action = policy.begin_episode(observation)
+    episode_return, step = 0.0, 0
+    while not writer.done:
+      next_observation, reward, terminal, _ = env.step(action)
+      step += 1
+      agent_steps += 1
+      episode_return += reward
+      episode_over = bool(terminal) or step >= max_steps
+      if episode_over:
+        # Before add(): a dump triggered by this row counts this episode.
+        writer.episode_returns.append(float(episode_return))
+        writer.episode_lengths.append(step)
+      reward = np.clip(reward, -1, 1)
+      stored = np.asarray(observation, dtype=spec.observation_dtype)
+      buffer.add(
+        stored.reshape(spec.observation_shape),
+        action,
+        reward,
+        int(episode_over),
+      )
+      bar.update(min(int(buffer.add_count), writer.total_rows) - bar.n)
+      if episode_over:
+        break
+      observation = next_observation
+      action = policy.step(reward, observation)
+  return agent_steps
+
+
+def generate_dataset(
+  output_dir,
+  environment='atari',
+  game='Pong',
+  num_checkpoints=2,
+  checkpoint_rows=1000,
+  policy='random',
+  epsilon=0.1,
+  action_repeat=1,
+  seed=0,
+  cursor=None,
+  write_episode_end_indices=False,
+  max_steps_per_episode=None,
+  sticky_actions=True,
+  agent_checkpoint_dir=None,
+  agent_name='dqn',
+  gin_files=(),
+  gin_bindings=(),
+  progress=True,
+):
+  """Plays a game and writes its transitions as Dopamine replay checkpoints.
+
+  Args:
+    output_dir: str, local directory; created if missing, refused if it holds
+      replay checkpoint files.
+    environment: str, 'atari' (Dopamine's atari_lib, (84, 84) uint8 frames,
+      stack 4) or 'cartpole' (gym_lib CartPole-v0, (4, 1) float64, stack 1).
+    game: str, Atari game name ('Pong', 'Breakout', ...); ignored for
+      CartPole.
+    num_checkpoints: int, checkpoints (suffixes 0..n-1) to write.
+    checkpoint_rows: int, capacity of the buffer = rows per checkpoint file
+      (the published data: 1,000,000).
+    policy: str, 'random', 'scripted' or 'agent'.
+    epsilon: float, probability of a uniform random action around the
+      scripted or agent policy.
+    action_repeat: int, agent steps each action of the random policy is held
+      for (default 1: a new action every step).
+    seed: int; the same seed (and arguments) gives identical files.
+    cursor: int or None, the write position at each dump, in
+      [0, checkpoint_rows); None means checkpoint_rows - 1 (published layout).
+      Checkpoint k is dumped at add_count = cursor + k * checkpoint_rows
+      (cursor 0: (k + 1) * checkpoint_rows).
+    write_episode_end_indices: bool, keep the `episode_end_indices` files of
+      newer Dopamine (absent from the published dataset).
+    max_steps_per_episode: int or None, episodes are cut (stored as terminal)
+      after this many agent steps; None: 27000 for Atari, 200 for CartPole.
+    sticky_actions: bool, Atari sticky actions (repeat probability 0.25).
+    agent_checkpoint_dir: str, Dopamine Runner base_dir or its checkpoints/
+      directory (policy='agent').
+    agent_name: str, agent name for Dopamine's create_agent (policy='agent').
+    gin_files: sequence of gin files the agent was trained with.
+    gin_bindings: sequence of extra gin bindings.
+    progress: bool, show a progress bar when stderr is a terminal.
+
+  Returns:
+    DatasetSummary.
+
+  Raises:
+    ValueError: for invalid arguments or a game without a scripted policy.
+    FileExistsError: if output_dir already holds checkpoint files.
+    CheckpointError: if the agent cannot be restored.
+  """
+  start = time.time()
+  output_dir = os.fspath(output_dir)
+  if '://' in output_dir:
+    raise ValueError(
+      f'{output_dir}: generate writes local directories only; copy the '
+      'result to remote storage afterwards'
+    )
+  spec = ENVIRONMENT_SPECS.get(environment)
+  if spec is None:
+    raise ValueError(
+      f'unknown environment {environment!r}; choose from {ENVIRONMENTS}'
+    )
+  cursor = checkpoint_rows - 1 if cursor is None else cursor
+  max_steps = max_steps_per_episode or spec.max_steps_per_episode
+  _check_arguments(
+    policy, num_checkpoints, checkpoint_rows, cursor, spec, max_steps
+  )
+  _check_output_dir(output_dir)
+
+  rng = np.random.default_rng(seed)
+  env = create_environment(environment, game, sticky_actions)
+  # Seeds the emulator / physics once; Dopamine's wrappers reset unseeded.
+  env.environment.reset(seed=seed)
+  behaviour = make_policy(
+    policy,
+    env,
+    environment,
+    game,
+    rng,
+    epsilon=epsilon,
+    action_repeat=action_repeat,
+    agent_checkpoint_dir=agent_checkpoint_dir,
+    agent_name=agent_name,
+    gin_files=gin_files,
+    gin_bindings=gin_bindings,
+  )
+  writer = _CheckpointWriter(
+    output_dir,
+    checkpoint_rows,
+    cursor,
+    num_checkpoints,
+    write_episode_end_indices,
+  )
+  writer.buffer = _make_buffer(spec, checkpoint_rows, writer)
+  logging.info(
+    'Generating %d checkpoints of %d rows (cursor %d) in %s: %s, policy %s, '
+    'seed %d',
+    num_checkpoints,
+    checkpoint_rows,
+    cursor,
+    output_dir,
+    game if environment == 'atari' else 'CartPole',
+    policy,
+    seed,
+  )
+  generation_start = time.time()
+  with _progress_bar(writer.total_rows, progress) as bar:
+    agent_steps = _play(
+      env, behaviour, writer.buffer, writer, spec, max_steps, bar
+    )
+  summary = DatasetSummary(
+    output_dir=output_dir,
+    checkpoints=writer.written,
+    episode_returns=writer.episode_returns,
+    episode_lengths=writer.episode_lengths,
+    agent_steps=agent_steps,
+    seconds=time.time() - start,
+    generation_seconds=time.time() - generation_start,
+  )
+  logging.info(
+    'Wrote %d checkpoints to %s in %.1f s (%.0f rows/s): %d episodes, mean '
+    'return %s',
+    len(summary.checkpoints),
+    output_dir,
+    summary.seconds,
+    summary.rows_per_second,
+    len(summary.episode_returns),
+    'n/a' if summary.mean_return is None else f'{summary.mean_return:.2f}',
+  )
+  return summary

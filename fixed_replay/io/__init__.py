@@ -1,0 +1,1 @@
+"""Reading files: local and gs:// paths, streamed gzip and `.npy` payloads."""

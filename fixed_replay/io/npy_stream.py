@@ -1,0 +1,178 @@
+"""Reads row windows of `.npy` arrays stored inside gzip files.
+
+A Dopamine checkpoint file is `np.save` output wrapped in gzip. Rows are stored
+contiguously after a short header, so rows [start, start + count) are the
+bytes [start * row_bytes, (start + count) * row_bytes) of the payload: we
+decompress and discard what comes before, decompress straight into the result
+array, and stop.
+"""
+
+import ast
+import dataclasses
+import struct
+
+import numpy as np
+
+from fixed_replay.errors import CheckpointError
+from fixed_replay.io.gzip_stream import GzipStream
+
+_MAGIC = b'\x93NUMPY'
+_MAX_HEADER_BYTES = 1 << 16
+
+
+@dataclasses.dataclass(frozen=True)
+class ArrayHeader:
+  """What a `.npy` header says about the array that follows it."""
+
+  dtype: np.dtype
+  shape: tuple
+
+  @property
+  def num_rows(self):
+    """Length of the first axis (1 for a 0-d array)."""
+    return self.shape[0] if self.shape else 1
+
+  @property
+  def row_shape(self):
+    return self.shape[1:]
+
+  @property
+  def row_bytes(self):
+    return int(np.prod(self.row_shape, dtype=np.int64)) * self.dtype.itemsize
+
+  @property
+  def nbytes(self):
+    return self.num_rows * self.row_bytes
+
+
+def read_header(stream):
+  """Parses the `.npy` header at the start of a GzipStream.
+
+  Args:
+    stream: GzipStream positioned at the start of the file.
+
+  Returns:
+    ArrayHeader.
+
+  Raises:
+    CheckpointError: if the header is malformed, or describes an object,
+      Fortran-ordered or otherwise unreadable array.
+  """
+  path = stream.path
+  if stream.read(len(_MAGIC)) != _MAGIC:
+    raise CheckpointError(path, 'not a .npy array (bad magic bytes)')
+  major, _ = stream.read(2)
+  if major == 1:
+    (header_length,) = struct.unpack('<H', stream.read(2))
+  elif major in (2, 3):
+    (header_length,) = struct.unpack('<I', stream.read(4))
+  else:
+    raise CheckpointError(path, f'unsupported .npy format version {major}')
+  if header_length > _MAX_HEADER_BYTES:
+    raise CheckpointError(path, f'.npy header of {header_length} bytes')
+  text = stream.read(header_length).decode('utf8' if major == 3 else 'latin1')
+  try:
+    fields = ast.literal_eval(text)
+    dtype = np.lib.format.descr_to_dtype(fields['descr'])
+    shape = tuple(int(n) for n in fields['shape'])
+    fortran_order = bool(fields['fortran_order'])
+  except (ValueError, SyntaxError, KeyError, TypeError) as error:
+    raise CheckpointError(path, f'bad .npy header {text.strip()!r}') from error
+  if dtype.hasobject:
+    raise CheckpointError(path, f'object arrays are not read ({dtype})')
+  if fortran_order and len(shape) > 1:
+    raise CheckpointError(path, 'Fortran-ordered arrays are not supported')
+  if any(n < 0 for n in shape):
+    raise CheckpointError(path, f'negative dimension in shape {shape}')
+  return ArrayHeader(dtype=dtype, shape=shape)
+
+
+def read_npy_header(path):
+  """Returns the ArrayHeader of a gzip `.npy` file, decompressing only it."""
+  with GzipStream(path) as stream:
+    return read_header(stream)
+
+
+def check_header(path, header, dtype=None, row_shape=None):
+  """Raises CheckpointError unless the header has the expected dtype/shape."""
+  if dtype is not None and header.dtype != np.dtype(dtype):
+    raise CheckpointError(
+      path, f'dtype is {header.dtype}, expected {np.dtype(dtype)}'
+    )
+  if row_shape is not None and tuple(header.row_shape) != tuple(row_shape):
+    raise CheckpointError(
+      path,
+      f'rows have shape {tuple(header.row_shape)}, expected '
+      f'{tuple(row_shape)} (array shape {header.shape})',
+    )
+
+
+def read_rows(path, start=0, count=None, dtype=None, row_shape=None):
+  """Returns rows [start, start + count) of a gzip `.npy` file.
+
+  Holds only the result plus a fixed-size decompression buffer, and stops
+  decompressing after the last requested row.
+
+  Args:
+    path: str, file to read.
+    start: int, first row.
+    count: int or None, number of rows; None reads to the end.
+    dtype: optional expected dtype; a mismatch raises CheckpointError.
+    row_shape: optional expected shape of one row.
+
+  Returns:
+    np.ndarray equal to `np.load(path)[start:start + count]`; a 0-d array is
+    returned whole.
+
+  Raises:
+    CheckpointError: if the file is damaged, too short, or not as expected.
+  """
+  with GzipStream(path) as stream:
+    header = read_header(stream)
+    check_header(path, header, dtype, row_shape)
+    if not header.shape:
+      result = np.empty((), header.dtype)
+      stream.readinto(result.reshape(1).view(np.uint8))
+      return result
+    if count is None:
+      count = header.num_rows - start
+    if start < 0 or count < 0 or start + count > header.num_rows:
+      raise CheckpointError(
+        path,
+        f'rows [{start}, {start + count}) asked, but the array has '
+        f'{header.num_rows} rows',
+      )
+    result = np.empty((count,) + header.row_shape, header.dtype)
+    stream.skip(start * header.row_bytes)
+    if result.nbytes:
+      stream.readinto(result.reshape(-1).view(np.uint8))
+    return result
+
+
+def verify(path):
+  """Decompresses a whole gzip `.npy` file and checks it is intact.
+
+  Checks the gzip CRC and length, the header, and that the payload size is
+  exactly what the header promises.
+
+  Args:
+    path: str.
+
+  Returns:
+    ArrayHeader of the file.
+
+  Raises:
+    CheckpointError: on any damage.
+  """
+  with GzipStream(path) as stream:
+    header = read_header(stream)
+    payload_start = stream.position
+    payload = stream.read_to_end()
+    expected = header.nbytes if header.shape else header.dtype.itemsize
+    if payload != expected:
+      raise CheckpointError(
+        path,
+        f'holds {payload} bytes after the header at byte '
+        f'{payload_start}, header promises {expected}',
+      )
+    return header

@@ -1,0 +1,1 @@
+"""Replay buffers that sample a fixed dataset exactly as Dopamine does."""

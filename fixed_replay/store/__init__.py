@@ -1,0 +1,1 @@
+"""The compact store: checkpoints as independently decodable frame blocks."""

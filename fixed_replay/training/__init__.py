@@ -1,0 +1,1 @@
+"""Training offline agents: the runner and the plots of its logs."""

@@ -1,0 +1,187 @@
+"""Evaluation return per iteration of training runs, read from their logs.
+
+The runner (like Dopamine's) pickles its whole log, {'iteration_N':
+{statistic: [values]}}, to `logs/log_N` after every iteration and keeps the
+last few files. Every readable file is merged, newest last, so a file cut
+short by a crash costs nothing but its own iteration.
+"""
+
+import collections
+import io
+import os
+import pickle
+import re
+
+from absl import logging
+import numpy as np
+
+from fixed_replay import compat
+from fixed_replay.io import files as storage
+
+_LOG_FILE = re.compile(r'^log_(\d+)$')
+_ITERATION_KEY = re.compile(r'^iteration_(\d+)$')
+
+Curve = collections.namedtuple('Curve', ['label', 'iterations', 'returns'])
+
+
+def _logs_dir(run_dir):
+  """Returns the folder of log_N files: run_dir/logs or run_dir itself."""
+  run_dir = str(run_dir)
+  for candidate in (storage.join(run_dir, 'logs'), run_dir):
+    if storage.isdir(candidate) and any(
+      _LOG_FILE.match(name) for name in storage.listdir(candidate)
+    ):
+      return candidate
+  raise ValueError(
+    f'{run_dir}: no log files (logs/log_N) found; is it the --base_dir of a '
+    'training run that has finished at least one iteration?'
+  )
+
+
+def load_statistics(run_dir):
+  """Returns {iteration: {statistic: [values]}} logged by a run.
+
+  Args:
+    run_dir: str, a run's base directory (or its logs/ folder).
+
+  Returns:
+    dict, iteration number -> that iteration's statistics.
+
+  Raises:
+    ValueError: if no log file exists or none can be read.
+  """
+  directory = _logs_dir(run_dir)
+  numbered = sorted(
+    (int(m.group(1)), name)
+    for name in storage.listdir(directory)
+    if (m := _LOG_FILE.match(name))
+  )
+  merged = {}
+  problems = []
+  for _, name in numbered:
+    path = storage.join(directory, name)
+    try:
+      with storage.open_read(path) as f:
+        data = pickle.load(f)
+    except (EOFError, pickle.UnpicklingError, ValueError) as error:
+      problems.append(f'{path}: {str(error) or type(error).__name__}')
+      continue
+    if not isinstance(data, dict):
+      problems.append(f'{path}: holds a {type(data).__name__}, not a dict')
+      continue
+    merged.update(data)
+  for problem in problems:
+    logging.warning('Skipping unreadable log file %s', problem)
+  if not merged and problems:
+    raise ValueError(f'No readable log file in {directory}: {problems}')
+  statistics = {}
+  for key, value in merged.items():
+    match = _ITERATION_KEY.match(key)
+    if match:
+      statistics[int(match.group(1))] = value
+  return dict(sorted(statistics.items()))
+
+
+def _eval_return(statistics):
+  """Average evaluation return of one iteration, or None if not evaluated."""
+  if statistics.get('eval_average_return'):
+    return float(statistics['eval_average_return'][-1])
+  if statistics.get('eval_episode_returns'):
+    return float(np.mean(statistics['eval_episode_returns']))
+  return None
+
+
+def load_eval_returns(run_dir):
+  """Returns (iterations, average evaluation returns) of a run, as arrays.
+
+  Raises:
+    ValueError: if the run's logs hold no evaluation.
+  """
+  pairs = [
+    (iteration, value)
+    for iteration, stats in load_statistics(run_dir).items()
+    if (value := _eval_return(stats)) is not None
+  ]
+  if not pairs:
+    raise ValueError(f'{run_dir}: the logs hold no evaluation return')
+  iterations, returns = zip(*pairs, strict=True)
+  return np.array(iterations), np.array(returns, dtype=np.float64)
+
+
+def _labels(run_dirs):
+  """Directory names, or the paths as given where names would clash."""
+  names = [os.path.basename(os.path.normpath(str(d))) for d in run_dirs]
+  counts = collections.Counter(names)
+  return [
+    name if counts[name] == 1 else str(d)
+    for name, d in zip(names, run_dirs, strict=True)
+  ]
+
+
+def load_curves(run_dirs):
+  """Returns one Curve (label, iterations, returns) per run directory."""
+  return [
+    Curve(label, *load_eval_returns(run_dir))
+    for label, run_dir in zip(_labels(run_dirs), run_dirs, strict=True)
+  ]
+
+
+def make_figure(curves, title=None):
+  """Returns a matplotlib Figure with one line per curve.
+
+  Uses the object-oriented API (no pyplot), so it needs no display and
+  leaves no global state behind.
+  """
+  compat.require('matplotlib', purpose='fixed-replay plot')
+  from matplotlib.figure import Figure
+  from matplotlib.ticker import MaxNLocator
+
+  figure = Figure(figsize=(8, 5), dpi=100, layout='constrained')
+  axes = figure.add_subplot()
+  for curve in curves:
+    axes.plot(
+      curve.iterations,
+      curve.returns,
+      label=curve.label,
+      marker='o' if len(curve.iterations) <= 30 else None,
+      markersize=4,
+    )
+  axes.set_xlabel('Iteration')
+  axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+  axes.set_ylabel('Average evaluation return')
+  axes.grid(alpha=0.3)
+  axes.legend()
+  if title:
+    axes.set_title(title)
+  return figure
+
+
+def plot_eval_returns(run_dirs, output, title=None, overwrite=False):
+  """Plots evaluation return per iteration of runs into a PNG file.
+
+  Args:
+    run_dirs: list of run base directories.
+    output: str, the PNG to write (local or gs://).
+    title: str or None.
+    overwrite: bool, replace output if it exists.
+
+  Returns:
+    list of the Curves plotted.
+
+  Raises:
+    FileExistsError: if output exists and overwrite is False.
+    ValueError: if a run has no readable evaluation.
+  """
+  output = str(output)
+  if storage.exists(output) and not overwrite:
+    raise FileExistsError(
+      f'{output} exists; pass --overwrite to replace it or choose another '
+      '--output'
+    )
+  curves = load_curves(run_dirs)
+  buffer = io.BytesIO()
+  make_figure(curves, title).savefig(buffer, format='png')
+  with storage.open_write(output) as f:
+    f.write(buffer.getvalue())
+  logging.info('Wrote %s (%d runs)', output, len(curves))
+  return curves

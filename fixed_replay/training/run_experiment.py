@@ -1,0 +1,488 @@
+"""FixedReplayRunner: trains offline agents, evaluates them in the real game.
+
+Each iteration swaps in the next set of replay checkpoints (loaded in the
+background while the previous iteration trained), runs `training_steps`
+agent train steps without touching the environment, then evaluates the agent
+in the game with Dopamine's own episode loop (Atari preprocessing, sticky
+actions). Logging, checkpointing and resuming are Dopamine's: `logs/log_N`
+pickles, `checkpoints/` bundles restored through `agent.unbundle`.
+"""
+
+import collections
+import functools
+import math
+import os
+import time
+
+from absl import logging
+from dopamine.discrete_domains import atari_lib
+
+# Registers Dopamine's classic-control environments and networks with gin,
+# so configs can name them without importing anything.
+from dopamine.discrete_domains import gym_lib  # noqa: F401
+from dopamine.discrete_domains import iteration_statistics
+from dopamine.discrete_domains import run_experiment
+from dopamine.metrics import statistics_instance
+import gin
+import numpy as np
+import tensorflow as tf
+
+from fixed_replay import agents
+from fixed_replay import progress
+from fixed_replay.io import files as storage
+
+
+@gin.configurable
+class FixedReplayRunner(run_experiment.Runner):
+  """Runs an offline experiment: train from a fixed dataset, evaluate online.
+
+  `training_steps` counts agent train steps (a gradient update every
+  `update_period` of them, as Dopamine's online agents do per environment
+  step), so the published setting of 250,000 training steps is 62,500
+  updates per iteration.
+  """
+
+  def __init__(
+    self,
+    base_dir,
+    create_agent_fn,
+    create_environment_fn=atari_lib.create_atari_environment,
+    checkpoint_file_prefix='ckpt',
+    logging_file_prefix='log',
+    log_every_n=1,
+    num_iterations=200,
+    training_steps=250_000,
+    evaluation_steps=125_000,
+    max_steps_per_episode=27_000,
+    clip_rewards=True,
+  ):
+    """Creates the environment and agent, and resumes from a checkpoint.
+
+    Args:
+      base_dir: str, directory for checkpoints/, logs/ and TensorBoard events.
+      create_agent_fn: callable (sess, environment, summary_writer=...) ->
+        an offline agent (with `train_step` and `reload_data`).
+      create_environment_fn: callable returning a Dopamine environment, e.g.
+        atari_lib.create_atari_environment or
+        gym_lib.create_gym_environment.
+      checkpoint_file_prefix: str, prefix of the checkpoint files.
+      logging_file_prefix: str, prefix of the log files.
+      log_every_n: int, write the log pickle every n iterations.
+      num_iterations: int, iterations of the whole run (resuming continues
+        up to this number).
+      training_steps: int, agent train steps per iteration.
+      evaluation_steps: int, minimum environment steps per evaluation (whole
+        episodes are played).
+      max_steps_per_episode: int or None, cap on an evaluation episode.
+      clip_rewards: bool, clip the rewards the agent sees to [-1, 1].
+    """
+    self._loss_tap = _LossTap()
+    self._iteration = 0
+    self._eval_bar = None
+    super().__init__(
+      base_dir,
+      create_agent_fn,
+      create_environment_fn=create_environment_fn,
+      checkpoint_file_prefix=checkpoint_file_prefix,
+      logging_file_prefix=logging_file_prefix,
+      log_every_n=log_every_n,
+      num_iterations=num_iterations,
+      training_steps=training_steps,
+      evaluation_steps=evaluation_steps,
+      max_steps_per_episode=max_steps_per_episode,
+      clip_rewards=clip_rewards,
+      use_legacy_logger=True,
+      # Progress goes to tqdm bars and one log line per iteration instead.
+      fine_grained_print_to_console=False,
+    )
+    self._tap_agent_losses()
+
+  # ------------------------------------------------------------ iterations
+
+  def _run_one_iteration(self, iteration):
+    """Reloads data, trains, evaluates; returns the iteration's statistics.
+
+    Args:
+      iteration: int, the iteration number (the TensorBoard step).
+
+    Returns:
+      dict of lists, the IterationStatistics data of this iteration.
+    """
+    self._iteration = iteration
+    statistics = iteration_statistics.IterationStatistics()
+    logging.info('Starting iteration %d', iteration)
+    reload_seconds = 0.0
+    # The first iteration of a process trains on what the buffer loaded when
+    # it was built; later ones take the set prefetched meanwhile.
+    if iteration != self._start_iteration:
+      began = time.perf_counter()
+      self._agent.reload_data()
+      reload_seconds = time.perf_counter() - began
+    wait_seconds = self._replay_wait_seconds(reset=True)
+    train_seconds = self._run_train_phase(statistics)
+    wait_seconds = self._replay_wait_seconds()
+    began = time.perf_counter()
+    num_episodes_eval, average_return_eval = self._run_eval_phase(statistics)
+    eval_seconds = time.perf_counter() - began
+    losses = self._loss_tap.pop_means()
+    steps_per_second = self._training_steps / max(train_seconds, 1e-9)
+    statistics.append(
+      {
+        'train_seconds': train_seconds,
+        'reload_seconds': reload_seconds,
+        'eval_seconds': eval_seconds,
+      }
+    )
+    statistics.append(
+      {f'train_average_{name}': value for name, value in losses.items()}
+    )
+    scalars = {
+      'Eval/AverageReturns': average_return_eval,
+      'Eval/NumEpisodes': num_episodes_eval,
+      'Train/AverageStepsPerSecond': steps_per_second,
+      'Time/TrainSeconds': train_seconds,
+      'Time/ReloadSeconds': reload_seconds,
+      'Time/EvalSeconds': eval_seconds,
+    }
+    if wait_seconds is not None:
+      # Agents that sample in the background say how long training waited.
+      statistics.append({'train_replay_wait_seconds': wait_seconds})
+      scalars['Time/ReplayWaitSeconds'] = wait_seconds
+    scalars.update({f'Train/{name}': value for name, value in losses.items()})
+    self._write_scalars(iteration, scalars)
+    return statistics.data_lists
+
+  def _replay_wait_seconds(self, reset=False):
+    """Seconds the agent's train steps waited on minibatches, if it counts."""
+    if not hasattr(self._agent, 'replay_wait_seconds'):
+      return None
+    if reset:
+      self._agent.reset_replay_wait()
+    return self._agent.replay_wait_seconds
+
+  def _run_train_phase(self, statistics):
+    """Runs `training_steps` agent train steps; no environment step.
+
+    Args:
+      statistics: IterationStatistics, receives the steps per second.
+
+    Returns:
+      float, seconds spent in the train steps (sampling and updates).
+    """
+    self._agent.eval_mode = False
+    train_step = self._agent.train_step
+    began = time.perf_counter()
+    with progress.bar(
+      self._training_steps,
+      f'iteration {self._iteration} train',
+      unit='step',
+      unit_scale=True,
+    ) as bar:
+      for _ in range(self._training_steps):
+        train_step()
+        bar.update(1)
+    seconds = time.perf_counter() - began
+    steps_per_second = self._training_steps / max(seconds, 1e-9)
+    statistics.append({'train_average_steps_per_second': steps_per_second})
+    logging.info(
+      'Iteration %d: %d training steps in %.1f s (%.1f steps/s)',
+      self._iteration,
+      self._training_steps,
+      seconds,
+      steps_per_second,
+    )
+    return seconds
+
+  def _run_eval_phase(self, statistics):
+    """Dopamine's evaluation phase, with a progress bar over its steps."""
+    with progress.bar(
+      self._evaluation_steps,
+      f'iteration {self._iteration} eval',
+      unit='step',
+      unit_scale=True,
+    ) as bar:
+      self._eval_bar = bar
+      try:
+        return super()._run_eval_phase(statistics)
+      finally:
+        self._eval_bar = None
+
+  def _run_one_step(self, action):
+    """One environment step (evaluation only), counted by the eval bar."""
+    result = super()._run_one_step(action)
+    if self._eval_bar is not None:
+      self._eval_bar.update(1)
+    return result
+
+  def run_experiment(self):
+    """Runs iterations start_iteration..num_iterations-1, checkpointing each.
+
+    Logs one line per iteration with its speed, evaluation return and the
+    estimated time left for the whole run.
+    """
+    if self._num_iterations <= self._start_iteration:
+      logging.warning(
+        'num_iterations (%d) <= start_iteration (%d): nothing to do',
+        self._num_iterations,
+        self._start_iteration,
+      )
+      return
+    logging.info(
+      'Training iterations %d to %d in %s',
+      self._start_iteration,
+      self._num_iterations - 1,
+      self._base_dir,
+    )
+    durations = []
+    for iteration in range(self._start_iteration, self._num_iterations):
+      began = time.perf_counter()
+      statistics = self._run_one_iteration(iteration)
+      self._log_experiment(iteration, statistics)
+      self._checkpoint_experiment(iteration)
+      if self._has_collector_dispatcher:
+        self._collector_dispatcher.flush()
+      durations.append(time.perf_counter() - began)
+      remaining = self._num_iterations - 1 - iteration
+      _log_iteration(
+        iteration, self._num_iterations, statistics, durations, remaining
+      )
+    if self._summary_writer is not None:
+      self._summary_writer.flush()
+    if self._has_collector_dispatcher:
+      self._collector_dispatcher.close()
+
+  # -------------------------------------------------------------- summaries
+
+  def _write_scalars(self, iteration, scalars):
+    """Writes scalar TensorBoard summaries at step `iteration`.
+
+    The one place the runner writes summaries: TF agents hand over a
+    tf.compat.v1 FileWriter (graph mode), JAX agents a TF2 summary writer.
+    The same values go to Dopamine's collector dispatcher (metrics/), as
+    Dopamine's runner does.
+
+    Args:
+      iteration: int, the summary step.
+      scalars: dict, tag -> number.
+    """
+    if self._has_collector_dispatcher:
+      self._collector_dispatcher.write(
+        [
+          statistics_instance.StatisticsInstance(tag, float(value), iteration)
+          for tag, value in scalars.items()
+        ]
+      )
+    writer = self._summary_writer
+    if writer is None:
+      return
+    if hasattr(writer, 'add_summary'):
+      summary = tf.compat.v1.Summary(
+        value=[
+          tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value))
+          for tag, value in scalars.items()
+        ]
+      )
+      writer.add_summary(summary, iteration)
+    else:
+      with writer.as_default():
+        for tag, value in scalars.items():
+          tf.summary.scalar(tag, float(value), step=iteration)
+    writer.flush()
+
+  def _tap_agent_losses(self):
+    """Routes the losses the agent reports into the per-iteration means."""
+    agent = self._agent
+    writer = getattr(agent, 'summary_writer', None)
+    if writer is not None and hasattr(writer, 'add_summary'):
+      # TF agents write merged summaries (their loss among them) through
+      # `self.summary_writer.add_summary` every summary_writing_frequency
+      # steps.
+      agent.summary_writer = _TappedFileWriter(writer, self._loss_tap)
+    if callable(getattr(agent, 'set_collector_dispatcher', None)):
+      # JAX agents report their loss to the collector dispatcher.
+      agent.set_collector_dispatcher(
+        _TappedDispatcher(self._collector_dispatcher, self._loss_tap)
+      )
+
+  @property
+  def agent(self):
+    """The agent being trained."""
+    return self._agent
+
+  @property
+  def environment(self):
+    """The evaluation environment."""
+    return self._environment
+
+  @property
+  def start_iteration(self):
+    """The first iteration this runner will run (after any resume)."""
+    return self._start_iteration
+
+
+class _LossTap:
+  """Collects the loss values an agent reports during an iteration."""
+
+  def __init__(self):
+    self._values = collections.defaultdict(list)
+
+  def record(self, tag, value):
+    if 'loss' in tag.lower():
+      self._values[tag.rsplit('/', 1)[-1]].append(float(value))
+
+  def pop_means(self):
+    """Returns {loss name: mean} since the last call and starts afresh."""
+    means = {name: float(np.mean(v)) for name, v in self._values.items()}
+    self._values.clear()
+    return means
+
+
+class _TappedFileWriter:
+  """A tf.compat.v1 FileWriter that also shows summaries to a _LossTap."""
+
+  def __init__(self, writer, tap):
+    self._writer = writer
+    self._tap = tap
+
+  def add_summary(self, summary, global_step=None):
+    proto = summary
+    if isinstance(summary, bytes):
+      proto = tf.compat.v1.Summary.FromString(summary)
+    for value in proto.value:
+      if value.WhichOneof('value') == 'simple_value':
+        self._tap.record(value.tag, value.simple_value)
+    self._writer.add_summary(summary, global_step)
+
+  def __getattr__(self, name):
+    if name.startswith('__'):
+      raise AttributeError(name)
+    return getattr(self._writer, name)
+
+
+class _TappedDispatcher:
+  """A Dopamine CollectorDispatcher that also shows losses to a _LossTap."""
+
+  def __init__(self, dispatcher, tap):
+    self._dispatcher = dispatcher
+    self._tap = tap
+
+  def write(self, statistics, *args, **kwargs):
+    for statistic in statistics:
+      self._tap.record(statistic.name, statistic.value)
+    self._dispatcher.write(statistics, *args, **kwargs)
+
+  def __getattr__(self, name):
+    if name.startswith('__'):
+      raise AttributeError(name)
+    return getattr(self._dispatcher, name)
+
+
+def _log_iteration(iteration, num_iterations, statistics, durations, left):
+  """Logs one line: speed, evaluation return and time left."""
+
+  def first(key, default=math.nan):
+    return statistics.get(key, [default])[0]
+
+  losses = ', '.join(
+    f'{key[len("train_average_") :]} {values[0]:.4g}'
+    for key, values in statistics.items()
+    if key.startswith('train_average_') and 'loss' in key.lower()
+  )
+  logging.info(
+    'Iteration %d (%d/%d) done in %.1f s: %.1f train steps/s (waited %.2f s '
+    'for data), eval return %.2f over %d episodes%s; ETA %s',
+    iteration,
+    iteration + 1,
+    num_iterations,
+    durations[-1],
+    first('train_average_steps_per_second'),
+    first('reload_seconds', 0.0),
+    first('eval_average_return'),
+    len(statistics.get('eval_episode_returns', [])),
+    f', {losses}' if losses else '',
+    format_duration(np.mean(durations) * left),
+  )
+
+
+def format_duration(seconds):
+  """Formats seconds as e.g. '2d 03h 04m', '3h 04m 05s' or '4m 05s'."""
+  seconds = int(round(seconds))
+  days, seconds = divmod(seconds, 86_400)
+  hours, seconds = divmod(seconds, 3_600)
+  minutes, seconds = divmod(seconds, 60)
+  if days:
+    return f'{days}d {hours:02d}h {minutes:02d}m'
+  if hours:
+    return f'{hours}h {minutes:02d}m {seconds:02d}s'
+  return f'{minutes}m {seconds:02d}s'
+
+
+def resolve_replay_dir(replay_dir):
+  """Returns the directory holding the replay checkpoints.
+
+  Args:
+    replay_dir: str, a run directory (with a `replay_logs/` folder, as in the
+      DQN Replay Dataset) or the checkpoint folder itself.
+
+  Returns:
+    str, `replay_dir/replay_logs` if that exists, else replay_dir.
+
+  Raises:
+    ValueError: if replay_dir is not a directory.
+  """
+  replay_dir = str(replay_dir)
+  nested = storage.join(replay_dir, 'replay_logs')
+  if storage.isdir(nested):
+    return nested
+  if not storage.isdir(replay_dir):
+    raise ValueError(
+      f'replay_dir={replay_dir}: no such directory (expected a run '
+      'directory with replay_logs/ or a folder of replay checkpoints)'
+    )
+  return replay_dir
+
+
+def create_runner(
+  base_dir,
+  agent_name='dqn',
+  replay_dir=None,
+  gin_files=(),
+  gin_bindings=(),
+  init_checkpoint_dir=None,
+  replay_suffix=None,
+):
+  """Parses gin configs and creates a FixedReplayRunner.
+
+  Args:
+    base_dir: str, where the run writes checkpoints, logs and summaries.
+    agent_name: str, a name registered in fixed_replay.agents.AGENTS.
+    replay_dir: str, the dataset: a run directory or its replay_logs/.
+    gin_files: list of gin config files.
+    gin_bindings: list of gin bindings, applied after the files.
+    init_checkpoint_dir: str or None, a run whose latest weights initialise
+      the agent (ignored once base_dir has its own checkpoint).
+    replay_suffix: int or None, train on this one checkpoint only.
+
+  Returns:
+    FixedReplayRunner.
+
+  Raises:
+    ValueError: on a missing directory or unknown agent name.
+  """
+  if not base_dir:
+    raise ValueError('base_dir is required')
+  if not replay_dir:
+    raise ValueError('replay_dir is required')
+  # Registers the agent's gin configurables before the configs are parsed.
+  agents.agent_class(agent_name)
+  run_experiment.load_gin_configs(list(gin_files), list(gin_bindings))
+  replay_data_dir = resolve_replay_dir(replay_dir)
+  logging.info('Training %s on %s', agent_name, replay_data_dir)
+  create_agent_fn = functools.partial(
+    agents.create_agent,
+    agent_name=agent_name,
+    replay_data_dir=replay_data_dir,
+    replay_suffix=replay_suffix,
+    init_checkpoint_dir=init_checkpoint_dir,
+  )
+  return FixedReplayRunner(os.fspath(base_dir), create_agent_fn)
