@@ -1,8 +1,9 @@
-r"""batch_rl's entry point, kept: `python -m fixed_replay.train --flags`.
+r"""Trains an offline agent on a replay dataset: batch_rl's entry point.
 
-The same command as `fixed-replay train` (see fixed_replay/cli/train.py),
-with batch_rl's flags (--base_dir, --replay_dir, --agent_name, --gin_files,
---gin_bindings, --init_checkpoint_dir).
+`python -m fixed_replay.train --flags` is the same command as `fixed-replay
+train` (see fixed_replay/cli/train.py), with batch_rl's flags (--base_dir,
+--replay_dir, --agent_name, --gin_files, --gin_bindings,
+--init_checkpoint_dir).
 """
 
 from absl import app

@@ -1,0 +1,32 @@
+"""Old module paths import as the same module objects as today's paths."""
+
+import subprocess
+import sys
+
+from fixed_replay import module_aliases
+
+
+def test_every_old_path_is_the_new_module_in_a_fresh_process():
+  # A fresh process: nothing imported yet, exactly as a gin file's `import`
+  # line or a user's script meets the old path.
+  script = (
+    'import importlib, sys\n'
+    'import fixed_replay\n'
+    'from fixed_replay import module_aliases\n'
+    'for old, new in module_aliases.ALIASES.items():\n'
+    '  module = importlib.import_module(old)\n'
+    '  assert module is importlib.import_module(new), old\n'
+    '  assert sys.modules[old] is sys.modules[new], old\n'
+    'print(len(module_aliases.ALIASES))\n'
+  )
+  result = subprocess.run(
+    [sys.executable, '-c', script], capture_output=True, text=True, timeout=300
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert int(result.stdout.split()[-1]) == len(module_aliases.ALIASES)
+
+
+def test_unknown_names_are_not_aliased():
+  assert (
+    module_aliases.AliasFinder({}).find_spec('fixed_replay.nothing') is None
+  )
