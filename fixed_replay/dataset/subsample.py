@@ -27,6 +27,7 @@ row is sampled exactly as Dopamine samples it (its stack and n-step future
 are read from the file as they are, whatever episode they touch).
 """
 
+from absl import logging
 import numpy as np
 
 from fixed_replay.dataset import validity
@@ -103,7 +104,12 @@ def episode_ids(window):
   if window.is_full:
     ends = ends | (rows == (window.cursor - 1) % window.num_file_rows)
   # A row starts a new episode after every end before it.
-  return np.concatenate([[0], np.cumsum(ends[:-1])]).astype(np.int64)
+  ids = np.concatenate([[0], np.cumsum(ends[:-1])]).astype(np.int64)
+  circular = window.is_full and window.num_rows == window.num_file_rows
+  if circular and not ends[-1]:
+    # The episode at the end of the file goes on at row 0.
+    ids[ids == ids[-1]] = 0
+  return ids
 
 
 def keep_rows(valid_rows, window, method, fraction, rng):
@@ -125,7 +131,7 @@ def keep_rows(valid_rows, window, method, fraction, rng):
   """
   valid_rows = np.asarray(valid_rows, dtype=np.int64)
   ids = episode_ids(window)[valid_rows - window.start]
-  episodes, first = np.unique(ids, return_index=True)
+  episodes, position = np.unique(ids, return_inverse=True)
   count = int(fraction * len(episodes))
   if count < 1:
     raise ValueError(
@@ -134,13 +140,27 @@ def keep_rows(valid_rows, window, method, fraction, rng):
       'transitions, so none would be kept'
     )
   if method == 'first_episodes':
-    age = valid_rows[first] - window.start
+    age = valid_rows - window.start
     if window.is_full:  # The oldest row of a full file is at the cursor.
-      age = (valid_rows[first] - window.cursor) % window.num_file_rows
-    kept = episodes[np.argsort(age, kind='stable')[:count]]
+      age = (valid_rows - window.cursor) % window.num_file_rows
+    # An episode is as old as its oldest row.
+    episode_age = np.full(len(episodes), np.iinfo(np.int64).max)
+    np.minimum.at(episode_age, position, age)
+    kept = episodes[np.argsort(episode_age, kind='stable')[:count]]
   else:
     kept = rng.choice(episodes, count, replace=False)
-  return valid_rows[np.isin(ids, kept)]
+  rows = valid_rows[np.isin(ids, kept)]
+  logging.info(
+    'Checkpoint %d: subsample=%r keeps %d of %d episodes (%d of %d valid '
+    'transitions)',
+    window.suffix,
+    method,
+    count,
+    len(episodes),
+    len(rows),
+    len(valid_rows),
+  )
+  return rows
 
 
 def plan_window(window, stack_size, update_horizon, method, fraction, rng):
