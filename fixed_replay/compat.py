@@ -47,6 +47,11 @@ class _MissingModule(types.ModuleType):
     self.__dict__['_hint'] = hint
     self.__dict__['__path__'] = []  # Lets `import name.sub` find submodules.
 
+  def __getattr__(self, attribute):
+    if attribute.startswith('__'):
+      raise AttributeError(attribute)
+    raise ImportError(f'{self.__name__}.{attribute}: {self._hint}')
+
 
 class _MissingClass:
   """Stands for a class that cannot exist here; using it raises ImportError."""
@@ -56,11 +61,6 @@ class _MissingClass:
   def __init__(self, *args, **kwargs):
     del args, kwargs
     raise ImportError(self.hint)
-
-  def __getattr__(self, attribute):
-    if attribute.startswith('__'):
-      raise AttributeError(attribute)
-    raise ImportError(f'{self.__name__}.{attribute}: {self._hint}')
 
 
 def _install_baselines_placeholder():

@@ -311,15 +311,20 @@ class FixedReplayRunner(run_experiment.Runner):
       return
     if checkpointer.get_latest_checkpoint_number(self._checkpoint_dir) >= 0:
       return  # base_dir has its own run (it was unbundled above).
-    directory, number = _latest_checkpoint(init_dir)
-    data = checkpointer.Checkpointer(
-      directory, checkpoint_file_prefix
-    ).load_checkpoint(number)
-    if not self._agent.unbundle(directory, number, data):
-      raise ValueError(
-        f'init_checkpoint_dir={init_dir}: {type(self._agent).__name__} '
-        f'could not restore checkpoint {number} of {directory}'
-      )
+    try:
+      directory, number = _latest_checkpoint(init_dir)
+      data = checkpointer.Checkpointer(
+        directory, checkpoint_file_prefix
+      ).load_checkpoint(number)
+      if not self._agent.unbundle(directory, number, data):
+        raise ValueError(
+          f'init_checkpoint_dir={init_dir}: {type(self._agent).__name__} '
+          f'could not restore checkpoint {number} of {directory}'
+        )
+    except BaseException:
+      if callable(getattr(self._agent, 'close', None)):
+        self._agent.close()  # Stops its background threads.
+      raise
     if data is not None:
       self._logger.data = data['logs']
       self._start_iteration = data['current_iteration'] + 1
