@@ -22,6 +22,7 @@ import tensorflow as tf
 from fixed_replay import agents
 from fixed_replay import WrappedFixedReplayBuffer
 from fixed_replay.training import plotting
+from fixed_replay.training import reporting
 from fixed_replay.training import run_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -350,8 +351,8 @@ def test_losses_reported_to_a_collector_dispatcher_are_averaged(tmp_path):
   dispatcher = collector_dispatcher.CollectorDispatcher(
     str(tmp_path), collectors=('pickle',)
   )
-  tap = run_experiment._LossTap()
-  tapped = run_experiment._TappedDispatcher(dispatcher, tap)
+  tap = reporting.LossTap()
+  tapped = reporting.TappedDispatcher(dispatcher, tap)
   for step, loss in enumerate([1.0, 2.0, 6.0]):
     tapped.write(
       [
@@ -369,9 +370,9 @@ def test_losses_reported_to_a_collector_dispatcher_are_averaged(tmp_path):
 
 
 def test_format_duration():
-  assert run_experiment.format_duration(65) == '1m 05s'
-  assert run_experiment.format_duration(3 * 3600 + 4 * 60 + 5) == '3h 04m 05s'
-  assert run_experiment.format_duration(2 * 86400 + 3 * 3600) == '2d 03h 00m'
+  assert reporting.format_duration(65) == '1m 05s'
+  assert reporting.format_duration(3 * 3600 + 4 * 60 + 5) == '3h 04m 05s'
+  assert reporting.format_duration(2 * 86400 + 3 * 3600) == '2d 03h 00m'
 
 
 # ------------------------------------------- batch_rl's runner behaviours

@@ -13,9 +13,7 @@ The runner takes any Dopamine agent with batch_rl's contract: `_train_step()`
 an `_init_checkpoint_dir` attribute names a run to continue from.
 """
 
-import collections
 import functools
-import math
 import os
 import time
 
@@ -29,13 +27,13 @@ from dopamine.discrete_domains import iteration_statistics
 from dopamine.discrete_domains import run_experiment
 from dopamine.metrics import statistics_instance
 import gin
-import numpy as np
 import tensorflow as tf
 
 from fixed_replay import agents
 from fixed_replay import progress
 from fixed_replay.io import files as storage
 from fixed_replay.training import agent_checks
+from fixed_replay.training import reporting
 
 # Marks a runner argument left to Dopamine's Runner (its gin bindings, then
 # its defaults).
@@ -102,7 +100,7 @@ class FixedReplayRunner(run_experiment.Runner):
       max_steps_per_episode: int or None, cap on an evaluation episode.
       clip_rewards: bool, clip the rewards the agent sees to [-1, 1].
     """
-    self._loss_tap = _LossTap()
+    self._loss_tap = reporting.LossTap()
     self._iteration = 0
     self._eval_bar = None
     given = {
@@ -282,7 +280,7 @@ class FixedReplayRunner(run_experiment.Runner):
         self._collector_dispatcher.flush()
       durations.append(time.perf_counter() - began)
       remaining = self._num_iterations - 1 - iteration
-      _log_iteration(
+      reporting.log_iteration(
         iteration, self._num_iterations, statistics, durations, remaining
       )
     if self._summary_writer is not None:
@@ -381,11 +379,11 @@ class FixedReplayRunner(run_experiment.Runner):
       # TF agents write merged summaries (their loss among them) through
       # `self.summary_writer.add_summary` every summary_writing_frequency
       # steps.
-      agent.summary_writer = _TappedFileWriter(writer, self._loss_tap)
+      agent.summary_writer = reporting.TappedFileWriter(writer, self._loss_tap)
     if callable(getattr(agent, 'set_collector_dispatcher', None)):
       # JAX agents report their loss to the collector dispatcher.
       agent.set_collector_dispatcher(
-        _TappedDispatcher(self._collector_dispatcher, self._loss_tap)
+        reporting.TappedDispatcher(self._collector_dispatcher, self._loss_tap)
       )
 
   @property
@@ -402,103 +400,6 @@ class FixedReplayRunner(run_experiment.Runner):
   def start_iteration(self):
     """The first iteration this runner will run (after any resume)."""
     return self._start_iteration
-
-
-class _LossTap:
-  """Collects the loss values an agent reports during an iteration."""
-
-  def __init__(self):
-    self._values = collections.defaultdict(list)
-
-  def record(self, tag, value):
-    if 'loss' in tag.lower():
-      self._values[tag.rsplit('/', 1)[-1]].append(float(value))
-
-  def pop_means(self):
-    """Returns {loss name: mean} since the last call and starts afresh."""
-    means = {name: float(np.mean(v)) for name, v in self._values.items()}
-    self._values.clear()
-    return means
-
-
-class _TappedFileWriter:
-  """A tf.compat.v1 FileWriter that also shows summaries to a _LossTap."""
-
-  def __init__(self, writer, tap):
-    self._writer = writer
-    self._tap = tap
-
-  def add_summary(self, summary, global_step=None):
-    proto = summary
-    if isinstance(summary, bytes):
-      proto = tf.compat.v1.Summary.FromString(summary)
-    for value in proto.value:
-      if value.WhichOneof('value') == 'simple_value':
-        self._tap.record(value.tag, value.simple_value)
-    self._writer.add_summary(summary, global_step)
-
-  def __getattr__(self, name):
-    if name.startswith('__'):
-      raise AttributeError(name)
-    return getattr(self._writer, name)
-
-
-class _TappedDispatcher:
-  """A Dopamine CollectorDispatcher that also shows losses to a _LossTap."""
-
-  def __init__(self, dispatcher, tap):
-    self._dispatcher = dispatcher
-    self._tap = tap
-
-  def write(self, statistics, *args, **kwargs):
-    for statistic in statistics:
-      self._tap.record(statistic.name, statistic.value)
-    self._dispatcher.write(statistics, *args, **kwargs)
-
-  def __getattr__(self, name):
-    if name.startswith('__'):
-      raise AttributeError(name)
-    return getattr(self._dispatcher, name)
-
-
-def _log_iteration(iteration, num_iterations, statistics, durations, left):
-  """Logs one line: speed, evaluation return and time left."""
-
-  def first(key, default=math.nan):
-    return statistics.get(key, [default])[0]
-
-  losses = ', '.join(
-    f'{key[len("train_average_") :]} {values[0]:.4g}'
-    for key, values in statistics.items()
-    if key.startswith('train_average_') and 'loss' in key.lower()
-  )
-  logging.info(
-    'Iteration %d (%d/%d) done in %.1f s: %.1f train steps/s (waited %.2f s '
-    'for data), eval return %.2f over %d episodes%s; ETA %s',
-    iteration,
-    iteration + 1,
-    num_iterations,
-    durations[-1],
-    first('train_average_steps_per_second'),
-    first('reload_seconds', 0.0),
-    first('eval_average_return'),
-    len(statistics.get('eval_episode_returns', [])),
-    f', {losses}' if losses else '',
-    format_duration(np.mean(durations) * left),
-  )
-
-
-def format_duration(seconds):
-  """Formats seconds as e.g. '2d 03h 04m', '3h 04m 05s' or '4m 05s'."""
-  seconds = int(round(seconds))
-  days, seconds = divmod(seconds, 86_400)
-  hours, seconds = divmod(seconds, 3_600)
-  minutes, seconds = divmod(seconds, 60)
-  if days:
-    return f'{days}d {hours:02d}h {minutes:02d}m'
-  if hours:
-    return f'{hours}h {minutes:02d}m {seconds:02d}s'
-  return f'{minutes}m {seconds:02d}s'
 
 
 def _latest_checkpoint(init_dir):
