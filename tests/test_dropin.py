@@ -347,14 +347,14 @@ def runs(request, dopamine_dir, tmp_path_factory):
     if name in selected
   }
   yield lambda name: futures[name].result()
-  pool.shutdown(wait=True)
+  pool.shutdown(wait=True, cancel_futures=True)
 
 
 def _assert_trained_evaluated_checkpointed(run, iterations=1, tf_agent=True):
   assert run.returncode == 0, run.explain()
   last = iterations - 1
   assert f'Iteration {last} ({iterations}/{iterations}) done' in run.log
-  assert 'eval return' in run.log
+  assert 'eval return' in run.log and 'ETA' in run.log
   checkpoints = run.files('checkpoints')
   assert {f'ckpt.{last}', f'sentinel_checkpoint_complete.{last}'} <= (
     checkpoints

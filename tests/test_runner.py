@@ -42,12 +42,6 @@ AGENT_BINDINGS = [
   f'WrappedFixedReplayBuffer.replay_capacity = {CAPACITY}',
   'FixedReplayBuffer.num_buffers_to_load = 1',
 ]
-ENVIRONMENT_BINDINGS = [
-  'FixedReplayRunner.create_environment_fn = '
-  '@gym_lib.create_gym_environment',
-  "create_gym_environment.environment_name = 'CartPole'",
-  "create_gym_environment.version = 'v0'",
-]
 
 
 @pytest.fixture(scope='module')
@@ -277,33 +271,6 @@ def test_interrupted_run_resumes_iteration_and_weights(replay_run, tmp_path):
   assert 'sentinel_checkpoint_complete.1' in os.listdir(
     base_dir / 'checkpoints'
   )
-
-
-def test_train_module_runs_from_the_command_line(replay_run, tmp_path):
-  base_dir = tmp_path / 'cli_run'
-  bindings = AGENT_BINDINGS + ENVIRONMENT_BINDINGS
-  bindings += [
-    'FixedReplayRunner.num_iterations = 1',
-    'FixedReplayRunner.training_steps = 8',
-    'FixedReplayRunner.evaluation_steps = 10',
-    'FixedReplayRunner.max_steps_per_episode = 200',
-  ]
-  command = [
-    PYTHON,
-    '-m',
-    'fixed_replay.train',
-    f'--base_dir={base_dir}',
-    f'--replay_dir={replay_run}',
-    '--agent_name=dqn',
-  ] + [f'--gin_bindings={b}' for b in bindings]
-  result = subprocess.run(
-    command, cwd=ROOT, capture_output=True, text=True, timeout=300
-  )
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert 'Iteration 0 (1/1) done' in result.stderr
-  assert 'ETA' in result.stderr
-  assert os.path.exists(base_dir / 'checkpoints' / 'ckpt.0')
-  assert os.path.exists(base_dir / 'logs' / 'log_0')
 
 
 @pytest.mark.parametrize(
