@@ -71,7 +71,10 @@ def test_import_is_light_in_a_fresh_process():
   [
     (old, new)
     for old, new in module_aliases.ALIASES.items()
+    # The entry point defines absl flags: imported in test_dropin's fresh
+    # processes, not in this one.
     if old.startswith(('batch_rl.', 'dopamine.'))
+    and new != 'fixed_replay.train'
   ],
 )
 def test_old_paths_are_todays_modules(old, new):
