@@ -1,7 +1,7 @@
 """Makes Dopamine 4.1.2 importable without manual set-up.
 
-Two things stand between a fresh install and `from dopamine.discrete_domains
-import atari_lib`:
+Three things stand between a fresh install and `from dopamine.discrete_domains
+import atari_lib` (or a batch_rl gin config):
 
 * Dopamine's TF agents are written against Keras 2, so TensorFlow must be told
   to use `tf_keras` before it is first imported (`TF_USE_LEGACY_KERAS=1`).
@@ -11,6 +11,13 @@ import atari_lib`:
   placeholder module whose attributes raise an ImportError saying what to
   install, so everything else imports and the one path that needs it fails
   clearly.
+* `gin.tf` (imported by `import gin.tf.external_configurables`, the line that
+  registers `tf.train.AdamOptimizer` and the other TF1 names in batch_rl's
+  configs) ends by importing `gin.tf.utils`, whose only content is a
+  `tf.estimator` hook; TensorFlow 2.16+ has no `tf.estimator`. When the
+  `tensorflow_estimator` package is absent we register a placeholder
+  `gin.tf.utils` whose `GinConfigSaverHook` raises an ImportError saying why,
+  so gin's own `external_configurables` imports and registers everything.
 """
 
 import importlib.util
@@ -23,6 +30,12 @@ _BASELINES_HINT = (
   '`baselines.common.atari_wrappers` only for use_ppo_preprocessing=True; '
   'install it with `pip install "baselines @ '
   'git+https://github.com/openai/baselines"` to use that path.'
+)
+
+
+_GIN_TF_UTILS_HINT = (
+  'gin.tf.utils.GinConfigSaverHook is a tf.estimator hook and this '
+  'TensorFlow has no tf.estimator (removed in TensorFlow 2.16).'
 )
 
 
@@ -40,6 +53,16 @@ class _MissingModule(types.ModuleType):
     raise ImportError(f'{self.__name__}.{attribute}: {self._hint}')
 
 
+class _MissingClass:
+  """Stands for a class that cannot exist here; using it raises ImportError."""
+
+  hint = ''
+
+  def __init__(self, *args, **kwargs):
+    del args, kwargs
+    raise ImportError(self.hint)
+
+
 def _install_baselines_placeholder():
   """Registers placeholder `baselines` modules if the real one is absent."""
   if 'baselines' in sys.modules or importlib.util.find_spec('baselines'):
@@ -54,6 +77,19 @@ def _install_baselines_placeholder():
   sys.modules['baselines.common'].atari_wrappers = sys.modules[
     'baselines.common.atari_wrappers'
   ]
+
+
+def _install_gin_tf_utils_placeholder():
+  """Lets `gin.tf` import without tf.estimator (see the module docstring)."""
+  if 'gin.tf.utils' in sys.modules or importlib.util.find_spec(
+    'tensorflow_estimator'
+  ):
+    return
+  module = types.ModuleType('gin.tf.utils', _GIN_TF_UTILS_HINT)
+  module.GinConfigSaverHook = type(
+    'GinConfigSaverHook', (_MissingClass,), {'hint': _GIN_TF_UTILS_HINT}
+  )
+  sys.modules['gin.tf.utils'] = module
 
 
 def _use_legacy_keras():
@@ -96,6 +132,7 @@ def require(module_name, pip_name=None, purpose=''):
 
 
 def install():
-  """Applies both fixes; safe to call more than once."""
+  """Applies the three fixes; safe to call more than once."""
   _use_legacy_keras()
   _install_baselines_placeholder()
+  _install_gin_tf_utils_placeholder()

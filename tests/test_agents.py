@@ -32,13 +32,17 @@ AGENT_CLASSES = {
   'dqn': 'FixedReplayDQNAgent',
   'multi_head_dqn': 'FixedReplayMultiHeadDQNAgent',
   'rem': 'FixedReplayREMAgent',
+  'multi_network_dqn': 'FixedReplayMultiNetworkDQNAgent',
   'quantile': 'FixedReplayQuantileAgent',
   'c51': 'FixedReplayC51Agent',
 }
+# The class `--agent_name` builds, where it is a subclass of the above.
+BUILT_CLASSES = dict(AGENT_CLASSES, c51='FixedReplayRainbowAgent')
 # Bindings that keep the Atari graphs small; the rest is the config's.
 SMALL = {
   'multi_head_dqn': ['FixedReplayMultiHeadDQNAgent.num_heads = 3'],
   'rem': ['FixedReplayREMAgent.num_heads = 3'],
+  'multi_network_dqn': ['FixedReplayMultiNetworkDQNAgent.num_networks = 2'],
   'quantile': ['FixedReplayQuantileAgent.num_atoms = 5'],
   'c51': ['FixedReplayC51Agent.num_atoms = 11'],
   'dqn': [],
@@ -146,14 +150,21 @@ def _dqn_loss(agent):
 
 
 def test_registry_names_classes_and_bases():
-  for name, class_name in AGENT_CLASSES.items():
+  for name, class_name in BUILT_CLASSES.items():
     cls = agents.agent_class(name)
     assert cls.__name__ == class_name
     assert issubclass(cls, offline.OfflineAgent)
     assert issubclass(cls, dqn_agent.DQNAgent)
   assert issubclass(agents.agent_class('c51'), rainbow_agent.RainbowAgent)
+  assert issubclass(agents.agent_class('c51'), c51_agent.FixedReplayC51Agent)
   with pytest.raises(ValueError, match='Unknown agent_name'):
     agents.agent_class('rem_typo')
+  # Any agent class by its path.
+  assert agents.agent_class(
+    'fixed_replay.agents.tf.rem_agent:FixedReplayREMAgent'
+  ) is agents.agent_class('rem')
+  with pytest.raises(ValueError, match='has no class'):
+    agents.agent_class('fixed_replay.agents.tf.rem_agent:NoSuchAgent')
 
 
 # ------------------------------------------------------- published settings
@@ -163,9 +174,7 @@ def test_registry_names_classes_and_bases():
   'config, agent_name',
   [(f'{name}.gin', name) for name in AGENT_CLASSES]
   + [
-    (f'{name}_{pct}pct.gin', name)
-    for name in ('dqn', 'rem', 'quantile')
-    for pct in (1, 10)
+    (f'{name}_{pct}pct.gin', name) for name in AGENT_CLASSES for pct in (1, 10)
   ],
 )
 def test_configs_hold_published_settings(config, agent_name):
@@ -187,6 +196,7 @@ def test_configs_hold_published_settings(config, agent_name):
     'dqn': ('tf.train.RMSPropOptimizer', 0.00025, 0.00001),
     'multi_head_dqn': ('tf.train.AdamOptimizer', 0.00005, 0.0003125),
     'rem': ('tf.train.AdamOptimizer', 0.00005, 0.0003125),
+    'multi_network_dqn': ('tf.train.AdamOptimizer', 0.00005, 0.0003125),
     'quantile': ('tf.train.AdamOptimizer', 0.00005, 0.0003125),
     'c51': ('tf.train.AdamOptimizer', 0.00025, 0.0003125),
   }[agent_name]
@@ -194,6 +204,9 @@ def test_configs_hold_published_settings(config, agent_name):
   assert query(f'{optimizer[0]}.epsilon') == optimizer[2]
   if agent_name in ('rem', 'multi_head_dqn'):
     assert query(f'{agent}.num_heads') == 200
+  if agent_name == 'multi_network_dqn':
+    assert query(f'{agent}.num_networks') == 4
+    assert query(f'{agent}.transform_strategy') == 'STOCHASTIC'
   if agent_name == 'quantile':
     assert query(f'{agent}.num_atoms') == 200
     assert query(f'{agent}.kappa') == 1.0
@@ -204,12 +217,15 @@ def test_configs_hold_published_settings(config, agent_name):
   if agent_name == 'dqn':
     assert query('tf.train.RMSPropOptimizer.decay') == 0.95
     assert query('tf.train.RMSPropOptimizer.centered') is True
-  rows, buffers = {'1pct': (10_000, 50), '10pct': (100_000, 5)}.get(
-    config[:-4].rsplit('_', 1)[-1], (1_000_000, 5)
+  fraction, buffers = {'1pct': (0.01, 50), '10pct': (0.1, 5)}.get(
+    config[:-4].rsplit('_', 1)[-1], (None, 5)
   )
-  assert query('FixedReplayBuffer.replay_capacity') == rows
+  assert query('FixedReplayBuffer.replay_capacity') == 1_000_000
   assert query('FixedReplayBuffer.num_buffers_to_load') == buffers
   if 'pct' in config:
+    # The CQL code's subsets: the first rows of each of the 50 checkpoints.
+    assert query('FixedReplayBuffer.subsample') == 'first_rows'
+    assert query('FixedReplayBuffer.subsample_fraction') == fraction
     assert query('FixedReplayBuffer.replay_transitions_start_index') == 0
     assert query('FixedReplayBuffer.replay_file_start_index') == 0
     assert query('FixedReplayBuffer.replay_file_end_index') == 50
@@ -228,15 +244,16 @@ def test_atari_config_builds_and_trains(dopamine_dir, config, agent_name):
   environment = _pong()
   with tf.Graph().as_default(), _session() as sess:
     agent = _create(sess, agent_name, str(directory), environment)
-    assert type(agent).__name__ == AGENT_CLASSES[agent_name]
+    assert type(agent).__name__ == BUILT_CLASSES[agent_name]
     assert agent.num_actions == environment.action_space.n
     assert agent.min_replay_history == 0
     assert (agent.update_period, agent.target_update_period) == (4, 8000)
     assert agent.epsilon_eval == 0.001
     memory = agent.replay.memory
     assert len(memory.loaded_suffixes) == 2
-    assert memory._replay_capacity == (
-      10_000 if config == 'rem_1pct.gin' else 1_000_000
+    # rem_1pct.gin: the first 1% of the rows of each checkpoint.
+    assert memory.shard(memory.loaded_suffixes[0]).window.num_rows == (
+      10 if config == 'rem_1pct.gin' else 1000
     )
     assert agent.replay.batch_size == 32
     before = _trainables(agent)
@@ -486,37 +503,100 @@ def test_acting_never_adds_nor_trains(cartpole_dir, agent_name):
   assert len(actions) > 2
 
 
-def test_warm_start_restores_weights(cartpole_dir, tmp_path):
-  run_dir = tmp_path / 'run'
-  (run_dir / 'checkpoints').mkdir(parents=True)
+def test_multi_head_agent_trains_rem_with_stochastic_transform(cartpole_dir):
+  # batch_rl's rem.gin: the multi-head agent with transform_strategy
+  # 'STOCHASTIC' is REM, here with 3 mixtures per step (batch_rl's
+  # num_convex_combinations): each mixture its own TD loss, then the mean.
+  gin.parse_config(TEST_DATA)
   with tf.Graph().as_default(), _session() as sess:
-    trained = _cartpole_agent(sess, 'rem', cartpole_dir)
-    for _ in range(5):
-      trained.train_step()
-    trained.bundle_and_checkpoint(str(run_dir / 'checkpoints'), 3)
-    saved = _trainables(trained)
-    saved_target = sess.run(tf.compat.v1.trainable_variables(scope='Target'))
-  assert (run_dir / 'checkpoints' / 'tf_ckpt-3.index').exists()
-  with tf.Graph().as_default(), _session() as sess:
-    warm = _cartpole_agent(
-      sess, 'rem', cartpole_dir, init_checkpoint_dir=str(run_dir)
+    agent = multi_head_dqn_agent.FixedReplayMultiHeadDQNAgent(
+      sess,
+      2,
+      cartpole_dir,
+      num_heads=4,
+      transform_strategy='STOCHASTIC',
+      num_convex_combinations=3,
+      observation_shape=CARTPOLE_SHAPE,
+      observation_dtype=tf.float64,
+      stack_size=CARTPOLE_STACK,
+      network=networks.CartpoleMultiHeadQNetwork,
     )
-    restored = _trainables(warm)
-    target = sess.run(tf.compat.v1.trainable_variables(scope='Target'))
+    assert agent.method == 'REM'
+    fetches = dict(
+      _replay_fetches(agent),
+      train=agent._train_op,
+      alpha=agent.mixing_weights,
+      loss=agent.loss,
+      q_heads=agent._replay_net_outputs.q_heads,
+      next_q_heads=agent._replay_next_target_net_outputs.q_heads,
+    )
+    runs = [sess.run(fetches) for _ in range(2)]
+  assert runs[0]['alpha'].shape == (4, 3)
+  np.testing.assert_allclose(runs[0]['alpha'].sum(axis=0), 1.0, rtol=1e-5)
+  assert not np.allclose(runs[0]['alpha'], runs[1]['alpha'])
+  for run in runs:
+    batch = np.arange(len(run['action']))
+    q = run['q_heads'] @ run['alpha']  # [batch, actions, 3]
+    next_q = run['next_q_heads'] @ run['alpha']
+    target = run['reward'][:, None] + 0.99 * next_q.max(axis=1) * (
+      1 - run['terminal'][:, None]
+    )
+    expected = _huber(target - q[batch, run['action']]).mean()
+    np.testing.assert_allclose(run['loss'], expected, rtol=1e-5)
+
+
+def test_multi_network_agent_has_separate_networks(cartpole_dir):
   with tf.Graph().as_default(), _session() as sess:
-    cold = _cartpole_agent(sess, 'rem', cartpole_dir)
-    fresh = _trainables(cold)
-  assert len(saved) == len(restored) > 0
-  for a, b in zip(saved, restored, strict=True):
-    np.testing.assert_array_equal(a, b)
-  for a, b in zip(saved_target, target, strict=True):
-    np.testing.assert_array_equal(a, b)
-  assert any(
-    not np.array_equal(a, b) for a, b in zip(saved, fresh, strict=True)
+    agent = _cartpole_agent(
+      sess,
+      'multi_network_dqn',
+      cartpole_dir,
+      ["FixedReplayMultiNetworkDQNAgent.transform_strategy = 'IDENTITY'"],
+    )
+    assert agent.method == 'Ensemble-DQN over 4 separate networks'
+    names = {v.name for v in tf.compat.v1.trainable_variables(scope='Online')}
+    for i in range(4):  # Each network its own weights, nothing shared.
+      assert any(f'subnet_{i}/' in name for name in names), names
+    fetches = dict(
+      _replay_fetches(agent),
+      train=agent._train_op,
+      loss=agent.loss,
+      q_heads=agent._replay_net_outputs.q_heads,
+      q_values=agent._replay_net_outputs.q_values,
+      next_q_heads=agent._replay_next_target_net_outputs.q_heads,
+    )
+    run = sess.run(fetches)
+  assert run['q_heads'].shape == (128, 2, 4)
+  np.testing.assert_allclose(
+    run['q_values'], run['q_heads'].mean(axis=-1), rtol=1e-5, atol=1e-6
   )
+  batch = np.arange(len(run['action']))
+  target = run['reward'][:, None] + 0.99 * run['next_q_heads'].max(axis=1) * (
+    1 - run['terminal'][:, None]
+  )
+  expected = _huber(target - run['q_heads'][batch, run['action']]).mean()
+  np.testing.assert_allclose(run['loss'], expected, rtol=1e-5)
 
 
-def test_warm_start_without_checkpoint_is_refused(cartpole_dir, tmp_path):
+def test_batch_rl_arguments_are_checked(cartpole_dir):
+  gin.parse_config(TEST_DATA)
   with tf.Graph().as_default(), _session() as sess:
-    with pytest.raises(ValueError, match='no TensorFlow'):
-      _cartpole_agent(sess, 'rem', cartpole_dir, init_checkpoint_dir=tmp_path)
+    with pytest.raises(ValueError, match="'IDENTITY' .* or 'STOCHASTIC'"):
+      multi_head_dqn_agent.FixedReplayMultiHeadDQNAgent(
+        sess, 2, cartpole_dir, transform_strategy='UNIFORM'
+      )
+    with pytest.raises(ValueError, match="only 'uniform'"):
+      quantile_agent.FixedReplayQuantileAgent(
+        sess, 2, cartpole_dir, replay_scheme='prioritized'
+      )
+
+
+def test_gpu_device_without_gpu_builds_on_cpu(cartpole_dir):
+  assert not tf.config.list_physical_devices('GPU')  # This machine.
+  with tf.Graph().as_default(), _session() as sess:
+    agent = _cartpole_agent(
+      sess, 'dqn', cartpole_dir, ["FixedReplayDQNAgent.tf_device = '/gpu:0'"]
+    )
+    devices = {op.device for op in sess.graph.get_operations()}
+  assert not any('gpu' in d.lower() for d in devices), devices
+  assert agent.method == 'DQN'

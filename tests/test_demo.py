@@ -1,6 +1,7 @@
 """The main job (`fixed-replay demo`) end to end, small."""
 
 import os
+import re
 import subprocess
 import sys
 
@@ -14,6 +15,8 @@ def _demo(output_dir, *flags):
       'demo',
       f'--output_dir={output_dir}',
       '--checkpoint_rows=400',
+      '--training_steps=200',
+      '--evaluation_steps=200',
       *flags,
     ],
     capture_output=True,
@@ -23,27 +26,35 @@ def _demo(output_dir, *flags):
   )
 
 
-def test_demo_generates_verifies_and_samples(tmp_path):
+def test_demo_generates_verifies_samples_and_learns(tmp_path):
   result = _demo(tmp_path)
   assert result.returncode == 0, result.stderr[-3000:]
   assert '2/2 complete' in result.stdout
   assert 'verified' in result.stdout
   assert 'minibatches of (32, 84, 84, 4)' in result.stdout
-  # Offline training ran, was evaluated, tabulated and plotted.
-  table = result.stdout[result.stdout.index('dqn on Pong, offline:') :]
-  assert (
-    len(
-      [
-        line
-        for line in table.splitlines()
-        if line.strip().startswith(('0 ', '1 '))
-      ]
-    )
-    == 2
+  # Both offline runs were trained, evaluated in the game, tabulated...
+  table = result.stdout[result.stdout.index('Offline training, evaluated') :]
+  rows = [line.split() for line in table.splitlines()]
+  pong = [r for r in rows if r[:2] == ['dqn', 'Pong'] and r[2].isdigit()]
+  cartpole = [
+    r for r in rows if r[:2] == ['dqn', 'CartPole'] and r[2].isdigit()
+  ]
+  assert [r[2] for r in pong] == ['0', '1', '2']
+  assert [r[2] for r in cartpole] == ['0', '1']
+  # ... and offline DQN learned CartPole from random play (episodes of
+  # about 22 steps) to near the 200-step cap (the README shows a run).
+  data_return = re.search(
+    r'dqn CartPole: the data averages ([0-9.]+) per episode; the best '
+    r'evaluation of the offline agent averaged ([0-9.]+)',
+    result.stdout,
   )
+  assert data_return, result.stdout[-2000:]
+  assert float(data_return.group(1)) < 40
+  assert float(data_return.group(2)) >= 150
   plot = tmp_path / 'eval_returns.png'
   assert plot.read_bytes()[:8] == b'\x89PNG\r\n\x1a\n'
   assert (tmp_path / 'dqn_run' / 'checkpoints').is_dir()
+  assert (tmp_path / 'dqn_cartpole_run' / 'checkpoints').is_dir()
   names = os.listdir(tmp_path / 'replay_logs')
   assert sorted(n for n in names if n.endswith('_ckpt.1.gz')) == [
     '$store$_action_ckpt.1.gz',

@@ -172,14 +172,30 @@ def test_bad_configurations_are_clear_errors(dopamine_dir, tmp_path):
   directory = dopamine_dir[0]
   with pytest.raises(ValueError, match='replay_transitions_start_index=1000'):
     _buffer(directory, replay_transitions_start_index=1000)
-  with pytest.raises(ValueError, match='num_buffers_to_load=5 .* only 4'):
-    _buffer(directory, num_buffers_to_load=5)
   with pytest.raises(ValueError, match='replay_suffix=2: no complete'):
     _buffer(directory, replay_suffix=2)
   with pytest.raises(CheckpointError, match='does not exist'):
     _buffer(tmp_path / 'missing')
   with pytest.raises(ValueError, match='select none'):
     _buffer(directory, replay_file_start_index=9)
+
+
+def test_more_buffers_than_checkpoints_uses_all_and_warns_once(
+  dopamine_dir, caplog
+):
+  # A partial download under a config asking for more (the *_1pct.gin load
+  # 50, batch_rl's runner reloads with num_buffers=5).
+  directory, _, writers = dopamine_dir
+  buffer = _buffer(directory, num_buffers_to_load=50)
+  assert buffer.loaded_suffixes == sorted(writers)
+  buffer.reload_buffer(num_buffers=5)
+  buffer.reload_data()
+  assert buffer.loaded_suffixes == sorted(writers)
+  assert caplog.text.count('num_buffers_to_load=50 but') == 1
+  assert 'has 4 usable checkpoint(s) [0, 1, 3, 7]: using all of them' in (
+    caplog.text
+  )
+  assert 'num_buffers_to_load=5 but' not in caplog.text  # Once per buffer.
 
 
 def test_memory_budget_refuses_before_allocating(dopamine_dir):
@@ -312,3 +328,36 @@ def test_reload_without_prefetch_keeps_shared_checkpoints(dopamine_dir):
   for shard in partial._active.shards:
     if shard.suffix in before:
       assert shard is before[shard.suffix]
+
+
+def test_dopamine_labs_jax_fixed_replay_buffer_runs_on_ours(dopamine_dir):
+  # Dopamine's own class (dopamine/labs/offline_rl/fixed_replay.py, which
+  # imports batch_rl's module, i.e. ours), built with its positional order:
+  # data_dir, observation_shape, stack_size, replay_capacity, batch_size,
+  # replay_suffix, replay_file_start_index, replay_file_end_index,
+  # replay_transitions_start_index, num_buffers_to_load.
+  from dopamine.labs.offline_rl import fixed_replay as labs
+
+  directory, capacity, _ = dopamine_dir
+  buffer = labs.JaxFixedReplayBuffer(
+    str(directory), (84, 84), 4, 300, 16, None, 0, None, 400, 2
+  )
+  try:
+    assert isinstance(buffer, FixedReplayBuffer)
+    assert buffer.replay_capacity == 300
+    assert len(buffer.loaded_suffixes) == 2
+    for suffix in buffer.loaded_suffixes:
+      window = buffer.shard(suffix).window
+      assert (window.start, window.num_rows) == (400, 300)
+    element, metadata = buffer.sample(with_sample_metadata=True)
+    assert element.state.shape == (16, 84, 84, 4)
+    batch = _as_dict(buffer, buffer.sample_transition_batch(64))
+    oracles = {
+      s: dopamine_data.load_oracle(directory, s, capacity)
+      for s in buffer.loaded_suffixes
+    }
+    _assert_equals_oracle(batch, oracles)
+    buffer.reload_data()  # Dopamine's reload: its num_buffers_to_load.
+    assert len(buffer.loaded_suffixes) == 2
+  finally:
+    buffer.close()

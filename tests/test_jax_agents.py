@@ -211,12 +211,15 @@ def test_configs_hold_published_settings(config, agent_name):
     assert query(f'{agent}.replay_scheme') == 'uniform'
   if 'cql' in agent_name:
     assert query(f'{agent}.cql_alpha') == (4.0 if '1pct' in config else 1.0)
-  rows, buffers = {'1pct': (10_000, 50), '10pct': (100_000, 5)}.get(
-    config[:-4].rsplit('_', 1)[-1], (1_000_000, 5)
+  fraction, buffers = {'1pct': (0.01, 50), '10pct': (0.1, 5)}.get(
+    config[:-4].rsplit('_', 1)[-1], (None, 5)
   )
-  assert query('FixedReplayBuffer.replay_capacity') == rows
+  assert query('FixedReplayBuffer.replay_capacity') == 1_000_000
   assert query('FixedReplayBuffer.num_buffers_to_load') == buffers
   if 'pct' in config:
+    # The CQL code's subsets: the first rows of each of the 50 checkpoints.
+    assert query('FixedReplayBuffer.subsample') == 'first_rows'
+    assert query('FixedReplayBuffer.subsample_fraction') == fraction
     assert query('FixedReplayBuffer.replay_transitions_start_index') == 0
     assert query('FixedReplayBuffer.replay_file_start_index') == 0
     assert query('FixedReplayBuffer.replay_file_end_index') == 50
@@ -249,8 +252,10 @@ def test_atari_config_builds_and_trains(dopamine_dir, config, agent_name):
     assert agent.epsilon_eval == 0.001
     assert len(agent.replay.loaded_suffixes) == 2
     assert agent.replay._batch_size == 32
-    assert agent.replay._replay_capacity == (
-      10_000 if '1pct' in config else 1_000_000
+    # jax_rem_1pct.gin: the first 1% of the rows of each checkpoint.
+    replay = agent.replay
+    assert replay.shard(replay.loaded_suffixes[0]).window.num_rows == (
+      10 if '1pct' in config else 1000
     )
     if agent_name in ('jax_dqn', 'jax_cql'):
       # TF1's RMSProp: the mean square starts at 1.
@@ -614,48 +619,71 @@ def test_acting_never_adds_nor_trains(cartpole_dir, agent_name):
   assert len(actions) > 2
 
 
-def _save_run(agent, run_dir, iteration):
-  checkpoints = os.path.join(run_dir, 'checkpoints')
-  saver = checkpointer.Checkpointer(checkpoints)
-  saver.save_checkpoint(
-    iteration, agent.bundle_and_checkpoint(checkpoints, iteration)
+def _runner(base_dir, directory, num_iterations, bindings=(), **kwargs):
+  gin.clear_config()
+  return run_experiment.create_runner(
+    base_dir,
+    agent_name='jax_rem',
+    replay_dir=directory,
+    gin_files=[os.path.join(CONFIGS, 'cartpole', 'jax_rem.gin')],
+    gin_bindings=TEST_DATA
+    + [
+      'FixedReplayBuffer.batch_size = 32',
+      'FixedReplayRunner.training_steps = 10',
+      'FixedReplayRunner.evaluation_steps = 10',
+      f'FixedReplayRunner.num_iterations = {num_iterations}',
+    ]
+    + list(bindings),
+    **kwargs,
   )
 
 
-def test_warm_start_restores_parameters_and_optimizer_state(
-  cartpole_dir, tmp_path
-):
-  trained = _cartpole_agent('jax_rem', cartpole_dir)
-  for _ in range(5):
-    trained.train_step()
-  trained.close()
-  _save_run(trained, str(tmp_path / 'run'), 4)
-  warm = _cartpole_agent(
-    'jax_rem', cartpole_dir, init_checkpoint_dir=str(tmp_path / 'run')
-  )
-  cold = _cartpole_agent('jax_rem', cartpole_dir)
-  warm.close()
-  cold.close()
-  _assert_trees_equal(warm.online_params, trained.online_params)
-  _assert_trees_equal(warm.target_network_params, trained.target_network_params)
-  _assert_trees_equal(warm.optimizer_state, trained.optimizer_state)
-  assert warm.training_steps == 0
-  assert _changed(cold.online_params, trained.online_params)
+def test_init_checkpoint_dir_continues_another_run(cartpole_dir, tmp_path):
+  # batch_rl's --init_checkpoint_dir: a new base_dir starts from the other
+  # run's latest checkpoint (parameters, optimizer state, training steps,
+  # history) and goes on from its next iteration.
+  first = _runner(str(tmp_path / 'first'), cartpole_dir, 1)
+  first.run_experiment()
+  first.agent.close()
+  for init_dir in (tmp_path / 'first', tmp_path / 'first' / 'checkpoints'):
+    second = _runner(
+      str(tmp_path / init_dir.name / 'second'),
+      cartpole_dir,
+      2,
+      init_checkpoint_dir=str(init_dir),
+    )
+    try:
+      assert second.start_iteration == 1
+      assert second.agent.training_steps == 10
+      _assert_trees_equal(second.agent.online_params, first.agent.online_params)
+      _assert_trees_equal(
+        second.agent.optimizer_state, first.agent.optimizer_state
+      )
+    finally:
+      second.agent.close()
 
 
-def test_warm_start_refuses_missing_or_mismatched_checkpoints(
+def test_init_checkpoint_dir_refuses_missing_or_mismatched_checkpoints(
   cartpole_dir, tmp_path
 ):
   with pytest.raises(ValueError, match='no Dopamine checkpoint'):
-    _cartpole_agent('jax_rem', cartpole_dir, init_checkpoint_dir=str(tmp_path))
-  other = _cartpole_agent(
-    'jax_rem', cartpole_dir, ['FixedReplayJaxREMAgent.num_heads = 4']
+    _runner(
+      str(tmp_path / 'run'), cartpole_dir, 1, init_checkpoint_dir=str(tmp_path)
+    )
+  other = _runner(
+    str(tmp_path / 'other'),
+    cartpole_dir,
+    1,
+    ['FixedReplayJaxREMAgent.num_heads = 4'],
   )
-  other.close()
-  _save_run(other, str(tmp_path / 'run'), 0)
+  other.run_experiment()
+  other.agent.close()
   with pytest.raises(ValueError, match='do not fit'):
-    _cartpole_agent(
-      'jax_rem', cartpole_dir, init_checkpoint_dir=str(tmp_path / 'run')
+    _runner(
+      str(tmp_path / 'run2'),
+      cartpole_dir,
+      2,
+      init_checkpoint_dir=str(tmp_path / 'other'),
     )
 
 

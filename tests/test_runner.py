@@ -12,6 +12,7 @@ import fixed_replay  # noqa: F401
 from dopamine.discrete_domains import gym_lib
 from dopamine.metrics import collector_dispatcher
 from dopamine.metrics import statistics_instance
+from dopamine.tf.agents.dqn import dqn_agent
 from dopamine.tf.replay_memory import circular_replay_buffer
 import gin
 import numpy as np
@@ -19,7 +20,9 @@ import pytest
 import tensorflow as tf
 
 from fixed_replay import agents
+from fixed_replay import WrappedFixedReplayBuffer
 from fixed_replay.training import plotting
+from fixed_replay.training import reporting
 from fixed_replay.training import run_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,12 +41,6 @@ AGENT_BINDINGS = [
   'DQNAgent.summary_writing_frequency = 4',
   f'WrappedFixedReplayBuffer.replay_capacity = {CAPACITY}',
   'FixedReplayBuffer.num_buffers_to_load = 1',
-]
-ENVIRONMENT_BINDINGS = [
-  'FixedReplayRunner.create_environment_fn = '
-  '@gym_lib.create_gym_environment',
-  "create_gym_environment.environment_name = 'CartPole'",
-  "create_gym_environment.version = 'v0'",
 ]
 
 
@@ -109,7 +106,7 @@ class CountingEnvironment:
     return getattr(self._environment, name)
 
 
-def make_runner(base_dir, replay_dir, **runner_kwargs):
+def make_runner(base_dir, replay_dir, init_checkpoint_dir=None, **kwargs):
   """A FixedReplayRunner on counted CartPole; returns it once built."""
   agents.agent_class('dqn')
   gin.parse_config(AGENT_BINDINGS)
@@ -117,6 +114,7 @@ def make_runner(base_dir, replay_dir, **runner_kwargs):
     agents.create_agent,
     agent_name='dqn',
     replay_data_dir=run_experiment.resolve_replay_dir(replay_dir),
+    init_checkpoint_dir=init_checkpoint_dir,
   )
   runner = run_experiment.FixedReplayRunner(
     str(base_dir),
@@ -125,7 +123,7 @@ def make_runner(base_dir, replay_dir, **runner_kwargs):
       gym_lib.create_gym_environment('CartPole')
     ),
     max_steps_per_episode=200,
-    **runner_kwargs,
+    **kwargs,
   )
   runner.environment.agent = runner.agent
   return runner
@@ -275,33 +273,6 @@ def test_interrupted_run_resumes_iteration_and_weights(replay_run, tmp_path):
   )
 
 
-def test_train_module_runs_from_the_command_line(replay_run, tmp_path):
-  base_dir = tmp_path / 'cli_run'
-  bindings = AGENT_BINDINGS + ENVIRONMENT_BINDINGS
-  bindings += [
-    'FixedReplayRunner.num_iterations = 1',
-    'FixedReplayRunner.training_steps = 8',
-    'FixedReplayRunner.evaluation_steps = 10',
-    'FixedReplayRunner.max_steps_per_episode = 200',
-  ]
-  command = [
-    PYTHON,
-    '-m',
-    'fixed_replay.train',
-    f'--base_dir={base_dir}',
-    f'--replay_dir={replay_run}',
-    '--agent_name=dqn',
-  ] + [f'--gin_bindings={b}' for b in bindings]
-  result = subprocess.run(
-    command, cwd=ROOT, capture_output=True, text=True, timeout=300
-  )
-  assert result.returncode == 0, result.stderr[-3000:]
-  assert 'Iteration 0 (1/1) done' in result.stderr
-  assert 'ETA' in result.stderr
-  assert os.path.exists(base_dir / 'checkpoints' / 'ckpt.0')
-  assert os.path.exists(base_dir / 'logs' / 'log_0')
-
-
 @pytest.mark.parametrize(
   'command',
   [
@@ -347,8 +318,8 @@ def test_losses_reported_to_a_collector_dispatcher_are_averaged(tmp_path):
   dispatcher = collector_dispatcher.CollectorDispatcher(
     str(tmp_path), collectors=('pickle',)
   )
-  tap = run_experiment._LossTap()
-  tapped = run_experiment._TappedDispatcher(dispatcher, tap)
+  tap = reporting.LossTap()
+  tapped = reporting.TappedDispatcher(dispatcher, tap)
   for step, loss in enumerate([1.0, 2.0, 6.0]):
     tapped.write(
       [
@@ -366,6 +337,150 @@ def test_losses_reported_to_a_collector_dispatcher_are_averaged(tmp_path):
 
 
 def test_format_duration():
-  assert run_experiment.format_duration(65) == '1m 05s'
-  assert run_experiment.format_duration(3 * 3600 + 4 * 60 + 5) == '3h 04m 05s'
-  assert run_experiment.format_duration(2 * 86400 + 3 * 3600) == '2d 03h 00m'
+  assert reporting.format_duration(65) == '1m 05s'
+  assert reporting.format_duration(3 * 3600 + 4 * 60 + 5) == '3h 04m 05s'
+  assert reporting.format_duration(2 * 86400 + 3 * 3600) == '2d 03h 00m'
+
+
+# ------------------------------------------- batch_rl's runner behaviours
+
+
+def test_init_checkpoint_dir_continues_another_run(replay_run, tmp_path):
+  # batch_rl's --init_checkpoint_dir: when base_dir has no checkpoint, the
+  # other run's latest one (weights, training steps, logged history) is
+  # restored and training goes on from its next iteration.
+  first_dir = tmp_path / 'first'
+  with tf.Graph().as_default():
+    first = make_runner(
+      first_dir,
+      replay_run,
+      num_iterations=1,
+      training_steps=40,
+      evaluation_steps=20,
+    )
+    first.run_experiment()
+    saved = online_weights(first.agent)
+  gin.clear_config()
+  second_dir = tmp_path / 'second'
+  with tf.Graph().as_default():
+    second = make_runner(
+      second_dir,
+      replay_run,
+      init_checkpoint_dir=str(first_dir),
+      num_iterations=2,
+      training_steps=40,
+      evaluation_steps=20,
+    )
+    assert second.start_iteration == 1
+    assert second.agent.training_steps == 40
+    restored = online_weights(second.agent)
+    for name, value in saved.items():
+      np.testing.assert_array_equal(restored[name], value, err_msg=name)
+    second.run_experiment()
+  with open(second_dir / 'logs' / 'log_1', 'rb') as f:
+    logged = pickle.load(f)
+  assert set(logged) == {'iteration_0', 'iteration_1'}
+  assert not (second_dir / 'checkpoints' / 'ckpt.0').exists()
+  assert (second_dir / 'checkpoints' / 'ckpt.1').exists()
+  # Once base_dir has its own checkpoint, that one is resumed instead.
+  gin.clear_config()
+  with tf.Graph().as_default():
+    third = make_runner(
+      second_dir,
+      replay_run,
+      init_checkpoint_dir=str(tmp_path / 'nowhere'),
+      num_iterations=3,
+      training_steps=40,
+    )
+    assert third.start_iteration == 2
+  gin.clear_config()
+  with tf.Graph().as_default():
+    with pytest.raises(ValueError, match='no Dopamine checkpoint'):
+      make_runner(
+        tmp_path / 'fourth', replay_run, init_checkpoint_dir=str(tmp_path)
+      )
+
+
+def test_runner_takes_dopamine_runner_bindings(replay_run, tmp_path):
+  # As in batch_rl (and Dopamine's labs configs): Runner.* bindings apply
+  # to FixedReplayRunner; FixedReplayRunner.* bindings win.
+  gin.parse_config(
+    [
+      'Runner.num_iterations = 3',
+      'Runner.training_steps = 7',
+      'Runner.evaluation_steps = 11',
+      'FixedReplayRunner.training_steps = 9',
+    ]
+  )
+  with tf.Graph().as_default():
+    runner = make_runner(tmp_path / 'run', replay_run)
+  assert runner._num_iterations == 3
+  assert runner._training_steps == 9
+  assert runner._evaluation_steps == 11
+  assert runner._max_steps_per_episode == 200  # Given explicitly.
+
+
+class OwnDQNAgent(dqn_agent.DQNAgent):
+  """A plain Dopamine DQN agent with batch_rl's offline contract."""
+
+  def __init__(self, sess, num_actions, replay_data_dir, **kwargs):
+    self._replay_data_dir = replay_data_dir
+    super().__init__(sess, num_actions, **kwargs)
+
+  def _build_replay_buffer(self, use_staging):
+    return WrappedFixedReplayBuffer(
+      data_dir=self._replay_data_dir,
+      observation_shape=self.observation_shape,
+      stack_size=self.stack_size,
+      update_horizon=self.update_horizon,
+      gamma=self.gamma,
+      observation_dtype=self.observation_dtype.as_numpy_dtype,
+      num_buffers_to_load=1,  # Any FixedReplayBuffer argument.
+      replay_capacity=CAPACITY,
+    )
+
+
+def _own_runner(base_dir, replay_run, min_replay_history):
+  gin.parse_config(AGENT_BINDINGS)
+
+  def create_agent(sess, environment, summary_writer=None):
+    return OwnDQNAgent(
+      sess,
+      environment.action_space.n,
+      str(replay_run / 'replay_logs'),
+      min_replay_history=min_replay_history,
+      summary_writer=summary_writer,
+    )
+
+  return run_experiment.FixedReplayRunner(
+    str(base_dir),
+    create_agent,
+    create_environment_fn=lambda: gym_lib.create_gym_environment('CartPole'),
+    num_iterations=1,
+    training_steps=20,
+    evaluation_steps=10,
+    max_steps_per_episode=50,
+  )
+
+
+def test_own_dopamine_agent_trains_and_warm_up_is_flagged(
+  replay_run, tmp_path, caplog
+):
+  with tf.Graph().as_default():
+    runner = _own_runner(tmp_path / 'warm_up', replay_run, 20_000)
+    assert runner.agent._replay.memory.loaded_suffixes in ([0], [1])
+    assert 'will not train' in caplog.text
+    assert 'min_replay_history=20000 but its replay holds 500 rows' in (
+      caplog.text
+    )
+  caplog.clear()
+  gin.clear_config()
+  with tf.Graph().as_default():
+    runner = _own_runner(tmp_path / 'trains', replay_run, 0)
+    assert 'will not train' not in caplog.text
+    before = online_weights(runner.agent)
+    runner.run_experiment()  # Through the agent's own _train_step.
+    after = online_weights(runner.agent)
+  assert runner.agent.training_steps == 20
+  assert any(not np.array_equal(before[k], after[k]) for k in before)
+  assert (tmp_path / 'trains' / 'checkpoints' / 'ckpt.0').exists()

@@ -1,6 +1,13 @@
-"""Offline agents, by the names `fixed-replay train --agent_name` takes."""
+"""Offline agents, by the names `fixed-replay train --agent_name` takes.
+
+Besides the names in AGENTS, `--agent_name` takes `package.module:Class`, any
+Dopamine agent class with batch_rl's contract (see README, "Your own
+agent"): TF agents are built as `Class(sess, num_actions=...,
+replay_data_dir=..., summary_writer=...)`, JAX agents without `sess`.
+"""
 
 import importlib
+import inspect
 
 # agent_name -> (module, class). Modules are imported on demand so that TF
 # agents never import JAX and the other way round.
@@ -11,11 +18,16 @@ AGENTS = {
     'FixedReplayMultiHeadDQNAgent',
   ),
   'rem': ('fixed_replay.agents.tf.rem_agent', 'FixedReplayREMAgent'),
+  'multi_network_dqn': (
+    'fixed_replay.agents.tf.multi_network_dqn_agent',
+    'FixedReplayMultiNetworkDQNAgent',
+  ),
   'quantile': (
     'fixed_replay.agents.tf.quantile_agent',
     'FixedReplayQuantileAgent',
   ),
-  'c51': ('fixed_replay.agents.tf.c51_agent', 'FixedReplayC51Agent'),
+  # batch_rl's name of the C51 agent, a FixedReplayC51Agent.
+  'c51': ('fixed_replay.agents.tf.c51_agent', 'FixedReplayRainbowAgent'),
   'jax_dqn': ('fixed_replay.agents.jax.dqn_agent', 'FixedReplayJaxDQNAgent'),
   'jax_quantile': (
     'fixed_replay.agents.jax.quantile_agent',
@@ -29,15 +41,47 @@ AGENTS = {
   ),
 }
 
+# Modules whose agents are JAX agents (built without a TF session).
+_JAX_MODULES = ('dopamine.jax.', 'fixed_replay.agents.jax.')
+
 
 def agent_class(agent_name):
-  """Returns the agent class registered under agent_name."""
-  if agent_name not in AGENTS:
+  """Returns the agent class registered under agent_name.
+
+  Args:
+    agent_name: str, a key of AGENTS or 'package.module:Class'.
+
+  Raises:
+    ValueError: for an unknown name, or a path that names no class.
+  """
+  if ':' in agent_name:
+    module_name, _, class_name = agent_name.partition(':')
+  elif agent_name in AGENTS:
+    module_name, class_name = AGENTS[agent_name]
+  else:
     raise ValueError(
-      f'Unknown agent_name {agent_name!r}; choose one of ' f'{sorted(AGENTS)}'
+      f'Unknown agent_name {agent_name!r}; choose one of {sorted(AGENTS)} '
+      "or give your own agent class as 'package.module:Class'"
     )
-  module_name, class_name = AGENTS[agent_name]
-  return getattr(importlib.import_module(module_name), class_name)
+  cls = getattr(importlib.import_module(module_name), class_name, None)
+  if not inspect.isclass(cls):
+    raise ValueError(
+      f'agent_name={agent_name!r}: {module_name} has no class {class_name!r}'
+    )
+  return cls
+
+
+def is_jax_agent(cls):
+  """Whether cls is a JAX agent (built without a TF session)."""
+  return any(c.__module__.startswith(_JAX_MODULES) for c in cls.__mro__)
+
+
+def _accepts(cls, name):
+  """Whether cls's constructor takes an argument called name."""
+  parameters = inspect.signature(cls.__init__).parameters
+  return name in parameters or any(
+    p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()
+  )
 
 
 def create_agent(
@@ -52,25 +96,43 @@ def create_agent(
   """Creates an offline agent for an environment.
 
   Args:
-    sess: tf.compat.v1.Session (None for JAX agents).
+    sess: tf.compat.v1.Session or None (TF agents make their own; JAX agents
+      take none).
     environment: a Dopamine environment (gives the number of actions).
-    agent_name: str, a key of AGENTS.
+    agent_name: str, a key of AGENTS or 'package.module:Class'.
     replay_data_dir: str, directory of replay checkpoints.
-    replay_suffix: int or None, train on one checkpoint only.
-    init_checkpoint_dir: str or None, warm-start from this run's weights.
-    summary_writer: a TF summary writer or None.
+    replay_suffix: int or None, train on one checkpoint only (None leaves it
+      to the gin bindings).
+    init_checkpoint_dir: str or None, a run to continue from.
+    summary_writer: a TF summary writer, a directory, or None.
 
   Returns:
     The agent.
+
+  Raises:
+    ValueError: if the agent cannot take replay_suffix or
+      init_checkpoint_dir and one is given.
   """
   cls = agent_class(agent_name)
   kwargs = dict(
     num_actions=environment.action_space.n,
     replay_data_dir=replay_data_dir,
-    replay_suffix=replay_suffix,
-    init_checkpoint_dir=init_checkpoint_dir,
     summary_writer=summary_writer,
   )
-  if agent_name.startswith('jax_'):
+  # Passed only when given, so that gin bindings of the agent's own
+  # replay_suffix (batch_rl's) take effect otherwise.
+  for name, value in (
+    ('replay_suffix', replay_suffix),
+    ('init_checkpoint_dir', init_checkpoint_dir),
+  ):
+    if value is None:
+      continue
+    if not _accepts(cls, name):
+      raise ValueError(f'{cls.__name__} takes no {name} argument')
+    kwargs[name] = value
+  if is_jax_agent(cls):
     return cls(**kwargs)
+  from fixed_replay.agents.tf import runtime
+
+  runtime.use_graph_mode()
   return cls(sess, **kwargs)

@@ -11,7 +11,8 @@ import sys
 from absl import app
 
 SUBCOMMANDS = {
-  'demo': 'Generates a small Atari dataset and inspects it (the main job).',
+  'demo': 'The main job: writes small Atari and CartPole datasets, checks '
+  'them, trains offline agents on both and plots their evaluations.',
   'generate': 'Writes a dataset in the DQN Replay Dataset layout by playing '
   'a real game.',
   'inspect': 'Summarises (and with --verify checks) the checkpoints of a '

@@ -12,7 +12,8 @@ events go to --base_dir. Same flags as batch_rl's
 
 --replay_dir may be a run directory (its replay_logs/ is used) or the folder
 of checkpoints itself. Rerunning with the same --base_dir resumes from the
-last completed iteration.
+last completed iteration. --agent_name also takes your own agent class as
+`package.module:Class` (see the README, "Your own agent").
 """
 
 from absl import app
@@ -32,7 +33,10 @@ _REPLAY_DIR = flags.DEFINE_string(
   'checkpoints itself (local or gs://).',
 )
 _AGENT_NAME = flags.DEFINE_string(
-  'agent_name', 'dqn', 'Name of the agent (see fixed_replay.agents.AGENTS).'
+  'agent_name',
+  'dqn',
+  'Name of the agent (see fixed_replay.agents.AGENTS), or your own agent '
+  "class as 'package.module:Class'.",
 )
 _GIN_FILES = flags.DEFINE_multi_string(
   'gin_files', [], 'Gin configuration files (e.g. configs/dqn.gin).'
@@ -46,8 +50,9 @@ _GIN_BINDINGS = flags.DEFINE_multi_string(
 _INIT_CHECKPOINT_DIR = flags.DEFINE_string(
   'init_checkpoint_dir',
   None,
-  'A run directory (or its checkpoints/) whose latest weights initialise the '
-  'agent before training starts.',
+  "Another run's base_dir (or its checkpoints/): when --base_dir has no "
+  'checkpoint yet, training continues from its latest one (weights, training '
+  'steps, logged history), from the next iteration, as in batch_rl.',
 )
 
 REQUIRED_FLAGS = ('base_dir', 'replay_dir')

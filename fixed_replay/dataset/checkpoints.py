@@ -219,7 +219,7 @@ class CheckpointWindow:
 
   @property
   def num_rows(self):
-    return len(self.store['observation'])
+    return len(self.store['terminal'])
 
   @property
   def cursor(self):
@@ -316,6 +316,41 @@ def read_checkpoint(
     name: npy_stream.read_rows(files.store_paths[name], start, count)
     for name in sorted(wanted)
   }
+  return _window(files, start, num_file_rows, store)
+
+
+def read_terminal_window(files, start=0, count=None):
+  """Reads only the terminal flags and bookkeeping of rows [start, +count).
+
+  What deciding which rows and episodes to use needs (1 byte per row),
+  without decompressing the frames.
+
+  Args:
+    files: CheckpointFiles.
+    start: int, first file row.
+    count: int or None, number of rows (None: to the end of the file).
+
+  Returns:
+    CheckpointWindow whose store holds 'terminal' only.
+
+  Raises:
+    CheckpointError: naming the file, on damage or a window outside it.
+  """
+  path = files.store_paths['terminal']
+  header = read_store_headers(files)['terminal']
+  count = header.num_rows - start if count is None else count
+  if start < 0 or count < 0 or start + count > header.num_rows:
+    raise CheckpointError(
+      path,
+      f'rows [{start}, {start + count}) asked, but checkpoint '
+      f'{files.suffix} has {header.num_rows} rows',
+    )
+  store = {'terminal': npy_stream.read_rows(path, start, count)}
+  return _window(files, start, header.num_rows, store)
+
+
+def _window(files, start, num_file_rows, store):
+  """A CheckpointWindow of `store` with the checkpoint's bookkeeping."""
   add_count = npy_stream.read_rows(files.add_count_path)
   if add_count.shape or add_count.dtype.kind not in 'iu':
     raise CheckpointError(

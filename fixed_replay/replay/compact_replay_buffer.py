@@ -30,6 +30,7 @@ import gin
 import numpy as np
 
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import subsample as subsample_lib
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay import fixed_replay_buffer
 from fixed_replay.replay import memory_budget as memory
@@ -267,6 +268,8 @@ class CompactReplayBuffer:
     prefetch_batches=4,
     seed=None,
     verify=True,
+    subsample=None,
+    subsample_fraction=None,
   ):
     """Opens the store and builds the table of valid transitions.
 
@@ -311,6 +314,10 @@ class CompactReplayBuffer:
       seed: int or None.
       verify: bool, check the store's small files against their CRC-32 on
         opening (frame blocks are checked whenever they are decoded).
+      subsample: None or 'first_rows', 'random_episodes', 'first_episodes':
+        which "x% of the data" of each checkpoint to use, as in
+        FixedReplayBuffer (see fixed_replay/dataset/subsample.py).
+      subsample_fraction: float in (0, 1], the x (0.01 for 1%).
 
     Raises:
       CheckpointError: if the store is missing, damaged or does not match
@@ -321,6 +328,10 @@ class CompactReplayBuffer:
     del max_sample_attempts  # Only valid rows are ever drawn.
     if reward_shape != () and update_horizon > 1:
       raise ValueError('n-step returns need scalar rewards (reward_shape=())')
+    subsample_lib.check_arguments(subsample, subsample_fraction)
+    self._subsample = subsample
+    self._subsample_fraction = subsample_fraction
+    self._seed = seed
     if num_buffers_to_load is not None:
       logging.info(
         'num_buffers_to_load=%s ignored: CompactReplayBuffer samples every '
@@ -414,6 +425,12 @@ class CompactReplayBuffer:
           f'{stored.num_rows} rows of checkpoint {stored.suffix}'
         )
       count = memory.window_rows(stored.num_rows, start, capacity)
+      if self._subsample == 'first_rows':
+        count = subsample_lib.first_rows_count(
+          count,
+          self._subsample_fraction,
+          f'checkpoint {stored.suffix} of {self._data_dir}',
+        )
       self._windows.append((start, count))
     block_rows = {s.frames.block_rows for s in self._stored}
     if len(block_rows) != 1:
@@ -512,6 +529,14 @@ class CompactReplayBuffer:
         self._gamma,
         valid_rows=table,
       )
+      if self._subsample in subsample_lib.EPISODE_METHODS:
+        shard.valid_rows = subsample_lib.keep_rows(
+          shard.valid_rows,
+          shard.window,
+          self._subsample,
+          self._subsample_fraction,
+          subsample_lib.episode_rng(self._seed, stored.suffix),
+        )
       shard.valid_rows = shard.valid_rows.astype(np.int32, copy=False)
       if not shard.num_valid:
         logging.warning(

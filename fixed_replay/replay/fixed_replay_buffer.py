@@ -12,11 +12,16 @@ three differences a researcher can rely on:
 * The next set of checkpoints loads in a background thread while training
   samples from the current one; by default every minibatch mixes all loaded
   checkpoints uniformly over their valid transitions.
+
+`subsample` and `subsample_fraction` choose among the published meanings of
+"x% of the data" (see fixed_replay/dataset/subsample.py).
 """
 
 import concurrent.futures
 import os
+import sys
 import time
+import types
 
 from absl import logging
 import gin
@@ -24,6 +29,7 @@ import numpy as np
 
 from fixed_replay import progress
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import subsample as subsample_lib
 from fixed_replay.replay import memory_budget as memory
 from fixed_replay.replay import shard as shard_lib
 
@@ -126,6 +132,8 @@ class FixedReplayBuffer:
     prefetch=True,
     memory_budget=None,
     seed=None,
+    subsample=None,
+    subsample_fraction=None,
   ):
     """Finds the checkpoints and loads the first set.
 
@@ -155,14 +163,21 @@ class FixedReplayBuffer:
         checkpoint suffixes to use (as in Dopamine's JaxFixedReplayBuffer).
       replay_file_end_index: int or None, end (exclusive) of that slice.
       replay_transitions_start_index: int, first file row of each window.
-      num_buffers_to_load: int, checkpoints held at a time.
+      num_buffers_to_load: int, checkpoints held at a time; more than the
+        directory holds uses all of them (with one warning).
       mix_checkpoints: bool, True samples uniformly over the valid
         transitions of all loaded checkpoints; False draws each minibatch
         from one checkpoint chosen at random, as batch_rl does.
       prefetch: bool, load the next set of checkpoints in the background.
       memory_budget: int or None, bytes the loaded data may take; None uses
         the memory available when the buffer is created.
-      seed: int or None, seeds sampling and the choice of checkpoints.
+      seed: int or None, seeds sampling and the choice of checkpoints (and
+        of the episodes 'random_episodes' keeps; 0 when None).
+      subsample: None (every row of each window) or how to take "x% of the
+        data" from each checkpoint's window: 'first_rows' (the CQL code),
+        'random_episodes' (the REM paper) or 'first_episodes' (Dopamine's
+        TFDS loader); see fixed_replay/dataset/subsample.py.
+      subsample_fraction: float in (0, 1], the x (0.01 for 1%).
 
     Raises:
       CheckpointError: if the directory holds no usable checkpoint.
@@ -172,6 +187,21 @@ class FixedReplayBuffer:
     del max_sample_attempts  # Only valid rows are ever drawn.
     if reward_shape != () and update_horizon > 1:
       raise ValueError('n-step returns need scalar rewards (reward_shape=())')
+    subsample_lib.check_arguments(subsample, subsample_fraction)
+    # Dopamine's JaxFixedReplayBuffer (dopamine/labs/offline_rl) subclasses
+    # batch_rl's buffer, i.e. this one, and keeps these two as attributes set
+    # before calling us instead of passing them on.
+    replay_transitions_start_index = getattr(
+      self, '_replay_transitions_start_index', replay_transitions_start_index
+    )
+    num_buffers_to_load = getattr(
+      self, '_num_buffers_to_load', num_buffers_to_load
+    )
+    self._subsample = subsample
+    self._subsample_fraction = subsample_fraction
+    self._seed = seed
+    self._plans = {}
+    self._warned_buffers = False
     self._data_dir = str(data_dir)
     self._observation_shape = tuple(observation_shape)
     self._stack_size = stack_size
@@ -202,12 +232,7 @@ class FixedReplayBuffer:
     )
     if replay_suffix is not None:
       num_buffers_to_load = 1
-    if num_buffers_to_load > len(self._files):
-      raise ValueError(
-        f'num_buffers_to_load={num_buffers_to_load} but {self._data_dir} '
-        f'has only {len(self._files)} usable checkpoints '
-        f'{sorted(self._files)}'
-      )
+    num_buffers_to_load = self._available(num_buffers_to_load)
     self._num_buffers_to_load = num_buffers_to_load
     self._shard_bytes = {}
     self._headers = {}
@@ -242,6 +267,22 @@ class FixedReplayBuffer:
       found, replay_suffix, file_start, file_end, self._data_dir
     )
 
+  def _available(self, num_buffers):
+    """num_buffers, or all the checkpoints when fewer exist (warns once)."""
+    if num_buffers <= len(self._files):
+      return num_buffers
+    if not self._warned_buffers:
+      self._warned_buffers = True
+      logging.warning(
+        'num_buffers_to_load=%d but %s has %d usable checkpoint(s) %s: '
+        'using all of them.',
+        num_buffers,
+        self._data_dir,
+        len(self._files),
+        sorted(self._files),
+      )
+    return len(self._files)
+
   def _draw_suffixes(self, num_buffers):
     """Draws num_buffers distinct checkpoint suffixes at random."""
     chosen = self._rng.choice(sorted(self._files), num_buffers, replace=False)
@@ -257,9 +298,20 @@ class FixedReplayBuffer:
 
   def _window_of(self, suffix):
     """Returns (start, count) of the rows to load from a checkpoint."""
+    return self._plan(suffix)[:2]
+
+  def _plan(self, suffix):
+    """(start, count, kept rows or None) of a checkpoint, decided once.
+
+    The window is replay_capacity rows from replay_transitions_start_index,
+    cut to its first rows by subsample='first_rows'; the episode methods
+    read the window's terminal flags (not its frames), choose the kept
+    episodes and shrink the window to the rows they need.
+    """
+    if suffix in self._plans:
+      return self._plans[suffix]
     files = self._files[suffix]
-    headers = self._headers_of(suffix)
-    num_file_rows = headers['observation'].num_rows
+    num_file_rows = self._headers_of(suffix)['observation'].num_rows
     if self._start >= num_file_rows:
       raise ValueError(
         f'replay_transitions_start_index={self._start} is beyond the '
@@ -279,7 +331,24 @@ class FixedReplayBuffer:
         self._start + count,
       )
       self._warned_capacity = True
-    return self._start, count
+    plan = (self._start, count, None)
+    if self._subsample == 'first_rows':
+      where = f'checkpoint {suffix} of {self._data_dir}'
+      count = subsample_lib.first_rows_count(
+        count, self._subsample_fraction, where
+      )
+      plan = (self._start, count, None)
+    elif self._subsample in subsample_lib.EPISODE_METHODS:
+      plan = subsample_lib.plan_window(
+        checkpoints.read_terminal_window(files, self._start, count),
+        self._stack_size,
+        self._update_horizon,
+        self._subsample,
+        self._subsample_fraction,
+        subsample_lib.episode_rng(self._seed, suffix),
+      )
+    self._plans[suffix] = plan
+    return plan
 
   def _set_bytes(self, suffixes):
     """Bytes needed to hold the given checkpoints' windows."""
@@ -294,7 +363,7 @@ class FixedReplayBuffer:
 
   def _load_shard(self, suffix):
     """Reads one checkpoint window and wraps it as a ReplayShard."""
-    start, count = self._window_of(suffix)
+    start, count, kept = self._plan(suffix)
     began = time.perf_counter()
     window = checkpoints.read_checkpoint(
       self._files[suffix],
@@ -307,6 +376,8 @@ class FixedReplayBuffer:
     shard = shard_lib.ReplayShard(
       window, self._stack_size, self._update_horizon, self._gamma
     )
+    if kept is not None:  # Only the rows of the episodes kept.
+      shard.valid_rows = np.intersect1d(shard.valid_rows, kept)
     seconds = time.perf_counter() - began
     logging.info(
       'Loaded checkpoint %d rows [%d, %d): %d valid transitions, %s in '
@@ -419,12 +490,9 @@ class FixedReplayBuffer:
     """
     if self._replay_suffix is not None:
       return
+    if num_buffers is not None:
+      num_buffers = self._available(num_buffers)
     if num_buffers is not None and num_buffers != self._num_buffers_to_load:
-      if num_buffers > len(self._files):
-        raise ValueError(
-          f'num_buffers={num_buffers} but only '
-          f'{len(self._files)} checkpoints exist'
-        )
       self._num_buffers_to_load = num_buffers
       self._cancel_pending()
     began = time.perf_counter()
@@ -485,6 +553,18 @@ class FixedReplayBuffer:
   def loaded_suffixes(self):
     """Suffixes of the checkpoints currently sampled from."""
     return self._active.suffixes
+
+  @property
+  def _replay_buffers(self):
+    """batch_rl's list of loaded buffers, for code written against it.
+
+    Dopamine's JaxFixedReplayBuffer reads `_replay_buffers[0]._replay_capacity`;
+    each entry says the configured capacity and the checkpoint's suffix.
+    """
+    return [
+      types.SimpleNamespace(_replay_capacity=self._replay_capacity, suffix=s)
+      for s in self._active.suffixes
+    ]
 
   @property
   def add_count(self):
@@ -637,18 +717,42 @@ class FixedReplayBuffer:
     del checkpoint_dir, suffix
 
 
+# Dopamine's labs/offline_rl buffer, built on this one (via batch_rl's path).
+_LABS_MODULE = 'dopamine.labs.offline_rl.fixed_replay'
+
+
+def _labs_buffer_class():
+  """Dopamine's JaxFixedReplayBuffer when a config has bound it, else None.
+
+  Every gin file of Dopamine's labs/offline_rl imports its fixed_replay
+  module and binds `JaxFixedReplayBuffer.replay_capacity` (a required
+  argument there).
+  """
+  labs = sys.modules.get(_LABS_MODULE)
+  if labs is None:
+    return None
+  try:
+    gin.query_parameter('JaxFixedReplayBuffer.replay_capacity')
+  except ValueError:
+    return None
+  return labs.JaxFixedReplayBuffer
+
+
 @gin.configurable
-def replay_buffer_class(memory_class=FixedReplayBuffer):
+def replay_buffer_class(memory_class=None):
   """The buffer every offline agent, TF or JAX, trains from.
 
   Bind `replay_buffer_class.memory_class = @CompactReplayBuffer` (after
   `import fixed_replay.replay.compact_replay_buffer`) to train on a compact
-  store.
+  store. Unbound, it is FixedReplayBuffer, or Dopamine's
+  `JaxFixedReplayBuffer` (itself a FixedReplayBuffer) when a config of
+  Dopamine's labs/offline_rl binds that, so its bindings take effect.
 
   Args:
-    memory_class: a class taking FixedReplayBuffer's constructor arguments.
+    memory_class: a class taking FixedReplayBuffer's constructor arguments
+      by name, or None.
 
   Returns:
-    memory_class.
+    the buffer class.
   """
-  return memory_class
+  return memory_class or _labs_buffer_class() or FixedReplayBuffer

@@ -1,10 +1,18 @@
-"""In-graph sampling from a FixedReplayBuffer for Dopamine's TF agents."""
+"""In-graph sampling from a FixedReplayBuffer for Dopamine's TF agents.
+
+This module also holds `FixedReplayBuffer`, as batch_rl's
+`fixed_replay_buffer` module held both (its old path is an alias of this
+one).
+"""
 
 from dopamine.tf.replay_memory import circular_replay_buffer
 import gin
 import numpy as np
 
+from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import replay_buffer_class
+
+__all__ = ['FixedReplayBuffer', 'WrappedFixedReplayBuffer']
 
 
 @gin.configurable(
@@ -21,9 +29,9 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
   def __init__(
     self,
     data_dir,
-    replay_suffix,
-    observation_shape,
-    stack_size,
+    replay_suffix=None,
+    observation_shape=(84, 84),
+    stack_size=4,
     use_staging=False,
     replay_capacity=None,
     batch_size=None,
@@ -39,12 +47,17 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
     reward_shape=(),
     reward_dtype=np.float32,
     memory_class=None,
+    **memory_kwargs,
   ):
     """Creates (or wraps) a FixedReplayBuffer and its sampling ops.
 
+    batch_rl's arguments, in batch_rl's order; everything else is passed on
+    to the buffer.
+
     Args:
       data_dir: str, directory of replay checkpoints.
-      replay_suffix: int or None, a single checkpoint to use.
+      replay_suffix: int or None, a single checkpoint to use; None leaves it
+        to FixedReplayBuffer's own gin binding.
       observation_shape: tuple of ints.
       stack_size: int.
       use_staging: bool, ignored by Dopamine 4.x (kept for its signature).
@@ -65,15 +78,23 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       memory_class: the buffer class to create, e.g. CompactReplayBuffer over
         a compact store; None takes `replay_buffer_class()`, which gin binds
         for TF and JAX agents alike.
+      **memory_kwargs: any other argument of the buffer class
+        (num_buffers_to_load, replay_file_start_index, subsample, seed, ...),
+        bindable here as `WrappedFixedReplayBuffer.<name>`.
     """
-    # Only what the agent decides is passed on explicitly: everything else
-    # (replay_capacity, num_buffers_to_load, ...) stays bindable in gin as
-    # `FixedReplayBuffer.<name>`, where batch_rl's configs bind it.
-    chosen = dict(replay_capacity=replay_capacity, batch_size=batch_size)
+    # Only what is decided here is passed on explicitly: everything else
+    # (replay_suffix, replay_capacity, num_buffers_to_load, ...) stays
+    # bindable in gin as `FixedReplayBuffer.<name>`, where our configs bind
+    # it.
+    chosen = dict(
+      replay_suffix=replay_suffix,
+      replay_capacity=replay_capacity,
+      batch_size=batch_size,
+    )
+    chosen = {k: v for k, v in chosen.items() if v is not None}
     memory_class = memory_class or replay_buffer_class()
     memory = wrapped_memory or memory_class(
       data_dir,
-      replay_suffix,
       observation_shape=observation_shape,
       stack_size=stack_size,
       update_horizon=update_horizon,
@@ -85,7 +106,8 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       action_dtype=action_dtype,
       reward_shape=reward_shape,
       reward_dtype=reward_dtype,
-      **{k: v for k, v in chosen.items() if v is not None},
+      **chosen,
+      **memory_kwargs,
     )
     super().__init__(
       observation_shape,

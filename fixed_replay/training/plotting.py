@@ -118,45 +118,81 @@ def _labels(run_dirs):
   ]
 
 
-def load_curves(run_dirs):
-  """Returns one Curve (label, iterations, returns) per run directory."""
+def load_curves(run_dirs, labels=None):
+  """Returns one Curve (label, iterations, returns) per run directory.
+
+  Args:
+    run_dirs: list of run base directories.
+    labels: optional list of labels (default: the directory names).
+  """
+  labels = labels or _labels(run_dirs)
   return [
     Curve(label, *load_eval_returns(run_dir))
-    for label, run_dir in zip(_labels(run_dirs), run_dirs, strict=True)
+    for label, run_dir in zip(labels, run_dirs, strict=True)
   ]
 
 
-def make_figure(curves, title=None):
+def make_figure(curves, title=None, panels=False, references=None):
   """Returns a matplotlib Figure with one line per curve.
 
   Uses the object-oriented API (no pyplot), so it needs no display and
   leaves no global state behind.
+
+  Args:
+    curves: list of Curve.
+    title: str or None.
+    panels: bool, one panel per curve, side by side, each with its own
+      return scale (for runs on different games); False draws every curve
+      in one panel.
+    references: optional list, per curve, of (label, return) drawn as a
+      dashed horizontal line (e.g. the dataset's own average), or None.
   """
   compat.require('matplotlib', purpose='fixed-replay plot')
   from matplotlib.figure import Figure
   from matplotlib.ticker import MaxNLocator
 
-  figure = Figure(figsize=(8, 5), dpi=100, layout='constrained')
-  axes = figure.add_subplot()
-  for curve in curves:
-    axes.plot(
-      curve.iterations,
-      curve.returns,
-      label=curve.label,
-      marker='o' if len(curve.iterations) <= 30 else None,
-      markersize=4,
-    )
-  axes.set_xlabel('Iteration')
-  axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-  axes.set_ylabel('Average evaluation return')
-  axes.grid(alpha=0.3)
-  axes.legend()
+  groups = [[c] for c in curves] if panels else [curves]
+  figure = Figure(
+    figsize=(5 * len(groups) if panels else 8, 5),
+    dpi=100,
+    layout='constrained',
+  )
+  references = references or [None] * len(curves)
+  lines = dict(zip([c.label for c in curves], references, strict=True))
+  for index, group in enumerate(groups):
+    axes = figure.add_subplot(1, len(groups), index + 1)
+    for curve in group:
+      drawn = axes.plot(
+        curve.iterations,
+        curve.returns,
+        label=curve.label,
+        marker='o' if len(curve.iterations) <= 30 else None,
+        markersize=4,
+      )[0]
+      if lines[curve.label] is not None:
+        label, value = lines[curve.label]
+        axes.axhline(
+          value, linestyle='--', color=drawn.get_color(), label=label
+        )
+    axes.set_xlabel('Iteration')
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_ylabel('Average evaluation return')
+    axes.grid(alpha=0.3)
+    axes.legend()
   if title:
-    axes.set_title(title)
+    figure.suptitle(title)
   return figure
 
 
-def plot_eval_returns(run_dirs, output, title=None, overwrite=False):
+def plot_eval_returns(
+  run_dirs,
+  output,
+  title=None,
+  overwrite=False,
+  panels=False,
+  labels=None,
+  references=None,
+):
   """Plots evaluation return per iteration of runs into a PNG file.
 
   Args:
@@ -164,6 +200,11 @@ def plot_eval_returns(run_dirs, output, title=None, overwrite=False):
     output: str, the PNG to write (local or gs://).
     title: str or None.
     overwrite: bool, replace output if it exists.
+    panels: bool, one panel per run (see make_figure).
+    labels: optional list of labels, one per run (default: directory
+      names).
+    references: optional list of (label, return) or None per run, drawn as
+      dashed lines (see make_figure).
 
   Returns:
     list of the Curves plotted.
@@ -178,9 +219,9 @@ def plot_eval_returns(run_dirs, output, title=None, overwrite=False):
       f'{output} exists; pass --overwrite to replace it or choose another '
       '--output'
     )
-  curves = load_curves(run_dirs)
+  curves = load_curves(run_dirs, labels)
   buffer = io.BytesIO()
-  make_figure(curves, title).savefig(buffer, format='png')
+  make_figure(curves, title, panels, references).savefig(buffer, format='png')
   with storage.open_write(output) as f:
     f.write(buffer.getvalue())
   logging.info('Wrote %s (%d runs)', output, len(curves))

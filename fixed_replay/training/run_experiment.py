@@ -6,16 +6,19 @@ agent train steps without touching the environment, then evaluates the agent
 in the game with Dopamine's own episode loop (Atari preprocessing, sticky
 actions). Logging, checkpointing and resuming are Dopamine's: `logs/log_N`
 pickles, `checkpoints/` bundles restored through `agent.unbundle`.
+
+The runner takes any Dopamine agent with batch_rl's contract: `_train_step()`
+(or `train_step()`) trains once from the fixed data, `reload_data()` (or
+`_replay.memory.reload_buffer()`, or `_replay.reload_data()`) swaps data, and
+an `_init_checkpoint_dir` attribute names a run to continue from.
 """
 
-import collections
 import functools
-import math
 import os
 import time
 
 from absl import logging
-from dopamine.discrete_domains import atari_lib
+from dopamine.discrete_domains import checkpointer
 
 # Registers Dopamine's classic-control environments and networks with gin,
 # so configs can name them without importing anything.
@@ -24,12 +27,28 @@ from dopamine.discrete_domains import iteration_statistics
 from dopamine.discrete_domains import run_experiment
 from dopamine.metrics import statistics_instance
 import gin
-import numpy as np
 import tensorflow as tf
 
 from fixed_replay import agents
 from fixed_replay import progress
 from fixed_replay.io import files as storage
+from fixed_replay.training import agent_checks
+from fixed_replay.training import reporting
+
+# Marks a runner argument left to Dopamine's Runner (its gin bindings, then
+# its defaults).
+_RUNNER_DEFAULT = object()
+_RUNNER_ARGUMENTS = (
+  'create_environment_fn',
+  'checkpoint_file_prefix',
+  'logging_file_prefix',
+  'log_every_n',
+  'num_iterations',
+  'training_steps',
+  'evaluation_steps',
+  'max_steps_per_episode',
+  'clip_rewards',
+)
 
 
 @gin.configurable
@@ -40,30 +59,35 @@ class FixedReplayRunner(run_experiment.Runner):
   `update_period` of them, as Dopamine's online agents do per environment
   step), so the published setting of 250,000 training steps is 62,500
   updates per iteration.
+
+  As in batch_rl, an argument not bound as `FixedReplayRunner.<name>` takes
+  a `Runner.<name>` binding, then Dopamine's default (Atari, 200 iterations
+  x 250,000 training steps, 125,000 evaluation steps, 27,000 steps per
+  episode at most, clipped rewards).
   """
 
   def __init__(
     self,
     base_dir,
     create_agent_fn,
-    create_environment_fn=atari_lib.create_atari_environment,
-    checkpoint_file_prefix='ckpt',
-    logging_file_prefix='log',
-    log_every_n=1,
-    num_iterations=200,
-    training_steps=250_000,
-    evaluation_steps=125_000,
-    max_steps_per_episode=27_000,
-    clip_rewards=True,
+    create_environment_fn=_RUNNER_DEFAULT,
+    checkpoint_file_prefix=_RUNNER_DEFAULT,
+    logging_file_prefix=_RUNNER_DEFAULT,
+    log_every_n=_RUNNER_DEFAULT,
+    num_iterations=_RUNNER_DEFAULT,
+    training_steps=_RUNNER_DEFAULT,
+    evaluation_steps=_RUNNER_DEFAULT,
+    max_steps_per_episode=_RUNNER_DEFAULT,
+    clip_rewards=_RUNNER_DEFAULT,
   ):
     """Creates the environment and agent, and resumes from a checkpoint.
 
     Args:
       base_dir: str, directory for checkpoints/, logs/ and TensorBoard events.
       create_agent_fn: callable (sess, environment, summary_writer=...) ->
-        an offline agent (with `train_step` and `reload_data`).
+        an offline agent (see the module docstring for its contract).
       create_environment_fn: callable returning a Dopamine environment, e.g.
-        atari_lib.create_atari_environment or
+        atari_lib.create_atari_environment (the default) or
         gym_lib.create_gym_environment.
       checkpoint_file_prefix: str, prefix of the checkpoint files.
       logging_file_prefix: str, prefix of the log files.
@@ -76,26 +100,39 @@ class FixedReplayRunner(run_experiment.Runner):
       max_steps_per_episode: int or None, cap on an evaluation episode.
       clip_rewards: bool, clip the rewards the agent sees to [-1, 1].
     """
-    self._loss_tap = _LossTap()
+    self._loss_tap = reporting.LossTap()
     self._iteration = 0
     self._eval_bar = None
+    given = {
+      name: value
+      for name, value in zip(
+        _RUNNER_ARGUMENTS,
+        (
+          create_environment_fn,
+          checkpoint_file_prefix,
+          logging_file_prefix,
+          log_every_n,
+          num_iterations,
+          training_steps,
+          evaluation_steps,
+          max_steps_per_episode,
+          clip_rewards,
+        ),
+        strict=True,
+      )
+      if value is not _RUNNER_DEFAULT
+    }
     super().__init__(
       base_dir,
-      create_agent_fn,
-      create_environment_fn=create_environment_fn,
-      checkpoint_file_prefix=checkpoint_file_prefix,
-      logging_file_prefix=logging_file_prefix,
-      log_every_n=log_every_n,
-      num_iterations=num_iterations,
-      training_steps=training_steps,
-      evaluation_steps=evaluation_steps,
-      max_steps_per_episode=max_steps_per_episode,
-      clip_rewards=clip_rewards,
+      _graph_mode_hint(create_agent_fn),
       use_legacy_logger=True,
       # Progress goes to tqdm bars and one log line per iteration instead.
       fine_grained_print_to_console=False,
+      **given,
     )
     self._tap_agent_losses()
+    agent_checks.log_method(self._agent)
+    agent_checks.warn_if_no_training(self._agent)
 
   # ------------------------------------------------------------ iterations
 
@@ -116,7 +153,7 @@ class FixedReplayRunner(run_experiment.Runner):
     # it was built; later ones take the set prefetched meanwhile.
     if iteration != self._start_iteration:
       began = time.perf_counter()
-      self._agent.reload_data()
+      agent_checks.reload_data(self._agent)
       reload_seconds = time.perf_counter() - began
     wait_seconds = self._replay_wait_seconds(reset=True)
     train_seconds = self._run_train_phase(statistics)
@@ -170,7 +207,7 @@ class FixedReplayRunner(run_experiment.Runner):
       float, seconds spent in the train steps (sampling and updates).
     """
     self._agent.eval_mode = False
-    train_step = self._agent.train_step
+    train_step = agent_checks.train_step_of(self._agent)
     began = time.perf_counter()
     with progress.bar(
       self._training_steps,
@@ -243,13 +280,58 @@ class FixedReplayRunner(run_experiment.Runner):
         self._collector_dispatcher.flush()
       durations.append(time.perf_counter() - began)
       remaining = self._num_iterations - 1 - iteration
-      _log_iteration(
+      reporting.log_iteration(
         iteration, self._num_iterations, statistics, durations, remaining
       )
     if self._summary_writer is not None:
       self._summary_writer.flush()
     if self._has_collector_dispatcher:
       self._collector_dispatcher.close()
+
+  # ------------------------------------------------- continuing another run
+
+  def _initialize_checkpointer_and_maybe_resume(self, checkpoint_file_prefix):
+    """Resumes base_dir's own run, or continues the agent's init run.
+
+    As batch_rl's runner: when base_dir holds no checkpoint yet and the
+    agent has an `_init_checkpoint_dir`, the latest checkpoint there is
+    restored through the agent's `unbundle` (weights, training steps, for
+    JAX agents the optimizer state) with the logged history, and the run
+    goes on from the next iteration, writing to base_dir. The directory may
+    be the other run's base_dir or its checkpoints/ folder.
+
+    Raises:
+      ValueError: if the init directory holds no complete checkpoint.
+    """
+    super()._initialize_checkpointer_and_maybe_resume(checkpoint_file_prefix)
+    init_dir = getattr(self._agent, '_init_checkpoint_dir', None)
+    if not init_dir or self._start_iteration != 0:
+      return
+    if checkpointer.get_latest_checkpoint_number(self._checkpoint_dir) >= 0:
+      return  # base_dir has its own run (it was unbundled above).
+    try:
+      directory, number = _latest_checkpoint(init_dir)
+      data = checkpointer.Checkpointer(
+        directory, checkpoint_file_prefix
+      ).load_checkpoint(number)
+      if not self._agent.unbundle(directory, number, data):
+        raise ValueError(
+          f'init_checkpoint_dir={init_dir}: {type(self._agent).__name__} '
+          f'could not restore checkpoint {number} of {directory}'
+        )
+    except BaseException:
+      if callable(getattr(self._agent, 'close', None)):
+        self._agent.close()  # Stops its background threads.
+      raise
+    if data is not None:
+      self._logger.data = data['logs']
+      self._start_iteration = data['current_iteration'] + 1
+    logging.info(
+      'Continuing from checkpoint %d of %s: starting at iteration %d',
+      number,
+      directory,
+      self._start_iteration,
+    )
 
   # -------------------------------------------------------------- summaries
 
@@ -297,11 +379,11 @@ class FixedReplayRunner(run_experiment.Runner):
       # TF agents write merged summaries (their loss among them) through
       # `self.summary_writer.add_summary` every summary_writing_frequency
       # steps.
-      agent.summary_writer = _TappedFileWriter(writer, self._loss_tap)
+      agent.summary_writer = reporting.TappedFileWriter(writer, self._loss_tap)
     if callable(getattr(agent, 'set_collector_dispatcher', None)):
       # JAX agents report their loss to the collector dispatcher.
       agent.set_collector_dispatcher(
-        _TappedDispatcher(self._collector_dispatcher, self._loss_tap)
+        reporting.TappedDispatcher(self._collector_dispatcher, self._loss_tap)
       )
 
   @property
@@ -320,101 +402,42 @@ class FixedReplayRunner(run_experiment.Runner):
     return self._start_iteration
 
 
-class _LossTap:
-  """Collects the loss values an agent reports during an iteration."""
+def _latest_checkpoint(init_dir):
+  """(checkpoint folder, latest complete checkpoint number) of a run.
 
-  def __init__(self):
-    self._values = collections.defaultdict(list)
-
-  def record(self, tag, value):
-    if 'loss' in tag.lower():
-      self._values[tag.rsplit('/', 1)[-1]].append(float(value))
-
-  def pop_means(self):
-    """Returns {loss name: mean} since the last call and starts afresh."""
-    means = {name: float(np.mean(v)) for name, v in self._values.items()}
-    self._values.clear()
-    return means
-
-
-class _TappedFileWriter:
-  """A tf.compat.v1 FileWriter that also shows summaries to a _LossTap."""
-
-  def __init__(self, writer, tap):
-    self._writer = writer
-    self._tap = tap
-
-  def add_summary(self, summary, global_step=None):
-    proto = summary
-    if isinstance(summary, bytes):
-      proto = tf.compat.v1.Summary.FromString(summary)
-    for value in proto.value:
-      if value.WhichOneof('value') == 'simple_value':
-        self._tap.record(value.tag, value.simple_value)
-    self._writer.add_summary(summary, global_step)
-
-  def __getattr__(self, name):
-    if name.startswith('__'):
-      raise AttributeError(name)
-    return getattr(self._writer, name)
-
-
-class _TappedDispatcher:
-  """A Dopamine CollectorDispatcher that also shows losses to a _LossTap."""
-
-  def __init__(self, dispatcher, tap):
-    self._dispatcher = dispatcher
-    self._tap = tap
-
-  def write(self, statistics, *args, **kwargs):
-    for statistic in statistics:
-      self._tap.record(statistic.name, statistic.value)
-    self._dispatcher.write(statistics, *args, **kwargs)
-
-  def __getattr__(self, name):
-    if name.startswith('__'):
-      raise AttributeError(name)
-    return getattr(self._dispatcher, name)
-
-
-def _log_iteration(iteration, num_iterations, statistics, durations, left):
-  """Logs one line: speed, evaluation return and time left."""
-
-  def first(key, default=math.nan):
-    return statistics.get(key, [default])[0]
-
-  losses = ', '.join(
-    f'{key[len("train_average_") :]} {values[0]:.4g}'
-    for key, values in statistics.items()
-    if key.startswith('train_average_') and 'loss' in key.lower()
-  )
-  logging.info(
-    'Iteration %d (%d/%d) done in %.1f s: %.1f train steps/s (waited %.2f s '
-    'for data), eval return %.2f over %d episodes%s; ETA %s',
-    iteration,
-    iteration + 1,
-    num_iterations,
-    durations[-1],
-    first('train_average_steps_per_second'),
-    first('reload_seconds', 0.0),
-    first('eval_average_return'),
-    len(statistics.get('eval_episode_returns', [])),
-    f', {losses}' if losses else '',
-    format_duration(np.mean(durations) * left),
+  Raises:
+    ValueError: if neither init_dir nor init_dir/checkpoints holds one.
+  """
+  for directory in (os.path.join(init_dir, 'checkpoints'), init_dir):
+    if not tf.io.gfile.isdir(directory):
+      continue
+    number = checkpointer.get_latest_checkpoint_number(directory)
+    if number >= 0:
+      return directory, number
+  raise ValueError(
+    f'init_checkpoint_dir={init_dir}: no Dopamine checkpoint (ckpt.N with '
+    'its sentinel file) there or in its checkpoints/ folder'
   )
 
 
-def format_duration(seconds):
-  """Formats seconds as e.g. '2d 03h 04m', '3h 04m 05s' or '4m 05s'."""
-  seconds = int(round(seconds))
-  days, seconds = divmod(seconds, 86_400)
-  hours, seconds = divmod(seconds, 3_600)
-  minutes, seconds = divmod(seconds, 60)
-  if days:
-    return f'{days}d {hours:02d}h {minutes:02d}m'
-  if hours:
-    return f'{hours}h {minutes:02d}m {seconds:02d}s'
-  return f'{minutes}m {seconds:02d}s'
+def _graph_mode_hint(create_agent_fn):
+  """Wraps create_agent_fn so that a TF agent built eagerly says what to do."""
+
+  @functools.wraps(create_agent_fn)
+  def create(*args, **kwargs):
+    try:
+      return create_agent_fn(*args, **kwargs)
+    except RuntimeError as error:
+      if 'EagerTensor' not in str(error):
+        raise
+      raise RuntimeError(
+        f'{error}\nA Dopamine TF agent needs TF1 graph mode: call '
+        "fixed_replay.agents.tf.runtime.use_graph_mode() (Dopamine's "
+        'train.py calls tf.compat.v1.disable_v2_behavior()) before creating '
+        'it; fixed-replay train does this for TF agents.'
+      ) from error
+
+  return create
 
 
 def resolve_replay_dir(replay_dir):
@@ -477,7 +500,7 @@ def create_runner(
   agents.agent_class(agent_name)
   run_experiment.load_gin_configs(list(gin_files), list(gin_bindings))
   replay_data_dir = resolve_replay_dir(replay_dir)
-  logging.info('Training %s on %s', agent_name, replay_data_dir)
+  logging.info('Agent %s on %s', agent_name, replay_data_dir)
   create_agent_fn = functools.partial(
     agents.create_agent,
     agent_name=agent_name,

@@ -174,6 +174,8 @@ class FixedReplayJaxCQLAgent(jax_dqn_agent.FixedReplayJaxDQNAgent):
   `CQLLoss`, the penalty before weighting by alpha.
   """
 
+  method = 'CQL(H) on DQN'
+
   def __init__(self, num_actions, replay_data_dir, cql_alpha=1.0, **kwargs):
     """Creates the agent.
 
@@ -223,6 +225,8 @@ class FixedReplayJaxQuantileCQLAgent(
   Reports `Loss` (the total), `QuantileLoss` and `CQLLoss`, the penalty
   before weighting by alpha.
   """
+
+  method = 'CQL(H) on QR-DQN'
 
   def __init__(self, num_actions, replay_data_dir, cql_alpha=1.0, **kwargs):
     """Creates the agent.

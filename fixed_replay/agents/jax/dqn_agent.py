@@ -16,6 +16,8 @@ class FixedReplayJaxDQNAgent(
   Nature DQN; `loss_type='mse'` gives Dopamine JAX's default).
   """
 
+  method = 'DQN'
+
   def __init__(
     self,
     num_actions,
@@ -32,7 +34,8 @@ class FixedReplayJaxDQNAgent(
       num_actions: int.
       replay_data_dir: str, directory of replay checkpoints.
       replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, warm-start parameters from here.
+      init_checkpoint_dir: str or None, a run to continue from (see
+        FixedReplayRunner).
       prefetch_batches: int, minibatches prepared ahead in the background (0:
         sample in the training step).
       loss_type: str, 'huber' or 'mse'.

@@ -13,10 +13,11 @@
 * the runner drives training through `train_step()` and swaps data with
   `reload_data()`; an update happens every `update_period` train steps, the
   target network is synced every `target_update_period`, as in Dopamine;
-* `init_checkpoint_dir` warm-starts the parameters (and optimizer state) from
-  another run's latest Dopamine checkpoint;
+* `init_checkpoint_dir` is kept for the runner, which continues from that
+  run's latest checkpoint as batch_rl's does;
 * checkpoints are Dopamine's bundles (parameters, target parameters,
-  optimizer state, training steps) plus the agent's JAX RNG key.
+  optimizer state, training steps) plus the agent's JAX RNG key; a bundle
+  whose parameters do not fit the agent's networks is refused by name.
 
 Subclasses implement `_update()`: one gradient step on `self.replay_elements`
 returning {loss name: scalar}.
@@ -29,11 +30,8 @@ cannot express.
 """
 
 import collections
-import os
 import time
 
-from absl import logging
-from dopamine.discrete_domains import checkpointer
 from dopamine.jax.agents.dqn import dqn_agent
 from dopamine.metrics import statistics_instance
 import gin
@@ -88,6 +86,9 @@ def _to_device(batch):
 class JaxOfflineAgent:
   """Mixin for Dopamine JAX agents that learn only from a fixed dataset."""
 
+  # The method trained, named in the run log; subclasses refine it.
+  method = 'DQN'
+
   def _init_offline(
     self, replay_data_dir, replay_suffix, init_checkpoint_dir, prefetch_batches
   ):
@@ -95,9 +96,11 @@ class JaxOfflineAgent:
 
     Args:
       replay_data_dir: str, directory of replay checkpoints.
-      replay_suffix: int or None, a single checkpoint to train on.
+      replay_suffix: int or None, a single checkpoint to train on (None
+        leaves the choice to the buffer's gin bindings).
       init_checkpoint_dir: str or None, a run directory (or its
-        `checkpoints/` folder) whose latest parameters initialise the agent.
+        `checkpoints/` folder) the runner continues from when its own
+        base_dir has no checkpoint yet.
       prefetch_batches: int, minibatches prepared ahead in a background
         thread; 0 samples in the training step itself.
 
@@ -121,9 +124,6 @@ class JaxOfflineAgent:
     """Call after the Dopamine agent's __init__."""
     # All the data exists from the start: a warm-up threshold means nothing.
     self.min_replay_history = 0
-    # Before the thread starts, so that a refused checkpoint leaves none.
-    if self._init_checkpoint_dir:
-      self._warm_start(self._init_checkpoint_dir)
     if self._prefetch_batches:
       self._prefetcher = prefetch.BatchPrefetcher(
         self._sample_batch,
@@ -139,11 +139,17 @@ class JaxOfflineAgent:
 
     Shapes, n-step settings and dtypes are the agent's; everything else
     (replay_capacity, batch_size, num_buffers_to_load, ...) is bound in gin
-    as `FixedReplayBuffer.<name>`.
+    as `FixedReplayBuffer.<name>`. Arguments go by name, so a class with
+    Dopamine's `JaxFixedReplayBuffer` argument order works too.
     """
+    # replay_suffix is passed only when chosen here, so that a gin binding
+    # of FixedReplayBuffer.replay_suffix takes effect otherwise.
+    chosen = {}
+    if self._replay_suffix is not None:
+      chosen['replay_suffix'] = self._replay_suffix
     return replay_buffer_class()(
-      self._replay_data_dir,
-      self._replay_suffix,
+      data_dir=self._replay_data_dir,
+      **chosen,
       observation_shape=self.observation_shape,
       stack_size=self.stack_size,
       update_horizon=self.update_horizon,
@@ -314,7 +320,13 @@ class JaxOfflineAgent:
     return bundle
 
   def unbundle(self, checkpoint_dir, iteration_number, bundle_dictionary):
-    """Restores Dopamine's bundle and the RNG key (if saved)."""
+    """Restores Dopamine's bundle and the RNG key (if saved).
+
+    Raises:
+      ValueError: if the bundle's parameters do not fit this agent.
+    """
+    if bundle_dictionary:
+      self._check_fits(bundle_dictionary, checkpoint_dir, iteration_number)
     restored = super().unbundle(
       checkpoint_dir, iteration_number, bundle_dictionary
     )
@@ -322,57 +334,20 @@ class JaxOfflineAgent:
       self._rng = bundle_dictionary['rng']
     return restored
 
-  def _warm_start(self, directory):
-    """Restores parameters and optimizer state from another run.
-
-    Args:
-      directory: str, a run directory or its checkpoints/ folder.
-
-    Raises:
-      ValueError: if no Dopamine checkpoint is found, or its parameters do not
-        fit this agent's networks.
-    """
-    for candidate in (os.path.join(directory, 'checkpoints'), directory):
-      if not tf.io.gfile.isdir(candidate):
-        continue
-      number = checkpointer.get_latest_checkpoint_number(candidate)
-      if number < 0:
-        continue
-      path = os.path.join(candidate, f'ckpt.{number}')
-      bundle = checkpointer.Checkpointer(candidate).load_checkpoint(number)
-      self._restore_parameters(bundle, path)
-      logging.info('Warm-started %s from %s', type(self).__name__, path)
-      return
-    raise ValueError(
-      f'init_checkpoint_dir={directory}: no Dopamine checkpoint (ckpt.N with '
-      f'its sentinel file) found there or in its checkpoints/ folder'
-    )
-
-  def _restore_parameters(self, bundle, path):
+  def _check_fits(self, bundle, checkpoint_dir, iteration_number):
+    """Raises ValueError unless the bundle's parameters fit the networks."""
+    where = f'{checkpoint_dir} (checkpoint {iteration_number})'
     if not isinstance(bundle, dict) or 'online_params' not in bundle:
-      raise ValueError(
-        f'{path}: not a JAX agent checkpoint (no online_params in it)'
-      )
+      raise ValueError(f'{where}: not a JAX agent checkpoint')
     for key, current in (
       ('online_params', self.online_params),
       ('target_params', self.target_network_params),
     ):
-      if _signature(bundle[key]) != _signature(current):
+      if key in bundle and _signature(bundle[key]) != _signature(current):
         raise ValueError(
-          f'{path}: its {key} do not fit this agent ({type(self).__name__}, '
+          f'{where}: its {key} do not fit this agent ({type(self).__name__}, '
           f'{self.num_actions} actions): parameter names or shapes differ'
         )
-    self.online_params = bundle['online_params']
-    self.target_network_params = bundle['target_params']
-    optimizer_state = bundle.get('optimizer_state')
-    fresh = self.optimizer.init(self.online_params)
-    if optimizer_state is not None and _signature(
-      optimizer_state
-    ) == _signature(fresh):
-      self.optimizer_state = optimizer_state
-    else:
-      logging.info('%s: optimizer state not reused (another optimizer)', path)
-      self.optimizer_state = fresh
 
 
 def _signature(tree):

@@ -18,6 +18,8 @@ class FixedReplayJaxQuantileAgent(
   Sampling is uniform: the dataset has no priorities.
   """
 
+  method = 'QR-DQN'
+
   def __init__(
     self,
     num_actions,
@@ -34,7 +36,8 @@ class FixedReplayJaxQuantileAgent(
       num_actions: int.
       replay_data_dir: str, directory of replay checkpoints.
       replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, warm-start parameters from here.
+      init_checkpoint_dir: str or None, a run to continue from (see
+        FixedReplayRunner).
       prefetch_batches: int, minibatches prepared ahead in the background (0:
         sample in the training step).
       replay_scheme: str, must be 'uniform'.

@@ -86,6 +86,8 @@ class FixedReplayJaxREMAgent(
   `mixing_weights` holds the convex combination of the last update.
   """
 
+  method = 'REM'
+
   def __init__(
     self,
     num_actions,
@@ -103,7 +105,8 @@ class FixedReplayJaxREMAgent(
       num_actions: int.
       replay_data_dir: str, directory of replay checkpoints.
       replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, warm-start parameters from here.
+      init_checkpoint_dir: str or None, a run to continue from (see
+        FixedReplayRunner).
       prefetch_batches: int, minibatches prepared ahead in the background (0:
         sample in the training step).
       num_heads: int, K, the number of Q-heads.

@@ -4,6 +4,10 @@ As published for the DQN Replay Dataset: 51 atoms on [-10, 10], 1-step
 targets, the categorical projection and cross-entropy loss of Dopamine's
 RainbowAgent, sampled uniformly from the fixed data (the dataset has no
 priorities, so prioritized replay is refused), Adam lr 2.5e-4, eps 3.125e-4.
+
+`FixedReplayRainbowAgent` is the same agent under batch_rl's name: `--agent_name
+c51` builds it, so bindings of either name apply (batch_rl's c51.gin binds
+`FixedReplayRainbowAgent.*`, ours `FixedReplayC51Agent.*`).
 """
 
 from dopamine.tf.agents.rainbow import rainbow_agent
@@ -11,6 +15,7 @@ import gin
 import tensorflow as tf
 
 from fixed_replay.agents.tf import offline
+from fixed_replay.agents.tf import quantile_agent
 
 ADAM_LEARNING_RATE = 0.00025
 ADAM_EPSILON = 0.0003125
@@ -19,6 +24,8 @@ ADAM_EPSILON = 0.0003125
 @gin.configurable
 class FixedReplayC51Agent(offline.OfflineAgent, rainbow_agent.RainbowAgent):
   """C51 trained only from logged replay checkpoints."""
+
+  method = 'C51'
 
   def __init__(
     self,
@@ -38,7 +45,8 @@ class FixedReplayC51Agent(offline.OfflineAgent, rainbow_agent.RainbowAgent):
       num_actions: int.
       replay_data_dir: str, directory of replay checkpoints.
       replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, warm-start weights from here.
+      init_checkpoint_dir: str or None, a run to continue from (see
+        FixedReplayRunner).
       replay_scheme: str, must be 'uniform'.
       optimizer: tf.compat.v1.train.Optimizer; None gives Adam with the
         published learning rate 2.5e-4 and epsilon 3.125e-4.
@@ -47,13 +55,11 @@ class FixedReplayC51Agent(offline.OfflineAgent, rainbow_agent.RainbowAgent):
     Raises:
       ValueError: if replay_scheme is not 'uniform'.
     """
-    if replay_scheme != 'uniform':
-      raise ValueError(
-        f'replay_scheme={replay_scheme!r}: offline C51 samples the fixed '
-        "dataset uniformly; only 'uniform' is supported"
-      )
+    quantile_agent.check_uniform(replay_scheme, 'C51')
     self.loss = None  # Scalar minibatch loss, set by _build_train_op.
-    self._init_offline(replay_data_dir, replay_suffix, init_checkpoint_dir)
+    kwargs = self._init_offline(
+      replay_data_dir, replay_suffix, init_checkpoint_dir, kwargs
+    )
     optimizer = optimizer or tf.compat.v1.train.AdamOptimizer(
       learning_rate=ADAM_LEARNING_RATE, epsilon=ADAM_EPSILON
     )
@@ -72,3 +78,16 @@ class FixedReplayC51Agent(offline.OfflineAgent, rainbow_agent.RainbowAgent):
     train_op, loss = super()._build_train_op()
     self.loss = tf.reduce_mean(loss)
     return train_op, loss
+
+
+@gin.configurable
+class FixedReplayRainbowAgent(FixedReplayC51Agent):
+  """batch_rl's name for FixedReplayC51Agent (what `--agent_name c51` builds).
+
+  Arguments and behaviour are FixedReplayC51Agent's; gin bindings of
+  `FixedReplayRainbowAgent.*` and of `FixedReplayC51Agent.*` both apply (the
+  former win where both are set).
+  """
+
+  def __init__(self, *args, **kwargs):
+    super().__init__(*args, **kwargs)

@@ -10,6 +10,8 @@ from fixed_replay.agents.tf import offline
 class FixedReplayDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
   """Dopamine's DQN trained only from logged replay checkpoints."""
 
+  method = 'DQN'
+
   def __init__(
     self,
     sess,
@@ -26,9 +28,12 @@ class FixedReplayDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
       num_actions: int.
       replay_data_dir: str, directory of replay checkpoints.
       replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, warm-start weights from here.
+      init_checkpoint_dir: str or None, a run to continue from (see
+        FixedReplayRunner).
       **kwargs: Dopamine DQNAgent arguments.
     """
-    self._init_offline(replay_data_dir, replay_suffix, init_checkpoint_dir)
+    kwargs = self._init_offline(
+      replay_data_dir, replay_suffix, init_checkpoint_dir, kwargs
+    )
     dqn_agent.DQNAgent.__init__(self, sess, num_actions, **kwargs)
     self._finish_offline_init()

@@ -1,9 +1,18 @@
-"""Offline Ensemble-DQN: K Q-heads on one torso, each with its own TD target.
+"""Offline Ensemble-DQN and REM: K Q-heads on one torso.
 
 Agarwal et al. (2020), "An Optimistic Perspective on Offline Reinforcement
-Learning": head k regresses on r + gamma^n max_a Q_target_k(s', a) (1 -
-terminal) with a Huber loss; the loss is the mean over heads and over the
-minibatch. The agent acts greedily on the mean of the heads.
+Learning". batch_rl trains both with one agent and `transform_strategy`:
+
+* 'IDENTITY' (Ensemble-DQN): head k regresses on
+  r + gamma^n max_a Q_target_k(s', a) (1 - terminal) with a Huber loss; the
+  loss is the mean over heads and over the minibatch.
+* 'STOCHASTIC' (REM): every training step draws a K x M matrix whose M
+  columns are U(0, 1)^K draws normalised to sum to 1; the online and the
+  target heads are both mixed by that same matrix, giving M convex
+  combinations sum_k alpha_k Q_k that take the heads' place in the loss
+  above. M = `num_convex_combinations` is 1 in the REM paper.
+
+Either way the agent acts greedily on the mean of the heads.
 """
 
 from dopamine.tf.agents.dqn import dqn_agent
@@ -17,6 +26,7 @@ from fixed_replay.agents.tf import offline
 # Dataset.
 ADAM_LEARNING_RATE = 0.00005
 ADAM_EPSILON = 0.0003125
+TRANSFORM_STRATEGIES = ('IDENTITY', 'STOCHASTIC')
 
 
 def default_adam():
@@ -41,9 +51,27 @@ def chosen_action_values(values, actions, num_actions):
   return tf.reduce_sum(values * one_hot, axis=1)
 
 
+def random_convex_weights(num_heads, num_combinations=1):
+  """Returns a [num_heads, num_combinations] tensor of convex weights.
+
+  Each column holds U(0, 1) draws normalised to sum to 1. The draw is an
+  op: every `sess.run` that needs it draws once, and every tensor computed
+  from it in that run sees the same weights.
+  """
+  weights = tf.random.uniform(
+    [num_heads, num_combinations], minval=0.0, maxval=1.0
+  )
+  return weights / tf.reduce_sum(weights, axis=0, keepdims=True)
+
+
+def mix_heads(q_heads, weights):
+  """[batch, num_actions, K] x [K, M] -> [batch, num_actions, M]."""
+  return tf.tensordot(q_heads, weights, axes=[[2], [0]])
+
+
 @gin.configurable
 class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
-  """Ensemble-DQN trained only from logged replay checkpoints."""
+  """Ensemble-DQN or REM trained only from logged replay checkpoints."""
 
   def __init__(
     self,
@@ -53,6 +81,8 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
     replay_suffix=None,
     init_checkpoint_dir=None,
     num_heads=200,
+    transform_strategy='IDENTITY',
+    num_convex_combinations=1,
     network=networks.AtariMultiHeadQNetwork,
     optimizer=None,
     **kwargs,
@@ -64,8 +94,13 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
       num_actions: int.
       replay_data_dir: str, directory of replay checkpoints.
       replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, warm-start weights from here.
+      init_checkpoint_dir: str or None, a run to continue from (see
+        FixedReplayRunner).
       num_heads: int, K, the number of Q-value heads.
+      transform_strategy: str, 'IDENTITY' (Ensemble-DQN) or 'STOCHASTIC'
+        (REM), batch_rl's argument.
+      num_convex_combinations: int, M, mixtures drawn per step with
+        'STOCHASTIC' (batch_rl's argument; the REM paper uses 1).
       network: Keras model class called as network(num_actions, num_heads,
         name=...) and returning `networks.MultiHeadNetworkType`.
       optimizer: tf.compat.v1.train.Optimizer; None gives Adam with the
@@ -73,13 +108,29 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
       **kwargs: Dopamine DQNAgent arguments.
 
     Raises:
-      ValueError: if num_heads < 1.
+      ValueError: on a non-positive num_heads or num_convex_combinations, or
+        an unknown transform_strategy.
     """
     if num_heads < 1:
       raise ValueError(f'num_heads must be positive, got {num_heads}')
+    if transform_strategy not in TRANSFORM_STRATEGIES:
+      raise ValueError(
+        f'transform_strategy={transform_strategy!r}: choose '
+        f"'IDENTITY' (Ensemble-DQN) or 'STOCHASTIC' (REM)"
+      )
+    if num_convex_combinations < 1:
+      raise ValueError(
+        'num_convex_combinations must be positive, got '
+        f'{num_convex_combinations}'
+      )
     self.num_heads = num_heads
+    self.transform_strategy = transform_strategy
+    self.num_convex_combinations = num_convex_combinations
     self.loss = None  # Scalar minibatch loss, set by _build_train_op.
-    self._init_offline(replay_data_dir, replay_suffix, init_checkpoint_dir)
+    self._mixing_weights = None
+    kwargs = self._init_offline(
+      replay_data_dir, replay_suffix, init_checkpoint_dir, kwargs
+    )
     dqn_agent.DQNAgent.__init__(
       self,
       sess,
@@ -90,22 +141,54 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
     )
     self._finish_offline_init()
 
+  @property
+  def method(self):
+    """'REM' or 'Ensemble-DQN', as transform_strategy says."""
+    return 'REM' if self.transform_strategy == 'STOCHASTIC' else 'Ensemble-DQN'
+
+  @property
+  def mixing_weights(self):
+    """REM's mixture of the current step: [K] tensor ([K, M] when M > 1).
+
+    Fetch it in the same `sess.run` as the train op to see the weights that
+    update used. None for Ensemble-DQN.
+    """
+    if self._mixing_weights is None or self.num_convex_combinations > 1:
+      return self._mixing_weights
+    return self._mixing_weights[:, 0]
+
   def _create_network(self, name):
     return self.network(self.num_actions, self.num_heads, name=name)
+
+  def _build_networks(self):
+    if self.transform_strategy == 'STOCHASTIC':
+      # Drawn before the Q-ops so online and target mixtures share it.
+      self._mixing_weights = random_convex_weights(
+        self.num_heads, self.num_convex_combinations
+      )
+    super()._build_networks()
+
+  def _transformed(self, q_heads):
+    """The heads the loss sees: as they are, or REM's mixtures of them."""
+    if self._mixing_weights is None:
+      return q_heads
+    return mix_heads(q_heads, self._mixing_weights)
 
   def _not_terminal(self):
     return 1.0 - tf.cast(self._replay.terminals, tf.float32)
 
   def _build_target_q_op(self):
-    """Returns the [batch, num_heads] TD targets, one per head."""
-    next_q_heads = self._replay_next_target_net_outputs.q_heads
-    next_max = tf.reduce_max(next_q_heads, axis=1)  # Over actions.
+    """Returns the [batch, K or M] TD targets, one per head or mixture."""
+    next_q = self._transformed(self._replay_next_target_net_outputs.q_heads)
+    next_max = tf.reduce_max(next_q, axis=1)  # Over actions.
     discount = self.cumulative_gamma * self._not_terminal()
     return self._replay.rewards[:, None] + discount[:, None] * next_max
 
   def _build_train_op(self):
     chosen_q = chosen_action_values(
-      self._replay_net_outputs.q_heads, self._replay.actions, self.num_actions
+      self._transformed(self._replay_net_outputs.q_heads),
+      self._replay.actions,
+      self.num_actions,
     )
     target = tf.stop_gradient(self._build_target_q_op())
     loss = tf.compat.v1.losses.huber_loss(

@@ -15,12 +15,13 @@ The Atari torso is the Nature DQN one, with the layer names of Dopamine's
 Dopamine's `gym_lib` networks, can rescale inputs to [-1, 1] from known
 bounds; the `Cartpole*` classes use Dopamine's CartPole bounds.
 
-Importing this module also makes the graph-mode settings the gin configs
-need configurable: `preferred_tf_device` (the configs bind `tf_device =
-@preferred_tf_device()`) and TF1's optimizers under batch_rl's names
-`tf.train.AdamOptimizer` and `tf.train.RMSPropOptimizer`
-(`gin.tf.external_configurables` cannot be imported with TensorFlow 2.18: it
-needs tf.estimator).
+A third family, multi-network Q-functions (batch_rl's multi_network_dqn),
+gives the same [batch, num_actions, num_networks] `q_heads` from
+num_networks separate networks instead of heads on one torso.
+
+Importing this module also imports `runtime`, which registers the gin names
+the configs use beside the networks (`preferred_tf_device`, TF1's
+`tf.train.*` optimizers).
 """
 
 import collections
@@ -30,40 +31,14 @@ from dopamine.discrete_domains import gym_lib
 import gin
 import tensorflow as tf
 
+from fixed_replay.agents.tf import runtime  # noqa: F401  (gin names)
+
 MultiHeadNetworkType = collections.namedtuple(
   'multi_head_dqn_network', ['q_heads', 'q_values']
 )
 QuantileNetworkType = collections.namedtuple(
   'qr_dqn_network', ['quantile_values', 'q_values']
 )
-
-
-def _register_optimizers():
-  """Registers TF1 optimizers as gin configurables, once per process."""
-  for optimizer in (
-    tf.compat.v1.train.AdamOptimizer,
-    tf.compat.v1.train.RMSPropOptimizer,
-  ):
-    try:
-      gin.external_configurable(optimizer, module='tf.train')
-    except ValueError:
-      pass  # Already registered (e.g. by gin.tf.external_configurables).
-
-
-_register_optimizers()
-
-
-@gin.configurable
-def preferred_tf_device():
-  """Returns '/gpu:0' if TensorFlow sees a GPU, else '/cpu:*'.
-
-  Dopamine's default ('/cpu:*') never uses a GPU, and a GPU device on a
-  machine without one works only through soft placement, with a flood of
-  placement warnings.
-  """
-  if tf.config.list_physical_devices('GPU'):
-    return '/gpu:0'
-  return '/cpu:*'
 
 
 class NatureTorso(tf.keras.layers.Layer):
@@ -168,6 +143,29 @@ class _QuantileNetwork(tf.keras.Model):
     return QuantileNetworkType(quantiles, tf.reduce_mean(quantiles, axis=-1))
 
 
+class _MultiNetworkQNetwork(tf.keras.Model):
+  """num_networks separate networks, each giving one Q-value per action."""
+
+  def __init__(self, make_torso, num_actions, num_networks, name=None):
+    super().__init__(name=name)
+    self.num_actions = num_actions
+    self.num_heads = num_networks
+    self.subnets = []
+    for i in range(num_networks):
+      subnet = tf.keras.Sequential(
+        [
+          make_torso(),
+          tf.keras.layers.Dense(num_actions, name='fully_connected'),
+        ],
+        name=f'subnet_{i}',
+      )
+      self.subnets.append(subnet)
+
+  def call(self, state):
+    q_heads = tf.stack([subnet(state) for subnet in self.subnets], axis=-1)
+    return MultiHeadNetworkType(q_heads, tf.reduce_mean(q_heads, axis=-1))
+
+
 @gin.configurable
 class AtariMultiHeadQNetwork(_MultiHeadQNetwork):
   """Nature DQN torso with num_heads Q-value heads (batch_rl's network)."""
@@ -182,6 +180,14 @@ class AtariQuantileNetwork(_QuantileNetwork):
 
   def __init__(self, num_actions, num_quantiles, name=None):
     super().__init__(NatureTorso(), num_actions, num_quantiles, name=name)
+
+
+@gin.configurable
+class AtariMultiNetworkQNetwork(_MultiNetworkQNetwork):
+  """num_networks Nature DQN networks (batch_rl's MulitNetworkQNetwork)."""
+
+  def __init__(self, num_actions, num_networks, name=None):
+    super().__init__(NatureTorso, num_actions, num_networks, name=name)
 
 
 @gin.configurable
@@ -283,3 +289,18 @@ class CartpoleQuantileNetwork(MLPQuantileNetwork):
       min_vals=gym_lib.CARTPOLE_MIN_VALS,
       max_vals=gym_lib.CARTPOLE_MAX_VALS,
     )
+
+
+@gin.configurable
+class CartpoleMultiNetworkQNetwork(_MultiNetworkQNetwork):
+  """num_networks MLPs with Dopamine's CartPole input bounds."""
+
+  def __init__(
+    self, num_actions, num_networks, name=None, hidden_units=(64, 64)
+  ):
+    def make_torso():
+      return MLPTorso(
+        hidden_units, gym_lib.CARTPOLE_MIN_VALS, gym_lib.CARTPOLE_MAX_VALS
+      )
+
+    super().__init__(make_torso, num_actions, num_networks, name=name)

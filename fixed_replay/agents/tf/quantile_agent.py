@@ -62,9 +62,20 @@ def quantile_huber_loss(target_quantiles, online_quantiles, kappa=1.0):
   return tf.reduce_sum(tf.reduce_mean(weights * huber, axis=2), axis=1)
 
 
+def check_uniform(replay_scheme, agent):
+  """Raises ValueError unless replay_scheme is 'uniform'."""
+  if replay_scheme != 'uniform':
+    raise ValueError(
+      f'replay_scheme={replay_scheme!r}: offline {agent} samples the fixed '
+      "dataset uniformly (it has no priorities); only 'uniform' is supported"
+    )
+
+
 @gin.configurable
 class FixedReplayQuantileAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
   """QR-DQN trained only from logged replay checkpoints."""
+
+  method = 'QR-DQN'
 
   def __init__(
     self,
@@ -77,6 +88,7 @@ class FixedReplayQuantileAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
     kappa=1.0,
     network=networks.AtariQuantileNetwork,
     optimizer=None,
+    replay_scheme='uniform',
     **kwargs,
   ):
     """Creates the agent.
@@ -86,18 +98,22 @@ class FixedReplayQuantileAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
       num_actions: int.
       replay_data_dir: str, directory of replay checkpoints.
       replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, warm-start weights from here.
+      init_checkpoint_dir: str or None, a run to continue from (see
+        FixedReplayRunner).
       num_atoms: int, N, quantiles per action (batch_rl's name).
       kappa: float >= 0, Huber threshold of the quantile loss.
       network: Keras model class called as network(num_actions, num_atoms,
         name=...) and returning `networks.QuantileNetworkType`.
       optimizer: tf.compat.v1.train.Optimizer; None gives Adam with the
         published learning rate 5e-5 and epsilon 3.125e-4.
+      replay_scheme: str, must be 'uniform' (batch_rl's argument).
       **kwargs: Dopamine DQNAgent arguments.
 
     Raises:
-      ValueError: if num_atoms < 1 or kappa < 0.
+      ValueError: if num_atoms < 1, kappa < 0 or replay_scheme is not
+        'uniform'.
     """
+    check_uniform(replay_scheme, 'QR-DQN')
     if num_atoms < 1:
       raise ValueError(f'num_atoms must be positive, got {num_atoms}')
     if kappa < 0:
@@ -105,7 +121,9 @@ class FixedReplayQuantileAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
     self.num_atoms = num_atoms
     self.kappa = float(kappa)
     self.loss = None  # Scalar minibatch loss, set by _build_train_op.
-    self._init_offline(replay_data_dir, replay_suffix, init_checkpoint_dir)
+    kwargs = self._init_offline(
+      replay_data_dir, replay_suffix, init_checkpoint_dir, kwargs
+    )
     dqn_agent.DQNAgent.__init__(
       self,
       sess,

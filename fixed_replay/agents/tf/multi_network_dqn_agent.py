@@ -1,0 +1,83 @@
+"""Offline Ensemble-DQN and REM over K separate networks.
+
+batch_rl's multi_network_dqn: the K Q-functions are K Nature networks with
+nothing shared, instead of K heads on one torso; `transform_strategy`
+chooses Ensemble-DQN ('IDENTITY') or REM ('STOCHASTIC') exactly as for the
+multi-head agent, whose losses this agent reuses. Acting uses the mean of
+the K networks.
+
+Differences from batch_rl, by design: the networks are built on the agent's
+`tf_device` (batch_rl spread them over '/gpu:{i // 4}'), and one optimizer
+updates them all (batch_rl deep-copied one per network; for Adam and
+RMSProp, whose state is per variable, the updates are the same).
+`use_deep_exploration` only changes how batch_rl's agent acts while
+collecting data online, so an offline agent accepts it and ignores it.
+"""
+
+from absl import logging
+import gin
+
+from fixed_replay.agents.tf import multi_head_dqn_agent
+from fixed_replay.agents.tf import networks
+
+
+@gin.configurable
+class FixedReplayMultiNetworkDQNAgent(
+  multi_head_dqn_agent.FixedReplayMultiHeadDQNAgent
+):
+  """Ensemble-DQN or REM over separate networks, from logged checkpoints."""
+
+  def __init__(
+    self,
+    sess,
+    num_actions,
+    replay_data_dir,
+    replay_suffix=None,
+    init_checkpoint_dir=None,
+    num_networks=4,
+    transform_strategy='IDENTITY',
+    network=networks.AtariMultiNetworkQNetwork,
+    use_deep_exploration=False,
+    **kwargs,
+  ):
+    """Creates the agent.
+
+    Args:
+      sess: tf.compat.v1.Session.
+      num_actions: int.
+      replay_data_dir: str, directory of replay checkpoints.
+      replay_suffix: int or None, train on this checkpoint only.
+      init_checkpoint_dir: str or None, a run to continue from (see
+        FixedReplayRunner).
+      num_networks: int, K, the number of separate Q-networks.
+      transform_strategy: str, 'IDENTITY' (Ensemble-DQN) or 'STOCHASTIC'
+        (REM).
+      network: Keras model class called as network(num_actions,
+        num_networks, name=...) and returning `networks.MultiHeadNetworkType`
+        (one "head" per network).
+      use_deep_exploration: bool, batch_rl's online-acting option; ignored
+        offline.
+      **kwargs: FixedReplayMultiHeadDQNAgent arguments
+        (num_convex_combinations, optimizer, ...) and Dopamine DQNAgent ones.
+    """
+    if use_deep_exploration:
+      logging.info(
+        'use_deep_exploration only affects acting while collecting data '
+        'online; the offline agent ignores it.'
+      )
+    self.num_networks = num_networks
+    super().__init__(
+      sess,
+      num_actions,
+      replay_data_dir,
+      replay_suffix=replay_suffix,
+      init_checkpoint_dir=init_checkpoint_dir,
+      num_heads=num_networks,
+      transform_strategy=transform_strategy,
+      network=network,
+      **kwargs,
+    )
+
+  @property
+  def method(self):
+    return f'{super().method} over {self.num_networks} separate networks'

@@ -1,0 +1,78 @@
+"""How the runner talks to an agent: ours, batch_rl's, Dopamine's or yours.
+
+batch_rl's runner calls the agent's `_train_step()` and reloads through
+`agent._replay.memory.reload_buffer(...)`; Dopamine's labs agents expose
+`train_step()` and `reload_data()`. The runner goes through these helpers,
+so any agent with either contract trains, and says what it trains.
+"""
+
+from absl import logging
+
+
+def method_of(agent):
+  """The method an agent trains, as the run log names it (e.g. 'REM')."""
+  return getattr(agent, 'method', None) or type(agent).__name__
+
+
+def log_method(agent):
+  """Logs the method trained, the agent class and its data."""
+  memory = replay_memory(agent)
+  logging.info(
+    'Training %s (%s) offline from %s',
+    method_of(agent),
+    type(agent).__name__,
+    getattr(memory, '_data_dir', getattr(agent, '_replay_data_dir', '?')),
+  )
+
+
+def replay_memory(agent):
+  """The agent's FixedReplayBuffer-like memory (TF agents wrap it)."""
+  replay = getattr(agent, '_replay', None)
+  return getattr(replay, 'memory', replay)
+
+
+def rows_loaded(agent):
+  """Rows the agent's memory holds, as Dopamine's `add_count`, or None."""
+  add_count = getattr(replay_memory(agent), 'add_count', None)
+  return None if add_count is None else int(add_count)
+
+
+def warn_if_no_training(agent):
+  """Warns when Dopamine's warm-up test would keep the agent from training.
+
+  Dopamine's agents update only once `add_count > min_replay_history`; a
+  fixed dataset never grows, so with fewer rows loaded than that an agent
+  of your own would silently never train.
+  """
+  threshold = getattr(agent, 'min_replay_history', None)
+  rows = rows_loaded(agent)
+  if threshold is None or rows is None or rows > threshold:
+    return
+  logging.warning(
+    '%s.min_replay_history=%d but its replay holds %d rows: Dopamine '
+    'agents train only once add_count exceeds min_replay_history, so this '
+    'one will not train. Set min_replay_history=0 for offline training.',
+    type(agent).__name__,
+    threshold,
+    rows,
+  )
+
+
+def train_step_of(agent):
+  """The agent's one-training-step callable (`train_step` or `_train_step`)."""
+  step = getattr(agent, 'train_step', None)
+  if callable(step):
+    return step
+  return agent._train_step  # noqa: SLF001  (batch_rl's contract)
+
+
+def reload_data(agent):
+  """Swaps in the agent's next set of checkpoints, whichever API it has."""
+  if callable(getattr(agent, 'reload_data', None)):
+    agent.reload_data()
+    return
+  memory = replay_memory(agent)
+  if callable(getattr(memory, 'reload_buffer', None)):
+    memory.reload_buffer()
+  elif callable(getattr(memory, 'reload_data', None)):
+    memory.reload_data()

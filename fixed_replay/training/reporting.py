@@ -1,0 +1,111 @@
+"""What the runner reports: per-iteration loss means and one log line.
+
+TF agents write their loss into merged summaries, JAX agents report it to
+Dopamine's collector dispatcher; the runner wraps both so that it sees the
+values too (a LossTap), averages them per iteration, and logs one line per
+iteration with its speed, evaluation return and the time left.
+"""
+
+import collections
+import math
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+
+class LossTap:
+  """Collects the loss values an agent reports during an iteration."""
+
+  def __init__(self):
+    self._values = collections.defaultdict(list)
+
+  def record(self, tag, value):
+    if 'loss' in tag.lower():
+      self._values[tag.rsplit('/', 1)[-1]].append(float(value))
+
+  def pop_means(self):
+    """Returns {loss name: mean} since the last call and starts afresh."""
+    means = {name: float(np.mean(v)) for name, v in self._values.items()}
+    self._values.clear()
+    return means
+
+
+class TappedFileWriter:
+  """A tf.compat.v1 FileWriter that also shows summaries to a LossTap."""
+
+  def __init__(self, writer, tap):
+    self._writer = writer
+    self._tap = tap
+
+  def add_summary(self, summary, global_step=None):
+    proto = summary
+    if isinstance(summary, bytes):
+      proto = tf.compat.v1.Summary.FromString(summary)
+    for value in proto.value:
+      if value.WhichOneof('value') == 'simple_value':
+        self._tap.record(value.tag, value.simple_value)
+    self._writer.add_summary(summary, global_step)
+
+  def __getattr__(self, name):
+    if name.startswith('__'):
+      raise AttributeError(name)
+    return getattr(self._writer, name)
+
+
+class TappedDispatcher:
+  """A Dopamine CollectorDispatcher that also shows losses to a LossTap."""
+
+  def __init__(self, dispatcher, tap):
+    self._dispatcher = dispatcher
+    self._tap = tap
+
+  def write(self, statistics, *args, **kwargs):
+    for statistic in statistics:
+      self._tap.record(statistic.name, statistic.value)
+    self._dispatcher.write(statistics, *args, **kwargs)
+
+  def __getattr__(self, name):
+    if name.startswith('__'):
+      raise AttributeError(name)
+    return getattr(self._dispatcher, name)
+
+
+def log_iteration(iteration, num_iterations, statistics, durations, left):
+  """Logs one line: speed, evaluation return and time left."""
+
+  def first(key, default=math.nan):
+    return statistics.get(key, [default])[0]
+
+  losses = ', '.join(
+    f'{key[len("train_average_") :]} {values[0]:.4g}'
+    for key, values in statistics.items()
+    if key.startswith('train_average_') and 'loss' in key.lower()
+  )
+  logging.info(
+    'Iteration %d (%d/%d) done in %.1f s: %.1f train steps/s (waited %.2f s '
+    'for data), eval return %.2f over %d episodes%s; ETA %s',
+    iteration,
+    iteration + 1,
+    num_iterations,
+    durations[-1],
+    first('train_average_steps_per_second'),
+    first('reload_seconds', 0.0),
+    first('eval_average_return'),
+    len(statistics.get('eval_episode_returns', [])),
+    f', {losses}' if losses else '',
+    format_duration(np.mean(durations) * left),
+  )
+
+
+def format_duration(seconds):
+  """Formats seconds as e.g. '2d 03h 04m', '3h 04m 05s' or '4m 05s'."""
+  seconds = int(round(seconds))
+  days, seconds = divmod(seconds, 86_400)
+  hours, seconds = divmod(seconds, 3_600)
+  minutes, seconds = divmod(seconds, 60)
+  if days:
+    return f'{days}d {hours:02d}h {minutes:02d}m'
+  if hours:
+    return f'{hours}h {minutes:02d}m {seconds:02d}s'
+  return f'{minutes}m {seconds:02d}s'

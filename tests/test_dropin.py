@@ -1,0 +1,496 @@
+"""Drop-in, in fresh processes, the way users run it.
+
+batch_rl's five gin files and Dopamine's labs/offline_rl jax_dqn.gin, byte
+for byte (tests/data/), every agent, the README's own-agent recipes, and
+batch_rl's --init_checkpoint_dir, each through `fixed-replay train`
+(`python -m fixed_replay.cli train`), `python -m fixed_replay.train` or the
+recipe's own script, with bindings that only make the run tiny. Every run
+trains, evaluates in the real game and checkpoints.
+
+Each run takes seconds but starts TensorFlow and JAX (about 10 s of CPU):
+the runs this session selected are started together, two at a time, and
+each test waits for its own.
+"""
+
+import concurrent.futures
+import os
+import pickle
+import re
+import subprocess
+import sys
+
+import pytest
+
+from fixed_replay.dataset import generate
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DATA = os.path.join(ROOT, 'tests', 'data')
+CONFIGS = os.path.join(ROOT, 'configs')
+CLI = ['-m', 'fixed_replay.cli', 'train']  # `fixed-replay train`
+TRAIN_MODULE = ['-m', 'fixed_replay.train']  # batch_rl's entry point
+GPU_FALLBACK = "tf_device='/gpu:0' but TensorFlow sees no GPU"
+
+ATARI_TINY = [
+  'FixedReplayRunner.num_iterations = 1',
+  'FixedReplayRunner.training_steps = 8',
+  'FixedReplayRunner.evaluation_steps = 20',
+  'FixedReplayRunner.max_steps_per_episode = 20',
+]
+CARTPOLE_TINY = [
+  'FixedReplayRunner.num_iterations = 1',
+  'FixedReplayRunner.training_steps = 20',
+  'FixedReplayRunner.evaluation_steps = 20',
+  'FixedReplayBuffer.batch_size = 32',
+]
+# The README's recipes on CartPole (Dopamine's own CartPole settings).
+OWN_TF_BINDINGS = [
+  'MyDQNAgent.observation_shape = %gym_lib.CARTPOLE_OBSERVATION_SHAPE',
+  'MyDQNAgent.observation_dtype = %gym_lib.CARTPOLE_OBSERVATION_DTYPE',
+  'MyDQNAgent.stack_size = %gym_lib.CARTPOLE_STACK_SIZE',
+  'MyDQNAgent.network = @gym_lib.CartpoleDQNNetwork',
+  'MyDQNAgent.min_replay_history = 0',
+  'MyDQNAgent.summary_writing_frequency = 4',
+  'FixedReplayRunner.create_environment_fn = @gym_lib.create_gym_environment',
+  "create_gym_environment.environment_name = 'CartPole'",
+  "create_gym_environment.version = 'v0'",
+  'FixedReplayRunner.max_steps_per_episode = 200',
+] + CARTPOLE_TINY
+OWN_JAX_GIN = """
+import dopamine.discrete_domains.gym_lib
+import dopamine.jax.networks
+import fixed_replay.replay.fixed_replay_buffer
+import fixed_replay.training.run_experiment
+MyJaxDQNAgent.observation_shape = %gym_lib.CARTPOLE_OBSERVATION_SHAPE
+MyJaxDQNAgent.observation_dtype = %jax_networks.CARTPOLE_OBSERVATION_DTYPE
+MyJaxDQNAgent.stack_size = %gym_lib.CARTPOLE_STACK_SIZE
+MyJaxDQNAgent.network = @jax.networks.ClassicControlDQNNetwork
+MyJaxDQNAgent.min_replay_history = 0
+MyJaxDQNAgent.update_period = 1
+MyJaxDQNAgent.summary_writing_frequency = 4
+jax.networks.ClassicControlDQNNetwork.min_vals = %jax_networks.CARTPOLE_MIN_VALS
+jax.networks.ClassicControlDQNNetwork.max_vals = %jax_networks.CARTPOLE_MAX_VALS
+FixedReplayRunner.create_environment_fn = @gym_lib.create_gym_environment
+create_gym_environment.environment_name = 'CartPole'
+create_gym_environment.version = 'v0'
+FixedReplayRunner.max_steps_per_episode = 200
+FixedReplayBuffer.batch_size = 32
+FixedReplayRunner.num_iterations = 1
+FixedReplayRunner.training_steps = 20
+FixedReplayRunner.evaluation_steps = 20
+"""
+
+# The method each agent's run log names.
+METHODS = {
+  'dqn': 'DQN',
+  'c51': 'C51',
+  'multi_head_dqn': 'Ensemble-DQN',
+  'quantile': 'QR-DQN',
+  'rem': 'REM',
+  'multi_network_dqn': 'REM over 4 separate networks',
+  'jax_dqn': 'DQN',
+  'jax_quantile': 'QR-DQN',
+  'jax_rem': 'REM',
+  'jax_cql': 'CQL(H) on DQN',
+  'jax_quantile_cql': 'CQL(H) on QR-DQN',
+}
+
+
+def _batch_rl(name):
+  return os.path.join(DATA, 'batch_rl_configs', f'{name}.gin')
+
+
+def _ours(agent):
+  return os.path.join(CONFIGS, 'cartpole', f'{agent}.gin')
+
+
+def _train(entry, base, data, agent, gin_file, bindings, *flags):
+  """One training command: (argv after python, base_dir)."""
+  argv = entry + [
+    f'--base_dir={base}',
+    f'--replay_dir={data}',
+    f'--agent_name={agent}',
+    f'--gin_files={gin_file}',
+  ]
+  argv += [f'--gin_bindings={b}' for b in bindings] + list(flags)
+  return argv, base
+
+
+def _jobs(tmp, pong, cartpole):
+  """{job name: [(argv, base_dir), ...]} run in order in one worker."""
+  labs = os.path.join(DATA, 'dopamine_offline_rl_configs', 'jax_dqn.gin')
+  jobs = {
+    # batch_rl's configs, agent names and both entry points. Each binds
+    # the 5 checkpoints of batch_rl's buffer; the data has 4.
+    'dqn': [
+      _train(
+        CLI,
+        f'{tmp}/dqn',
+        pong,
+        'dqn',
+        _batch_rl('dqn'),
+        ATARI_TINY + ['FixedReplayRunner.num_iterations = 2'],
+      )
+    ],
+    'c51': [
+      _train(
+        TRAIN_MODULE,
+        f'{tmp}/c51',
+        pong,
+        'c51',
+        _batch_rl('c51'),
+        ATARI_TINY + ['WrappedFixedReplayBuffer.replay_suffix = 1'],
+      )
+    ],
+    'multi_head_dqn': [
+      _train(
+        CLI,
+        f'{tmp}/multi_head_dqn',
+        pong,
+        'multi_head_dqn',
+        _batch_rl('multi_head_dqn'),
+        ATARI_TINY + ['FixedReplayMultiHeadDQNAgent.replay_suffix = 3'],
+      )
+    ],
+    'quantile': [
+      _train(
+        TRAIN_MODULE,
+        f'{tmp}/quantile',
+        pong,
+        'quantile',
+        _batch_rl('quantile'),
+        ATARI_TINY + ['FixedReplayBuffer.replay_suffix = 7'],
+      )
+    ],
+    'batch_rl_rem': [
+      _train(
+        CLI,
+        f'{tmp}/batch_rl_rem',
+        pong,
+        'multi_head_dqn',
+        _batch_rl('rem'),
+        ATARI_TINY,
+      )
+    ],
+    # Dopamine's labs config: its Runner.* and JaxFixedReplayBuffer.*.
+    'jax_dqn': [
+      _train(
+        CLI,
+        f'{tmp}/jax_dqn',
+        pong,
+        'jax_dqn',
+        labs,
+        [
+          'Runner.num_iterations = 1',
+          'Runner.training_steps = 10',
+          'Runner.evaluation_steps = 20',
+          'Runner.max_steps_per_episode = 20',
+          'JaxFixedReplayBuffer.replay_capacity = 900',
+          'JaxFixedReplayBuffer.batch_size = 8',
+        ],
+      )
+    ],
+    # Then batch_rl's --init_checkpoint_dir continues this run elsewhere.
+    'rem': [
+      _train(CLI, f'{tmp}/rem', cartpole, 'rem', _ours('rem'), CARTPOLE_TINY),
+      _train(
+        TRAIN_MODULE,
+        f'{tmp}/rem_continued',
+        cartpole,
+        'rem',
+        _ours('rem'),
+        CARTPOLE_TINY + ['FixedReplayRunner.num_iterations = 2'],
+        f'--init_checkpoint_dir={tmp}/rem',
+      ),
+    ],
+    'multi_network_dqn': [
+      _train(
+        TRAIN_MODULE,
+        f'{tmp}/multi_network_dqn',
+        cartpole,
+        'multi_network_dqn',
+        _ours('multi_network_dqn'),
+        CARTPOLE_TINY
+        + [
+          "FixedReplayBuffer.subsample = 'random_episodes'",
+          'FixedReplayBuffer.subsample_fraction = 0.5',
+        ],
+      )
+    ],
+    'own_tf_agent': [
+      _train(
+        CLI,
+        f'{tmp}/own_tf_agent',
+        cartpole,
+        'my_agents:MyDQNAgent',
+        _ours('dqn'),  # Only for its imports; the bindings are MyDQNAgent's.
+        OWN_TF_BINDINGS,
+      )
+    ],
+    'own_jax_agent': [
+      (
+        [
+          f'{tmp}/recipes/train_mine.py',
+          f'{tmp}/own_jax_agent',
+          f'{cartpole}/replay_logs',
+          f'{tmp}/recipes/mine.gin',
+        ],
+        f'{tmp}/own_jax_agent',
+      )
+    ],
+  }
+  for agent in ('jax_quantile', 'jax_rem', 'jax_cql', 'jax_quantile_cql'):
+    bindings = list(CARTPOLE_TINY)
+    if agent == 'jax_rem':
+      bindings += [
+        "FixedReplayBuffer.subsample = 'first_episodes'",
+        'FixedReplayBuffer.subsample_fraction = 0.5',
+      ]
+    entry = CLI if agent in ('jax_quantile', 'jax_cql') else TRAIN_MODULE
+    jobs[agent] = [
+      _train(entry, f'{tmp}/{agent}', cartpole, agent, _ours(agent), bindings)
+    ]
+  return jobs
+
+
+def _readme_block(tag):
+  """The Python block that follows `<!-- tested: ..., tag -->` in README."""
+  with open(os.path.join(ROOT, 'README.md')) as f:
+    text = f.read()
+  match = re.search(
+    rf'<!-- tested: [^>]*\b{tag} -->\n```python\n(.*?)```', text, re.S
+  )
+  assert match, f'README has no block tagged {tag}'
+  return match.group(1)
+
+
+def _write_recipes(directory):
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, 'my_agents.py'), 'w') as f:
+    f.write(_readme_block('own_tf_agent'))
+  with open(os.path.join(directory, 'train_mine.py'), 'w') as f:
+    f.write(_readme_block('own_jax_agent'))
+  with open(os.path.join(directory, 'mine.gin'), 'w') as f:
+    f.write(OWN_JAX_GIN)
+
+
+class Run:
+  """What one command left: its return code, logs and base_dir."""
+
+  def __init__(self, result, base_dir):
+    self.returncode = result.returncode
+    self.stdout = result.stdout
+    self.log = result.stderr  # absl logs to stderr.
+    self.base_dir = base_dir
+
+  def explain(self):
+    return f'exit {self.returncode}:\n{self.log[-4000:]}'
+
+  def files(self, *parts):
+    directory = os.path.join(self.base_dir, *parts)
+    return set(os.listdir(directory)) if os.path.isdir(directory) else set()
+
+  def logged(self, iteration):
+    """The statistics pickle of the run's log at `iteration`."""
+    path = os.path.join(self.base_dir, 'logs', f'log_{iteration}')
+    with open(path, 'rb') as f:
+      return pickle.load(f)
+
+
+def _run_job(commands, env):
+  runs = []
+  for argv, base_dir in commands:
+    result = subprocess.run(
+      [sys.executable] + argv,
+      cwd=ROOT,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=600,
+      check=False,
+    )
+    runs.append(Run(result, base_dir))
+    if result.returncode:
+      break
+  return runs
+
+
+@pytest.fixture(scope='module')
+def runs(request, dopamine_dir, tmp_path_factory):
+  """Starts every selected job (two at a time); get(name) waits for one."""
+  tmp = tmp_path_factory.mktemp('dropin')
+  cartpole = tmp / 'cartpole'
+  generate.generate_dataset(
+    str(cartpole / 'replay_logs'),
+    environment='cartpole',
+    num_checkpoints=2,
+    checkpoint_rows=1000,
+    policy='scripted',
+    epsilon=0.4,
+    seed=0,
+    progress=False,
+  )
+  _write_recipes(tmp / 'recipes')
+  env = dict(os.environ)
+  env['PYTHONPATH'] = os.pathsep.join(
+    [str(tmp / 'recipes'), ROOT, env.get('PYTHONPATH', '')]
+  )
+  jobs = _jobs(tmp, str(dopamine_dir[0]), str(cartpole))
+  selected = {
+    item.callspec.params['job']
+    for item in request.session.items
+    if item.module is request.module and hasattr(item, 'callspec')
+  }
+  pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
+  futures = {
+    name: pool.submit(_run_job, jobs[name], env)
+    for name in jobs
+    if name in selected
+  }
+  yield lambda name: futures[name].result()
+  pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _assert_trained_evaluated_checkpointed(run, iterations=1, tf_agent=True):
+  assert run.returncode == 0, run.explain()
+  last = iterations - 1
+  assert f'Iteration {last} ({iterations}/{iterations}) done' in run.log
+  assert 'eval return' in run.log and 'ETA' in run.log
+  checkpoints = run.files('checkpoints')
+  assert {f'ckpt.{last}', f'sentinel_checkpoint_complete.{last}'} <= (
+    checkpoints
+  ), checkpoints
+  if tf_agent:
+    assert f'tf_ckpt-{last}.index' in checkpoints
+  stats = run.logged(last)[f'iteration_{last}']
+  assert stats['eval_episode_returns']
+  assert stats['train_average_steps_per_second'][0] > 0
+
+
+def _loaded_checkpoints(run):
+  return {int(s) for s in re.findall(r'Loaded checkpoint (\d+) rows', run.log)}
+
+
+# ------------------------------------------------------- every agent, CLI
+
+
+@pytest.mark.parametrize('job', list(METHODS))
+def test_every_agent_trains_evaluates_and_checkpoints(runs, job):
+  run = runs(job)[0]
+  _assert_trained_evaluated_checkpointed(
+    run,
+    iterations=2 if job == 'dqn' else 1,
+    tf_agent=not job.startswith('jax_'),
+  )
+  assert f'Training {METHODS[job]} (' in run.log
+
+
+# --------------------------------------------------- batch_rl's gin files
+
+
+@pytest.mark.parametrize(
+  'job, method',
+  [
+    ('dqn', 'DQN (FixedReplayDQNAgent)'),
+    ('c51', 'C51 (FixedReplayRainbowAgent)'),
+    ('multi_head_dqn', 'Ensemble-DQN (FixedReplayMultiHeadDQNAgent)'),
+    ('quantile', 'QR-DQN (FixedReplayQuantileAgent)'),
+    ('batch_rl_rem', 'REM (FixedReplayMultiHeadDQNAgent)'),
+  ],
+)
+def test_batch_rl_configs_run_unchanged(runs, job, method):
+  run = runs(job)[0]
+  _assert_trained_evaluated_checkpointed(
+    run, iterations=2 if job == 'dqn' else 1
+  )
+  # batch_rl's transform_strategy chooses the method; the log says which.
+  assert f'Training {method} offline' in run.log
+  # tf_device='/gpu:0' on this CPU machine: built on the CPU, said once.
+  assert run.log.count(GPU_FALLBACK) == 1, run.log[-3000:]
+
+
+def test_batch_rl_buffer_count_above_the_data_uses_all_and_warns_once(runs):
+  run = runs('dqn')[0]  # Two iterations: one reload.
+  assert _loaded_checkpoints(run) == {0, 1, 3, 7}
+  assert run.log.count('num_buffers_to_load=5 but') == 1
+
+
+@pytest.mark.parametrize(
+  'job, suffix, bound_on',
+  [
+    ('c51', 1, 'WrappedFixedReplayBuffer'),
+    ('multi_head_dqn', 3, 'the agent'),
+    ('quantile', 7, 'FixedReplayBuffer'),
+  ],
+)
+def test_replay_suffix_binding_trains_on_one_checkpoint(
+  runs, job, suffix, bound_on
+):
+  run = runs(job)[0]
+  assert run.returncode == 0, run.explain()
+  assert _loaded_checkpoints(run) == {suffix}, bound_on
+  assert 'num_buffers_to_load=5 but' not in run.log
+
+
+# ------------------------------------------------ Dopamine's labs config
+
+
+@pytest.mark.parametrize('job', ['jax_dqn'])
+def test_dopamine_labs_config_runs_unchanged(runs, job):
+  run = runs(job)[0]
+  assert run.returncode == 0, run.explain()
+  # Its JaxFixedReplayBuffer.* bindings reached Dopamine's class, which runs
+  # on our buffer, and its Runner.* bindings reached the runner.
+  assert 'Creating JaxFixedReplayBuffer' in run.log
+  assert 'replay_capacity: 900' in run.log
+  assert re.search(r'Loaded checkpoint \d+ rows \[0, 900\)', run.log)
+  assert 'Iteration 0: 10 training steps' in run.log
+
+
+# ------------------------------------------ batch_rl's init_checkpoint_dir
+
+
+@pytest.mark.parametrize('job', ['rem'])
+def test_init_checkpoint_dir_continues_the_run(runs, job):
+  first, second = runs(job)
+  _assert_trained_evaluated_checkpointed(second, iterations=2)
+  assert 'Continuing from checkpoint 0 of' in second.log
+  assert 'starting at iteration 1' in second.log
+  assert 'Iteration 0 (' not in second.log  # Only iteration 1 trained.
+  assert 'ckpt.0' not in second.files('checkpoints')
+  # The first run's history came along.
+  assert set(second.logged(1)) == {'iteration_0', 'iteration_1'}
+  assert second.logged(1)['iteration_0'] == first.logged(0)['iteration_0']
+
+
+# ------------------------------------------------------------- subsets
+
+
+@pytest.mark.parametrize(
+  'job, method',
+  [('jax_rem', 'first_episodes'), ('multi_network_dqn', 'random_episodes')],
+)
+def test_subsample_binding_takes_effect(runs, job, method):
+  run = runs(job)[0]
+  assert run.returncode == 0, run.explain()
+  kept = re.findall(
+    rf"subsample='{method}' keeps (\d+) of (\d+) episodes", run.log
+  )
+  assert len(kept) == 2, run.log[-3000:]  # Both checkpoints.
+  for count, total in kept:
+    assert int(count) == int(0.5 * int(total)) >= 1
+
+
+# ------------------------------------------------- the README's recipes
+
+
+@pytest.mark.parametrize('job', ['own_tf_agent', 'own_jax_agent'])
+def test_readme_recipes_train_your_own_agent(runs, job):
+  run = runs(job)[0]
+  _assert_trained_evaluated_checkpointed(run, tf_agent=job == 'own_tf_agent')
+  agent = 'MyDQNAgent' if job == 'own_tf_agent' else 'MyJaxDQNAgent'
+  assert f'({agent}) offline from' in run.log
+  assert 'will not train' not in run.log
+  # The agent's own loss reached the runner's per-iteration mean.
+  stats = run.logged(0)['iteration_0']
+  losses = [k for k in stats if k.startswith('train_average_') and 'oss' in k]
+  assert losses, sorted(stats)
