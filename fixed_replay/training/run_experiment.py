@@ -30,6 +30,7 @@ import tensorflow as tf
 from fixed_replay import agents
 from fixed_replay import progress
 from fixed_replay.io import files as storage
+from fixed_replay.replay import arguments
 
 
 @gin.configurable
@@ -76,6 +77,7 @@ class FixedReplayRunner(run_experiment.Runner):
       max_steps_per_episode: int or None, cap on an evaluation episode.
       clip_rewards: bool, clip the rewards the agent sees to [-1, 1].
     """
+    arguments.check(locals())
     self._loss_tap = _LossTap()
     self._iteration = 0
     self._eval_bar = None
