@@ -18,6 +18,7 @@ from fixed_replay.dataset import checks
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 from fixed_replay.io import npy_stream
+from fixed_replay.io import remote
 from fixed_replay.io.gzip_stream import GzipStream
 
 STORE_PREFIX = '$store$_'
@@ -79,7 +80,10 @@ def scan_checkpoints(data_dir):
   """
   data_dir = str(data_dir)
   if not storage.isdir(data_dir):
-    raise CheckpointError(data_dir, 'replay directory does not exist')
+    raise CheckpointError(
+      data_dir,
+      'replay directory does not exist' + remote.closed_bucket_hint(data_dir),
+    )
   names_by_suffix = {}
   for entry in storage.listdir(data_dir):
     match = _FILE_PATTERN.match(entry)

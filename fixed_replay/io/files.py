@@ -19,39 +19,47 @@ def is_remote(path):
 
 
 def _gfile():
+  """tf.io.gfile, imported in the caller's thread.
+
+  Never inside remote.call: importing TensorFlow takes seconds, which must
+  not count against the network's time limit.
+  """
   import tensorflow as tf
 
   return tf.io.gfile
 
 
-def _get_children(directory):
-  """Lists a remote directory without tf.io.gfile.listdir's isdir check.
+def _children_lister():
+  """Returns a function listing a remote directory.
 
-  That check turns a network failure into 'Could not find directory'.
+  Not tf.io.gfile.listdir: its isdir check turns a network failure into
+  'Could not find directory'.
   """
   try:
     from tensorflow.python.lib.io import _pywrap_file_io
   except ImportError:  # pragma: no cover - private module moved.
-    return _gfile().listdir(directory)
-  return [
-    name.decode() if isinstance(name, bytes) else name
-    for name in _pywrap_file_io.GetChildren(directory.encode())
-  ]
+    return _gfile().listdir
+
+  def get_children(directory):
+    return [
+      name.decode() if isinstance(name, bytes) else name
+      for name in _pywrap_file_io.GetChildren(directory.encode())
+    ]
+
+  return get_children
 
 
-def _remote_isdir(path):
-  gfile = _gfile()
-  if gfile.isdir(path):
-    return True
-  # isdir says False for any failure: ask for the entry to learn why.
+def _remote_isdir(gfile, not_found, path):
+  # Not gfile.isdir first: it says False for any failure, after spending its
+  # whole retry budget. stat raises the failure's cause instead.
   try:
     return gfile.stat(path).is_directory
-  except Exception as error:  # noqa: BLE001 - classified by remote.call.
-    import tensorflow as tf
-
-    if isinstance(error, tf.errors.NotFoundError):
-      return False
-    raise
+  except not_found:
+    return False
+  except Exception as error:
+    if remote.classify(str(error)):
+      raise
+    return gfile.isdir(path)  # A file system whose stat skips directories.
 
 
 def join(directory, name):
@@ -65,7 +73,16 @@ def join(directory, name):
 def isdir(path):
   """Whether path is a directory; raises RemoteError on a network failure."""
   if is_remote(path):
-    return remote.call('checking the directory', path, _remote_isdir, path)
+    import tensorflow as tf
+
+    return remote.call(
+      'checking the directory',
+      path,
+      _remote_isdir,
+      tf.io.gfile,
+      tf.errors.NotFoundError,
+      path,
+    )
   return os.path.isdir(path)
 
 
@@ -79,7 +96,7 @@ def listdir(directory):
   """Returns the entry names of a directory (no trailing slashes)."""
   if is_remote(directory):
     names = remote.call(
-      'listing the directory', directory, _get_children, str(directory)
+      'listing the directory', directory, _children_lister(), str(directory)
     )
     return [name.rstrip('/') for name in names]
   return os.listdir(directory)
@@ -88,8 +105,9 @@ def listdir(directory):
 def size(path):
   """Returns a file's size in bytes."""
   if is_remote(path):
+    gfile = _gfile()
     return remote.call(
-      'reading the file size', path, lambda: _gfile().stat(path).length
+      'reading the file size', path, lambda: gfile.stat(path).length
     )
   return os.path.getsize(path)
 
@@ -141,10 +159,11 @@ def makedirs(directory):
 def rename(source, destination):
   """Renames a file, replacing the destination (atomic on local disks)."""
   if is_remote(source):
+    gfile = _gfile()
     remote.call(
       'renaming the file',
       source,
-      lambda: _gfile().rename(source, destination, overwrite=True),
+      lambda: gfile.rename(source, destination, overwrite=True),
     )
   else:
     os.replace(source, destination)

@@ -16,9 +16,13 @@ runs here:
 A call that times out is abandoned, not stopped: TensorFlow gives no way to
 cancel it. Its daemon thread ends with TensorFlow's own limits, which
 `set_tensorflow_defaults` lowers (when the user has not set them) so that a
-failure's real cause usually arrives within our limit.
+failure's real cause usually arrives within our limit. A process must not
+exit while such a call runs (TensorFlow's C++ teardown then aborts it): at
+exit we wait for abandoned calls to end, for at most EXIT_WAIT_S, and the
+command-line tools leave at once through `exit_now`.
 """
 
+import atexit
 import os
 import re
 import sys
@@ -52,7 +56,11 @@ TENSORFLOW_GCS_DEFAULTS = {
   'GCS_METADATA_REQUEST_TIMEOUT_SECS': '20',
 }
 
+EXIT_WAIT_S = 60.0
+
 _timeout_s = None  # None: the environment variable, else the default.
+_abandoned = []  # Calls that timed out and may still be running.
+_abandoned_lock = threading.Lock()
 
 
 def set_tensorflow_defaults():
@@ -144,9 +152,16 @@ def remote_error(path, what, error):
   message = str(getattr(error, 'message', None) or error)
   cause = classify(message) or 'network or storage error'
   problem = f'{cause} while {what}: {_first_line(message)}'
-  if _bucket(path) == CLOSED_BUCKET and cause != 'timed out':
-    problem += f'. Note: {_CLOSED_BUCKET_HINT}'
+  if cause.startswith(('access denied', 'not authorized')):
+    problem += closed_bucket_hint(path)
   return RemoteError(str(path), problem)
+
+
+def closed_bucket_hint(path):
+  """For a path in the closed public bucket, a note saying where to go."""
+  if _bucket(path) == CLOSED_BUCKET:
+    return f'. Note: {_CLOSED_BUCKET_HINT}'
+  return ''
 
 
 def _is_not_found(error):
@@ -206,14 +221,15 @@ def call(what, path, function, *args):
   ):
     waited = time.monotonic() - began
     if waited >= limit:
+      _abandon(running)
       raise RemoteError(
         str(path),
-        f'timed out: no answer within {limit:.0f} s while {what} (is the '
+        f'timed out: no answer within {limit:g} s while {what} (is the '
         f'network down?). Raise the limit with {TIMEOUT_ENV} or '
         '--remote_timeout_s.',
       )
     logging.warning(
-      'Still waiting for %s (%s) after %.0f s (limit %.0f s)',
+      'Still waiting for %s (%s) after %.0f s (limit %g s)',
       path,
       what,
       waited,
@@ -226,3 +242,58 @@ def call(what, path, function, *args):
   if isinstance(error, FileNotFoundError) or _is_not_found(error):
     raise FileNotFoundError(str(path)) from error
   raise remote_error(path, what, error) from error
+
+
+def _abandon(running):
+  with _abandoned_lock:
+    if not _abandoned:
+      atexit.register(_wait_for_abandoned)
+    _abandoned.append(running)
+
+
+def _still_running():
+  with _abandoned_lock:
+    _abandoned[:] = [c for c in _abandoned if not c.done.is_set()]
+    return list(_abandoned)
+
+
+def _flush():
+  for stream in (sys.stdout, sys.stderr):
+    try:
+      stream.flush()
+    except (OSError, ValueError):
+      pass
+
+
+def _wait_for_abandoned():
+  """At exit: lets abandoned calls end before TensorFlow is torn down."""
+  running = _still_running()
+  if not running:
+    return
+  logging.warning(
+    'Waiting up to %.0f s for %d unanswered remote call(s) to give up '
+    'before exiting',
+    EXIT_WAIT_S,
+    len(running),
+  )
+  deadline = time.monotonic() + EXIT_WAIT_S
+  for running_call in running:
+    running_call.done.wait(max(deadline - time.monotonic(), 0))
+  if _still_running():
+    _flush()
+    os._exit(1)  # Exiting normally now would abort in TensorFlow's teardown.
+
+
+def hanging():
+  """Whether a remote call that timed out is still running."""
+  return bool(_still_running())
+
+
+def exit_now(code):
+  """For command-line tools: exits at once with `code` if calls are stuck.
+
+  Otherwise returns, and the caller exits as usual.
+  """
+  if _still_running():
+    _flush()
+    os._exit(code)
