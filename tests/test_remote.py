@@ -9,8 +9,8 @@ library before any packet is sent. Nothing leaves the machine.
 import json
 import os
 import subprocess
-import time
 import sys
+import time
 
 import loopback_servers
 import pytest
