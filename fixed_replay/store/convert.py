@@ -385,7 +385,7 @@ def convert_checkpoint(files, store_dir, options, threads=1):
       if os.path.exists(partial):
         shutil.rmtree(partial, ignore_errors=True)
   except OSError as error:  # Sources are read through CheckpointError.
-    raise destination.error(partial, error) from error
+    raise destination.error(final, error) from error
   return {
     'suffix': files.suffix,
     'rows': manifest['num_rows'],
