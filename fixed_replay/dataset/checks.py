@@ -190,12 +190,14 @@ def episode_ends(path, values, rows):
   limit = _INT64_MAX if rows is None else rows - 1
   outside = [int(v) for v in values if not 0 <= int(v) <= limit]
   if outside:
-    shown = sorted(outside)[:10]
-    raise CheckpointError(
-      path,
-      f'holds rows outside [0, {limit + 1}): {[str(v)[:24] for v in shown]}',
-    )
+    shown = ', '.join(_short(v) for v in sorted(outside)[:10])
+    raise CheckpointError(path, f'holds rows outside [0, {limit + 1}): {shown}')
   return np.array(sorted(int(v) for v in values), dtype=np.int64)
+
+
+def _short(value):
+  text = str(value)
+  return text if len(text) <= 20 else f'{text[:8]}...({len(text)} digits)'
 
 
 def same_layout(paths_by_suffix, layouts):

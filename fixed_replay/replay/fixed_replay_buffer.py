@@ -336,13 +336,16 @@ class FixedReplayBuffer:
     seconds = time.perf_counter() - began
     logging.info(
       'Loaded checkpoint %d rows [%d, %d): %d valid transitions, %s in '
-      '%.1f s',
+      '%.1f s (%s)',
       suffix,
       start,
       start + count,
       shard.num_valid,
       memory.format_bytes(shard.nbytes),
       seconds,
+      'files checked to their end'
+      if self._verify_checksums
+      else 'verify_checksums=False: files not checked past the window',
     )
     if not shard.num_valid:
       logging.warning(
