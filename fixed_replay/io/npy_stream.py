@@ -19,6 +19,7 @@ import dataclasses
 import struct
 
 import numpy as np
+from numpy.lib import format as npy_format
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import gzip_stream
@@ -26,6 +27,17 @@ from fixed_replay.io.gzip_stream import GzipStream
 
 _MAGIC = b'\x93NUMPY'
 _MAX_HEADER_BYTES = 1 << 16
+# What damaged header text can raise when parsed (UnicodeDecodeError is a
+# ValueError; deep nesting a RecursionError).
+_HEADER_ERRORS = (
+  ValueError,
+  SyntaxError,
+  KeyError,
+  TypeError,
+  MemoryError,
+  RecursionError,
+  OverflowError,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,11 +95,14 @@ def read_header(stream):
   try:
     text = raw.decode('utf8' if major == 3 else 'latin1')
     fields = ast.literal_eval(text)
-    dtype = np.lib.format.descr_to_dtype(fields['descr'])
+    dtype = npy_format.descr_to_dtype(fields['descr'])
     shape = tuple(int(n) for n in fields['shape'])
     fortran_order = bool(fields['fortran_order'])
-  except Exception as error:  # noqa: BLE001 - any damage in the header text.
-    raise CheckpointError(path, f'bad .npy header {raw[:200]!r}') from error
+  except _HEADER_ERRORS as error:
+    raise CheckpointError(
+      path,
+      f'bad .npy header {raw[:200]!r} ({type(error).__name__}: {error})',
+    ) from error
   if dtype.hasobject:
     raise CheckpointError(path, f'object arrays are not read ({dtype})')
   if fortran_order and len(shape) > 1:
