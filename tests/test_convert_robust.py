@@ -46,11 +46,9 @@ def _digests(directory):
   return result
 
 
-@pytest.fixture(scope='module')
-def source(dopamine_dir, tmp_path_factory):
-  directory = tmp_path_factory.mktemp('source')
+def _linked_run(dopamine_dir, directory, linked):
   for name in os.listdir(dopamine_dir[0]):
-    for suffix, of in _LINKED.items():
+    for suffix, of in linked.items():
       if name.endswith(f'_ckpt.{of}.gz'):
         target = name.replace(f'_ckpt.{of}.gz', f'_ckpt.{suffix}.gz')
         os.link(dopamine_dir[0] / name, directory / target)
@@ -58,10 +56,31 @@ def source(dopamine_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope='module')
+def source(dopamine_dir, tmp_path_factory):
+  """Enough checkpoints for a conversion to be killed midway."""
+  return _linked_run(dopamine_dir, tmp_path_factory.mktemp('source'), _LINKED)
+
+
+@pytest.fixture(scope='module')
 def reference(source, tmp_path_factory):
   """Digests of an uninterrupted conversion."""
   directory = tmp_path_factory.mktemp('reference')
   convert.convert(source, directory, workers=2)
+  return _digests(directory), directory
+
+
+@pytest.fixture(scope='module')
+def small_source(dopamine_dir, tmp_path_factory):
+  """Two checkpoints: enough for the destination tests."""
+  return _linked_run(
+    dopamine_dir, tmp_path_factory.mktemp('small_source'), {0: 0, 3: 3}
+  )
+
+
+@pytest.fixture(scope='module')
+def small_reference(small_source, tmp_path_factory):
+  directory = tmp_path_factory.mktemp('small_reference')
+  convert.convert(small_source, directory, workers=2)
   return _digests(directory), directory
 
 
@@ -187,15 +206,15 @@ def _run_cli(source, store, preexec_fn=None):
   )
 
 
-def test_a_file_in_the_way_is_named(source, tmp_path):
+def test_a_file_in_the_way_is_named(small_source, tmp_path):
   in_the_way = tmp_path / 'store'
   in_the_way.write_text('not a directory')
-  completed = _run_cli(source, in_the_way)
+  completed = _run_cli(small_source, in_the_way)
   assert completed.returncode == 1
   assert f'{in_the_way}: a file is in the way' in completed.stderr
   assert 'Traceback' not in completed.stderr
   with pytest.raises(CheckpointError, match='a file is in the way'):
-    convert.convert(source, in_the_way / 'store', workers=0)
+    convert.convert(small_source, in_the_way / 'store', workers=0)
 
 
 def _user_namespaces_work():
@@ -229,14 +248,14 @@ def _convert_line(source, store):
   )
 
 
-def test_a_read_only_destination_is_named(source, tmp_path):
+def test_a_read_only_destination_is_named(small_source, tmp_path):
   target = tmp_path / 'read_only'
   target.mkdir()
   store = target / 'store'
   if os.geteuid() != 0:  # Permissions hold only for a user who is not root.
     target.chmod(0o555)
     try:
-      completed = _run_cli(source, store)
+      completed = _run_cli(small_source, store)
     finally:
       target.chmod(0o755)
     assert completed.returncode == 1
@@ -248,7 +267,7 @@ def test_a_read_only_destination_is_named(source, tmp_path):
   completed = _in_namespace(
     f"mount --bind '{target}' '{target}' && "
     f"mount -o remount,bind,ro '{target}' && "
-    f'{_convert_line(source, store)}',
+    f'{_convert_line(small_source, store)}',
     tmp_path,
   )
   assert completed.returncode == 1, completed.stderr[-2000:]
@@ -259,11 +278,13 @@ def test_a_read_only_destination_is_named(source, tmp_path):
 
 
 def test_a_file_size_limit_fails_cleanly_and_the_rerun_completes(
-  source, reference, tmp_path
+  small_source, small_reference, tmp_path
 ):
   smallest = min(
-    os.path.getsize(os.path.join(reference[1], name, 'observation.blocks'))
-    for name in os.listdir(reference[1])
+    os.path.getsize(
+      os.path.join(small_reference[1], name, 'observation.blocks')
+    )
+    for name in os.listdir(small_reference[1])
     if name.startswith('checkpoint_')
   )
   limit = smallest // 2
@@ -272,7 +293,7 @@ def test_a_file_size_limit_fails_cleanly_and_the_rerun_completes(
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
 
   store = tmp_path / 'store'
-  completed = _run_cli(source, store, preexec_fn=limit_file_size)
+  completed = _run_cli(small_source, store, preexec_fn=limit_file_size)
   assert completed.returncode == 1, completed.stderr[-2000:]
   assert f'{store}/checkpoint_' in completed.stderr
   assert 'file too large' in completed.stderr
@@ -280,25 +301,25 @@ def test_a_file_size_limit_fails_cleanly_and_the_rerun_completes(
   assert 'Traceback' not in completed.stderr
   assert not [n for n in os.listdir(store) if n.startswith('.checkpoint_')]
   # Space freed (the limit lifted): the same command completes the store.
-  convert.convert(source, store, workers=2)
-  assert _digests(store) == reference[0]
+  convert.convert(small_source, store, workers=2)
+  assert _digests(store) == small_reference[0]
 
 
 def test_a_full_disk_fails_cleanly_and_the_rerun_completes(
-  source, reference, tmp_path
+  small_source, small_reference, tmp_path
 ):
   if not _user_namespaces_work():
     pytest.skip('no user namespaces for a small tmpfs')
   total = sum(
     os.path.getsize(os.path.join(root, name))
-    for root, _, names in os.walk(reference[1])
+    for root, _, names in os.walk(small_reference[1])
     for name in names
   )
   mount = tmp_path / 'small_disk'
   mount.mkdir()
   store = mount / 'store'
   out = tmp_path / 'out'
-  line = _convert_line(source, store)
+  line = _convert_line(small_source, store)
   # Fill the tmpfs, then grow it (freeing space) and run again; the store is
   # copied out before the namespace, and the tmpfs with it, goes away.
   script = (
@@ -315,5 +336,5 @@ def test_a_full_disk_fails_cleanly_and_the_rerun_completes(
   assert 'Free space and run the same command again' in completed.stderr
   assert 'Traceback' not in completed.stderr
   assert 'second=0' in completed.stdout, completed.stderr[-3000:]
-  assert _digests(out) == reference[0]
+  assert _digests(out) == small_reference[0]
   shutil.rmtree(out)

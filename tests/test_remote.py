@@ -46,6 +46,8 @@ for name, (path, limit, environment) in scenarios.items():
     'inspect': lambda: inspection.summarize_directory(path).all_problems[0],
     'convert': lambda: convert.convert(path, tempfile.mkdtemp()),
   }
+  if name == 'stall':  # Each waits the whole limit: two are enough.
+    tools = {t: tools[t] for t in ('FixedReplayBuffer', 'inspect')}
   results[name] = {}
   for tool, function in tools.items():
     began = time.monotonic()
