@@ -38,8 +38,8 @@ _SAMPLE_BATCHES = flags.DEFINE_integer(
 _PARTS = flags.DEFINE_list(
   'parts', ['1', '2', '3', '4', '5'], 'Which of the five measurements to run.'
 )
-_REPEATS = flags.DEFINE_integer(
-  'repeats', 2, 'Runs of each part 5 load (fresh process each; the best).'
+_CHECK_REPEATS = flags.DEFINE_integer(
+  'check_repeats', 2, 'Runs of each part 5 load (fresh process each; best).'
 )
 _TRAIN_SECONDS = flags.DEFINE_float(
   'train_seconds', 20.0, 'Sampling time between reloads in the stall test.'
@@ -291,7 +291,7 @@ def _report_memory(directory, rows):
 def _check_cost(directory, rows, count):
   """(checked, unchecked): best Measurements of loading rows [0, count)."""
   results = {True: [], False: []}
-  for _ in range(_REPEATS.value):  # Alternated, so load changes hit both.
+  for _ in range(_CHECK_REPEATS.value):  # Alternated, so load changes hit both.
     for verify in (True, False):
       common.wait_for_memory(2 * count * 84 * 84 + common.GIB)
       results[verify].append(
@@ -313,7 +313,7 @@ def _report_check_cost(directory, rows):
   window = min(50_000, rows)
   print(
     '\n5. Cost of the gzip CRC-32 and length check (verify_checksums), '
-    f'fresh process each, best of {_REPEATS.value}, same run'
+    f'fresh process each, best of {_CHECK_REPEATS.value}, same run'
   )
   print(
     f'   {"load":<38} {"checked s":>9} {"unchecked s":>11} {"added s":>8} '
