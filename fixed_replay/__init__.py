@@ -14,9 +14,11 @@ import importlib
 
 from fixed_replay import compat as _compat
 from fixed_replay import module_aliases as _module_aliases
+from fixed_replay.io import remote as _remote
 
 _compat.install()
 _module_aliases.install()
+_remote.set_tensorflow_defaults()
 
 __version__ = '0.1.0'
 

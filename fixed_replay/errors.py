@@ -17,3 +17,23 @@ class CheckpointError(Exception):
   def __reduce__(self):
     # Rebuilt from (path, problem), so it survives a process pool's pickling.
     return type(self), (self.path, self.problem)
+
+
+class CheckpointProblems(CheckpointError):
+  """Several problems at once (convert checks every checkpoint first).
+
+  Attributes:
+    errors: list of CheckpointError, each naming its file.
+  """
+
+  def __init__(self, path, errors):
+    self.errors = list(errors)
+    lines = '\n'.join(f'  {error}' for error in self.errors)
+    super().__init__(path, f'{len(self.errors)} problem(s):\n{lines}')
+
+  def __reduce__(self):
+    return type(self), (self.path, self.errors)
+
+
+class RemoteError(CheckpointError):
+  """Remote storage did not answer, or refused: the cause, never 'missing'."""

@@ -54,11 +54,14 @@ def reference(source, tmp_path_factory):
   return directory, result
 
 
+_LOCK_FILES = ('.convert.lock', '.convert.workers.lock')
+
+
 def _store_files(directory):
   return {
     path: digest
     for path, digest in _digest(directory).items()
-    if path != '.convert.lock'
+    if path not in _LOCK_FILES
   }
 
 
@@ -168,7 +171,7 @@ def test_damaged_source_names_the_file_and_leaves_nothing(
   with pytest.raises(CheckpointError, match=r'observation_ckpt\.1\.gz'):
     convert.convert(source, tmp_path / 'store', workers=1)
   assert [
-    n for n in os.listdir(tmp_path / 'store') if n != '.convert.lock'
+    n for n in os.listdir(tmp_path / 'store') if n not in _LOCK_FILES
   ] == []
 
 

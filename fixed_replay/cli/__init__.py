@@ -5,10 +5,13 @@ absl flags and a `main(argv)`; only the chosen one is imported, so flags of
 different subcommands never meet and `--help` shows just the relevant ones.
 """
 
+import functools
 import importlib
 import sys
+import traceback
 
 from absl import app
+from absl import flags
 
 SUBCOMMANDS = {
   'demo': 'The main job: writes small Atari and CartPole datasets, checks '
@@ -23,6 +26,27 @@ SUBCOMMANDS = {
   'the game.',
   'plot': 'Plots evaluation return per iteration of training runs (PNG).',
 }
+
+
+def define_remote_timeout_flag(module_name):
+  """Defines --remote_timeout_s for the subcommand module `module_name`."""
+  return flags.DEFINE_float(
+    'remote_timeout_s',
+    None,
+    'Longest wait, in seconds, for one call to remote storage (gs://) '
+    'before failing with its cause (default 30, or the environment '
+    'variable FIXED_REPLAY_REMOTE_TIMEOUT_S).',
+    lower_bound=0.001,
+    module_name=module_name,  # Listed by the subcommand's --help.
+  )
+
+
+def apply_remote_timeout(flag):
+  """Applies a --remote_timeout_s flag's value, if set."""
+  if flag.value is not None:
+    from fixed_replay.io import remote
+
+    remote.set_timeout(flag.value)
 
 
 def _usage():
@@ -50,8 +74,26 @@ def main(argv=None):
   # module named sys.argv[0]: point both at the subcommand.
   sys.argv[0] = module.__name__
   sys.modules['__main__'].__doc__ = module.__doc__
-  app.run(module.main, argv=[f'fixed-replay {command}'] + argv[2:])
+  app.run(
+    functools.partial(_run, module.main),
+    argv=[f'fixed-replay {command}'] + argv[2:],
+  )
   return 0
+
+
+def _run(command_main, argv):
+  """Runs a subcommand; leaves at once if remote calls are left hanging."""
+  from fixed_replay.io import remote
+
+  try:
+    code = command_main(argv)
+  except Exception:
+    if remote.hanging():
+      traceback.print_exc()
+      remote.exit_now(1)
+    raise
+  remote.exit_now(code or 0)
+  return code
 
 
 if __name__ == '__main__':

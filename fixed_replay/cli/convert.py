@@ -19,6 +19,7 @@ import sys
 from absl import app
 from absl import flags
 
+from fixed_replay import cli
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay import memory_budget as memory
 from fixed_replay.store import convert
@@ -65,6 +66,8 @@ _WORKERS = flags.DEFINE_integer(
   lower_bound=0,
 )
 
+_REMOTE_TIMEOUT = cli.define_remote_timeout_flag(__name__)
+
 _USAGE = 'usage: fixed-replay convert SRC DST [--block_rows=16] [--workers=N]'
 
 
@@ -74,6 +77,7 @@ def main(argv):
     raise app.UsageError(
       f'expected SRC and DST, got {len(argv) - 1} arguments\n{_USAGE}'
     )
+  cli.apply_remote_timeout(_REMOTE_TIMEOUT)
   options = convert.ConvertOptions(
     block_rows=_BLOCK_ROWS.value,
     codec=_CODEC.value,

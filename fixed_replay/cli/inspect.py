@@ -17,6 +17,7 @@ import sys
 from absl import app
 from absl import flags
 
+from fixed_replay import cli
 from fixed_replay.dataset import inspection
 
 _VERIFY = flags.DEFINE_boolean(
@@ -42,6 +43,8 @@ _JSON = flags.DEFINE_boolean(
   'json', False, 'Print machine-readable JSON instead of a table.'
 )
 
+_REMOTE_TIMEOUT = cli.define_remote_timeout_flag(__name__)
+
 _USAGE = (
   'usage: fixed-replay inspect DIR [--verify] [--stack_size=4] '
   '[--update_horizon=1] [--json]'
@@ -54,6 +57,7 @@ def main(argv):
     raise app.UsageError(
       f'expected one replay directory, got {len(argv) - 1} arguments\n{_USAGE}'
     )
+  cli.apply_remote_timeout(_REMOTE_TIMEOUT)
   summary = inspection.summarize_directory(
     argv[1],
     stack_size=_STACK_SIZE.value,

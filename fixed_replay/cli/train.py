@@ -16,9 +16,14 @@ last completed iteration. --agent_name also takes your own agent class as
 `package.module:Class` (see the README, "Your own agent").
 """
 
+import sys
+
 from absl import app
 from absl import flags
 from absl import logging
+
+from fixed_replay import cli
+from fixed_replay.errors import CheckpointError
 
 _BASE_DIR = flags.DEFINE_string(
   'base_dir',
@@ -55,6 +60,8 @@ _INIT_CHECKPOINT_DIR = flags.DEFINE_string(
   'steps, logged history), from the next iteration, as in batch_rl.',
 )
 
+_REMOTE_TIMEOUT = cli.define_remote_timeout_flag(__name__)
+
 REQUIRED_FLAGS = ('base_dir', 'replay_dir')
 
 
@@ -63,18 +70,24 @@ def main(argv):
   if len(argv) > 1:
     raise app.UsageError(f'unexpected arguments: {argv[1:]}')
   logging.set_verbosity(logging.INFO)
+  cli.apply_remote_timeout(_REMOTE_TIMEOUT)
   # Imported here so that --help does not wait for TensorFlow and JAX.
   from fixed_replay.training import run_experiment
 
-  runner = run_experiment.create_runner(
-    _BASE_DIR.value,
-    agent_name=_AGENT_NAME.value,
-    replay_dir=_REPLAY_DIR.value,
-    gin_files=_GIN_FILES.value,
-    gin_bindings=_GIN_BINDINGS.value,
-    init_checkpoint_dir=_INIT_CHECKPOINT_DIR.value,
-  )
-  runner.run_experiment()
+  try:
+    runner = run_experiment.create_runner(
+      _BASE_DIR.value,
+      agent_name=_AGENT_NAME.value,
+      replay_dir=_REPLAY_DIR.value,
+      gin_files=_GIN_FILES.value,
+      gin_bindings=_GIN_BINDINGS.value,
+      init_checkpoint_dir=_INIT_CHECKPOINT_DIR.value,
+    )
+    runner.run_experiment()
+  except CheckpointError as error:
+    # Damaged or unreachable data: the message names the file and cause.
+    print(f'fixed-replay train: {error}', file=sys.stderr)
+    return 1
   return 0
 
 

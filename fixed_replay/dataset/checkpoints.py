@@ -14,9 +14,11 @@ import re
 from absl import logging
 import numpy as np
 
+from fixed_replay.dataset import checks
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 from fixed_replay.io import npy_stream
+from fixed_replay.io import remote
 from fixed_replay.io.gzip_stream import GzipStream
 
 STORE_PREFIX = '$store$_'
@@ -78,7 +80,10 @@ def scan_checkpoints(data_dir):
   """
   data_dir = str(data_dir)
   if not storage.isdir(data_dir):
-    raise CheckpointError(data_dir, 'replay directory does not exist')
+    raise CheckpointError(
+      data_dir,
+      'replay directory does not exist' + remote.closed_bucket_hint(data_dir),
+    )
   names_by_suffix = {}
   for entry in storage.listdir(data_dir):
     match = _FILE_PATTERN.match(entry)
@@ -113,7 +118,7 @@ def scan_checkpoints(data_dir):
   return complete, incomplete
 
 
-def find_checkpoints(data_dir):
+def find_checkpoints(data_dir, wanted=None):
   """Finds the complete checkpoints in a directory.
 
   Unrelated files are ignored; suffixes missing a required file are skipped
@@ -121,15 +126,23 @@ def find_checkpoints(data_dir):
 
   Args:
     data_dir: str, local or remote directory, with or without trailing slash.
+    wanted: int or None, a suffix the caller asks for by name: if it is
+      incomplete, that is an error naming its missing files.
 
   Returns:
     dict of suffix (int) to CheckpointFiles, in increasing suffix order.
 
   Raises:
     CheckpointError: if the directory does not exist or holds no complete
-      checkpoint.
+      checkpoint, or if `wanted` is incomplete.
   """
   complete, incomplete = scan_checkpoints(data_dir)
+  if wanted in incomplete:
+    raise CheckpointError(
+      storage.join(data_dir, incomplete[wanted][0]),
+      f'checkpoint {wanted} is incomplete: missing '
+      f'{", ".join(incomplete[wanted])} in {data_dir}',
+    )
   for suffix, missing in incomplete.items():
     logging.warning(
       'Skipping incomplete checkpoint %d in %s: missing %s',
@@ -175,23 +188,32 @@ class _IndexSetUnpickler(pickle.Unpickler):
     raise pickle.UnpicklingError(f'{module}.{name} is not allowed')
 
 
-def read_episode_end_indices(path):
-  """Reads Dopamine's pickled episode_end_indices set as sorted int64 rows."""
+def read_episode_end_indices(path, num_rows=None):
+  """Reads Dopamine's pickled episode_end_indices set as sorted int64 rows.
+
+  Args:
+    path: str.
+    num_rows: int or None, rows of the checkpoint's arrays: bounds what the
+      file may inflate to (checked before unpickling) and the rows it names.
+
+  Raises:
+    CheckpointError: if the file is damaged, too big, or not a set of ints
+      naming rows of the arrays.
+  """
+  limit = checks.episode_ends_byte_limit(
+    checks.MAX_ROWS if num_rows is None else num_rows
+  )
   with GzipStream(path) as stream:
-    data = stream.read_remaining()
+    data = stream.read_remaining(limit)
   try:
-    indices = _IndexSetUnpickler(io.BytesIO(data)).load()
-    return np.array(sorted(int(i) for i in indices), dtype=np.int64)
-  except (
-    pickle.UnpicklingError,
-    EOFError,
-    TypeError,
-    ValueError,
-    AttributeError,
-  ) as error:
+    values = _IndexSetUnpickler(io.BytesIO(data)).load()
+  except Exception as error:  # noqa: BLE001 - any damage in the pickle.
     raise CheckpointError(
-      path, f'episode_end_indices is not a pickled set of ints: {error}'
+      path,
+      f'episode_end_indices is not a pickled set of ints: '
+      f'{type(error).__name__}: {error}'[:300],
     ) from error
+  return checks.episode_ends(path, values, num_rows)
 
 
 @dataclasses.dataclass
@@ -251,16 +273,38 @@ def read_store_headers(files):
     name: npy_stream.read_npy_header(path)
     for name, path in files.store_paths.items()
   }
-  lengths = {name: h.num_rows for name, h in headers.items()}
-  expected = lengths['observation']
-  for name, length in lengths.items():
-    if length != expected or not headers[name].shape:
-      raise CheckpointError(
-        files.store_paths[name],
-        f'{length} rows, but {files.store_paths["observation"]} has '
-        f'{expected}: arrays of checkpoint {files.suffix} differ in length',
-      )
+  checks.store_headers(files, headers)
   return headers
+
+
+def read_bookkeeping(files, num_rows):
+  """Reads and checks add_count, invalid_range and episode_end_indices.
+
+  Args:
+    files: CheckpointFiles.
+    num_rows: int, rows of the checkpoint's arrays.
+
+  Returns:
+    (add_count, invalid_range, episode_end_indices or None).
+
+  Raises:
+    CheckpointError: naming the first damaged or inconsistent file.
+  """
+  count = checks.add_count(
+    files.add_count_path, npy_stream.read_rows(files.add_count_path)
+  )
+  invalid_range = checks.invalid_range(
+    files.invalid_range_path,
+    npy_stream.read_rows(files.invalid_range_path),
+    num_rows,
+    count,
+  )
+  episode_ends = None
+  if files.episode_end_indices_path:
+    episode_ends = read_episode_end_indices(
+      files.episode_end_indices_path, num_rows
+    )
+  return count, invalid_range, episode_ends
 
 
 def read_checkpoint(
@@ -270,8 +314,12 @@ def read_checkpoint(
   observation_shape=None,
   observation_dtype=None,
   elements=None,
+  verify=True,
 ):
   """Reads rows [start, start + count) of every array of one checkpoint.
+
+  Nothing is returned before every file read passed its checks (gzip CRC-32
+  and length, consistency, see checks.py).
 
   Args:
     files: CheckpointFiles.
@@ -281,6 +329,9 @@ def read_checkpoint(
     observation_dtype: optional expected observation dtype.
     elements: optional iterable of store element names to read (default all;
       the four required ones are always read).
+    verify: bool; False skips inflating what follows a window that ends
+      before its file does (data verified once). Whole files are always
+      checked: that costs nothing.
 
   Returns:
     CheckpointWindow.
@@ -310,16 +361,20 @@ def read_checkpoint(
   if unknown:
     raise CheckpointError(
       files.directory,
-      f'checkpoint {files.suffix} has no element(s) ' f'{sorted(unknown)}',
+      f'checkpoint {files.suffix} has no element(s) {sorted(unknown)}',
     )
+  # The small files first: damage there fails before the frames are read.
+  bookkeeping = read_bookkeeping(files, num_file_rows)
   store = {
-    name: npy_stream.read_rows(files.store_paths[name], start, count)
+    name: npy_stream.read_rows(
+      files.store_paths[name], start, count, verify=verify
+    )
     for name in sorted(wanted)
   }
-  return _window(files, start, num_file_rows, store)
+  return _window(files, start, num_file_rows, store, bookkeeping)
 
 
-def read_terminal_window(files, start=0, count=None):
+def read_terminal_window(files, start=0, count=None, verify=True):
   """Reads only the terminal flags and bookkeeping of rows [start, +count).
 
   What deciding which rows and episodes to use needs (1 byte per row),
@@ -329,6 +384,7 @@ def read_terminal_window(files, start=0, count=None):
     files: CheckpointFiles.
     start: int, first file row.
     count: int or None, number of rows (None: to the end of the file).
+    verify: bool, as in read_checkpoint.
 
   Returns:
     CheckpointWindow whose store holds 'terminal' only.
@@ -345,29 +401,81 @@ def read_terminal_window(files, start=0, count=None):
       f'rows [{start}, {start + count}) asked, but checkpoint '
       f'{files.suffix} has {header.num_rows} rows',
     )
-  store = {'terminal': npy_stream.read_rows(path, start, count)}
-  return _window(files, start, header.num_rows, store)
+  bookkeeping = read_bookkeeping(files, header.num_rows)
+  store = {'terminal': npy_stream.read_rows(path, start, count, verify=verify)}
+  return _window(files, start, header.num_rows, store, bookkeeping)
 
 
-def _window(files, start, num_file_rows, store):
-  """A CheckpointWindow of `store` with the checkpoint's bookkeeping."""
-  add_count = npy_stream.read_rows(files.add_count_path)
-  if add_count.shape or add_count.dtype.kind not in 'iu':
-    raise CheckpointError(
-      files.add_count_path,
-      f'expected a 0-d integer array, got '
-      f'{add_count.dtype} of shape {add_count.shape}',
-    )
-  invalid_range = npy_stream.read_rows(files.invalid_range_path)
-  episode_ends = None
-  if files.episode_end_indices_path:
-    episode_ends = read_episode_end_indices(files.episode_end_indices_path)
+def _window(files, start, num_file_rows, store, bookkeeping):
+  """A CheckpointWindow of `store` and (add_count, invalid_range, ends)."""
+  add_count, invalid_range, episode_ends = bookkeeping
   return CheckpointWindow(
     suffix=files.suffix,
     start=start,
     num_file_rows=num_file_rows,
     store=store,
-    add_count=int(add_count),
-    invalid_range=invalid_range.astype(np.int64),
+    add_count=add_count,
+    invalid_range=invalid_range,
     episode_end_indices=episode_ends,
   )
+
+
+def check_run(found):
+  """Checks the headers and bookkeeping of every checkpoint of a run.
+
+  Reads only headers and the small files; collects every problem instead of
+  stopping at the first (convert reports them all before converting).
+
+  Args:
+    found: dict of suffix to CheckpointFiles.
+
+  Returns:
+    (rows, errors): dict of suffix to rows of the checkpoints that passed,
+    and the list of CheckpointError found (each naming its file).
+  """
+  collector = checks.Collector()
+  rows_by_suffix, layouts = {}, {}
+  for suffix, files in found.items():
+    headers = {}
+    for name, path in files.store_paths.items():
+      header = collector.attempt(path, npy_stream.read_npy_header, path)
+      if header is not None:
+        headers[name] = header
+    errors = checks.store_header_errors(files, headers)
+    for error in errors:
+      collector.add(error)
+    if errors or len(headers) != len(files.store_paths):
+      continue
+    layouts[suffix] = {
+      n: (h.row_shape, str(h.dtype)) for n, h in headers.items()
+    }
+    rows = headers['observation'].num_rows
+    if _bookkeeping_checked(files, rows, collector):
+      rows_by_suffix[suffix] = rows
+  paths = {suffix: found[suffix].store_paths for suffix in layouts}
+  for error in checks.same_layout(paths, layouts):
+    collector.add(error)
+  bad = {str(error.path) for error in collector.errors}
+  rows_by_suffix = {
+    suffix: rows
+    for suffix, rows in rows_by_suffix.items()
+    if not bad & set(map(str, found[suffix].all_paths()))
+  }
+  return rows_by_suffix, collector.errors
+
+
+def _bookkeeping_checked(files, rows, collector):
+  """Checks add_count, invalid_range, episode_end_indices; True if all pass."""
+  path = files.add_count_path
+  count = collector.attempt(
+    path, lambda: checks.add_count(path, npy_stream.read_rows(path))
+  )
+  path = files.invalid_range_path
+  collector.attempt(
+    path,
+    lambda: checks.invalid_range(path, npy_stream.read_rows(path), rows, count),
+  )
+  if files.episode_end_indices_path:
+    path = files.episode_end_indices_path
+    collector.attempt(path, read_episode_end_indices, path, rows)
+  return not any(collector.failed(p) for p in files.all_paths())

@@ -22,8 +22,10 @@ from absl import logging
 import numpy as np
 
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import checks
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
+from fixed_replay.errors import RemoteError
 from fixed_replay.io import files as storage
 from fixed_replay.io import npy_stream
 from fixed_replay.io.gzip_stream import GzipStream
@@ -339,6 +341,8 @@ class _Problems:
       return None
     try:
       return function(*args)
+    except RemoteError:
+      raise  # The storage is unreachable: stop, do not try every file.
     except CheckpointError as error:
       self.add(error.path, error.problem)
       self._bad.add(str(path))
@@ -370,12 +374,8 @@ def _store_headers(files, verify, problems, progress):
     if verify:
       # A damaged payload leaves the header usable for the length checks.
       _verify_file(path, problems, progress, npy_stream.verify)
-    if header is None:
-      continue
-    if not header.shape:
-      problems.add(path, 'a 0-d array, expected one row per transition')
-      continue
-    headers[name] = header
+    if header is not None:
+      headers[name] = header
   return headers
 
 
@@ -385,27 +385,23 @@ def _common_rows(files, headers, problems):
   The observation file sets the count (as it does for every reader); when its
   header is unreadable, the count most arrays agree on does.
   """
-  if not headers:
-    return None
-  if 'observation' in headers:
+  usable = {name: h for name, h in headers.items() if h.shape}
+  if not usable:
+    reference = None
+  elif 'observation' in usable:
     reference = 'observation'
   else:
-    counts = [h.num_rows for h in headers.values()]
+    counts = [h.num_rows for h in usable.values()]
     common = max(set(counts), key=counts.count)
-    reference = next(n for n, h in headers.items() if h.num_rows == common)
-  rows = headers[reference].num_rows
-  reference_name = os.path.basename(files.store_paths[reference])
-  for name, header in headers.items():
-    if header.num_rows != rows:
-      problems.add(
-        files.store_paths[name],
-        f'{header.num_rows} rows, but {reference_name} has {rows}: the '
-        f'$store$ arrays of checkpoint {files.suffix} differ in length',
-      )
-  if rows == 0:
-    problems.add(files.store_paths[reference], 'the arrays have no rows')
+    reference = next(n for n, h in usable.items() if h.num_rows == common)
+  errors = checks.store_header_errors(files, headers, reference)
+  for error in errors:
+    problems.add(error.path, error.problem)
+  if reference is None or any(
+    error.path == files.store_paths[reference] for error in errors
+  ):
     return None
-  return rows
+  return usable[reference].num_rows
 
 
 def _read_small_array(path, verify, problems, progress):
@@ -418,47 +414,23 @@ def _read_small_array(path, verify, problems, progress):
 
 
 def _read_add_count(files, verify, problems, progress):
-  """Returns the add_count file as a 0-d integer array, or None."""
+  """Returns (array, checked int value) of add_count, or (None, None)."""
   path = files.add_count_path
-  add_count = _read_small_array(path, verify, problems, progress)
-  if add_count is None:
-    return None
-  if add_count.shape or add_count.dtype.kind not in 'iu':
-    problems.add(
-      path,
-      f'expected a 0-d integer array, got {add_count.dtype} of shape '
-      f'{add_count.shape}',
-    )
-    return None
-  if add_count < 0:
-    problems.add(path, f'negative add_count {int(add_count)}')
-    return None
-  return add_count
+  array = _read_small_array(path, verify, problems, progress)
+  if array is None:
+    return None, None
+  value = problems.attempt(path, checks.add_count, path, array)
+  return (None, None) if value is None else (array, value)
 
 
 def _read_invalid_range(files, rows, add_count, verify, problems, progress):
   path = files.invalid_range_path
-  invalid_range = _read_small_array(path, verify, problems, progress)
-  if invalid_range is None:
+  array = _read_small_array(path, verify, problems, progress)
+  if array is None:
     return None
-  # A buffer saved before its first add still has Dopamine's initial
-  # `np.zeros(stack_size)`, a float array.
-  initial = add_count == 0 and not np.any(invalid_range)
-  if invalid_range.ndim != 1 or (
-    invalid_range.dtype.kind not in 'iu' and not initial
-  ):
-    problems.add(
-      path,
-      f'expected a 1-d integer array, got {invalid_range.dtype} of shape '
-      f'{invalid_range.shape}',
-    )
-    return None
-  if rows is not None and np.any((invalid_range < 0) | (invalid_range >= rows)):
-    problems.add(
-      path, f'rows {invalid_range.tolist()} are not all in [0, {rows})'
-    )
-    return None
-  return invalid_range
+  return problems.attempt(
+    path, checks.invalid_range, path, array, rows, add_count
+  )
 
 
 def _read_episode_ends(files, rows, problems, progress):
@@ -467,15 +439,12 @@ def _read_episode_ends(files, rows, problems, progress):
   if not path:
     return None
   # Unpickling reads to the end, so this is a full verification anyway.
-  ends = _verify_file(
-    path, problems, progress, checkpoints.read_episode_end_indices
+  return _verify_file(
+    path,
+    problems,
+    progress,
+    lambda p: checkpoints.read_episode_end_indices(p, rows),
   )
-  if ends is None:
-    return None
-  if rows is not None and len(ends) and (ends[0] < 0 or ends[-1] >= rows):
-    problems.add(path, f'holds rows outside [0, {rows}): {ends.tolist()[:10]}')
-    return None
-  return ends
 
 
 def _read_column(files, name, rows, problems):
@@ -516,6 +485,15 @@ def summarize_checkpoint(
   Returns:
     CheckpointSummary; damage is reported in its problems, never raised.
   """
+  return _summarize_checkpoint(
+    files, stack_size, update_horizon, verify, other_paths, progress
+  )[0]
+
+
+def _summarize_checkpoint(
+  files, stack_size, update_horizon, verify, other_paths, progress
+):
+  """summarize_checkpoint, also returning the readable `$store$_` headers."""
   summary = CheckpointSummary(suffix=files.suffix, verified=verify)
   problems = _Problems(summary.problems)
   progress = progress if verify else None
@@ -528,8 +506,9 @@ def summarize_checkpoint(
   if 'observation' in headers:
     summary.observation_shape = tuple(headers['observation'].row_shape)
     summary.observation_dtype = str(headers['observation'].dtype)
-  add_count_array = _read_add_count(files, verify, problems, progress)
-  add_count = None if add_count_array is None else int(add_count_array)
+  add_count_array, add_count = _read_add_count(
+    files, verify, problems, progress
+  )
   invalid_range = _read_invalid_range(
     files, rows, add_count, verify, problems, progress
   )
@@ -545,17 +524,18 @@ def summarize_checkpoint(
       sum(h.nbytes for h in headers.values()) + sum(a.nbytes for a in small)
     )
   if rows is None or add_count is None:
-    return summary
+    return summary, headers
 
   summary.rows = rows
   summary.add_count = add_count
   summary.cursor = add_count % rows
   summary.is_full = add_count >= rows
   if files.episode_end_indices_path and episode_ends is None:
-    return summary  # Unreadable: neither validity nor episodes are known.
+    # Unreadable: neither validity nor episodes are known.
+    return summary, headers
   terminal = _read_column(files, 'terminal', rows, problems)
   if terminal is None:
-    return summary
+    return summary, headers
   if invalid_range is not None:
     summary.num_valid = len(
       validity.valid_rows(
@@ -574,7 +554,7 @@ def summarize_checkpoint(
     summary.episodes = EpisodeStats.from_returns(
       episode_returns(terminal, reward, add_count, episode_ends)
     )
-  return summary
+  return summary, headers
 
 
 def _files_by_suffix(directory):
@@ -614,10 +594,16 @@ def summarize_directory(
     verified=verify,
   )
   try:
-    complete, incomplete = checkpoints.scan_checkpoints(directory)
-  except CheckpointError as error:
+    _summarize_all(summary, progress_bar)
+  except CheckpointError as error:  # No listing, or the storage is gone.
     summary.problems.append(Problem(error.path, error.problem))
-    return summary
+  return summary
+
+
+def _summarize_all(summary, progress_bar):
+  """Fills summary.checkpoints; raises RemoteError if storage fails."""
+  directory, verify = summary.directory, summary.verified
+  complete, incomplete = checkpoints.scan_checkpoints(directory)
   paths_by_suffix = _files_by_suffix(directory)
 
   progress = None
@@ -630,6 +616,7 @@ def summarize_directory(
       except OSError:
         sizes[path] = 0  # Reported by summarize_checkpoint.
     progress = VerifyProgress(sizes, progress_bar)
+  layouts = {}
   try:
     for suffix in sorted(set(complete) | set(incomplete)):
       if suffix in incomplete:
@@ -645,17 +632,33 @@ def summarize_directory(
       others = sorted(
         set(paths_by_suffix.get(suffix, [])) - set(files.all_paths())
       )
-      summary.checkpoints.append(
-        summarize_checkpoint(
-          files, stack_size, update_horizon, verify, others, progress
-        )
+      checkpoint, headers = _summarize_checkpoint(
+        files,
+        summary.stack_size,
+        summary.update_horizon,
+        verify,
+        others,
+        progress,
       )
+      summary.checkpoints.append(checkpoint)
+      layouts[suffix] = {
+        name: (h.row_shape, str(h.dtype)) for name, h in headers.items()
+      }
   finally:
     if progress is not None:
       progress.close()
+  _report_layouts(summary, complete, layouts)
   if not complete:
     summary.problems.append(Problem(directory, 'no complete replay checkpoint'))
-  return summary
+
+
+def _report_layouts(summary, complete, layouts):
+  """Flags arrays whose row shape or dtype differ from the rest of the run."""
+  by_suffix = {s.suffix: s for s in summary.checkpoints}
+  paths = {suffix: complete[suffix].store_paths for suffix in layouts}
+  for error in checks.same_layout(paths, layouts):
+    suffix = next(s for s, p in paths.items() if error.path in p.values())
+    by_suffix[suffix].problems.append(Problem(error.path, error.problem))
 
 
 def _incomplete_summary(directory, suffix, missing, paths_by_suffix):

@@ -8,9 +8,11 @@ zlib-ng and isal are level). All three expose zlib's
 bounded: no call ever produces more bytes than the caller still needs.
 """
 
+import os
 import zlib
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.errors import RemoteError
 from fixed_replay.io import files as storage
 
 _GZIP_WBITS = 31  # 16 + MAX_WBITS: expect a gzip header and trailer.
@@ -23,6 +25,10 @@ INPUT_CHUNK_BYTES = 1 << 20  # Compressed bytes read from disk per call.
 # result twice as slow as 4 MB). Discarded output (skip) has no copy.
 READ_CHUNK_BYTES = 4 << 20
 SKIP_CHUNK_BYTES = 16 << 20
+# Deflate never inflates more than 1032 bytes per compressed byte (zlib's
+# technical notes), so a header promising more than this per byte of the file
+# is damaged, whatever it says.
+MAX_INFLATE_RATIO = 1032
 
 
 def _load_backends():
@@ -51,7 +57,10 @@ class GzipStream:
   """Reads exact byte counts from a gzip file, decompressing on demand.
 
   Multi-member gzip files are read as one stream, as `gzip.GzipFile` does.
-  Every failure raises `CheckpointError` naming the file.
+  Every member's CRC-32 and length (the gzip trailer) are checked when the
+  decompressor reaches them, i.e. once everything before was read:
+  `read_to_end` gets there. Every failure raises `CheckpointError` naming the
+  file.
   """
 
   def __init__(self, path, backend=None):
@@ -88,7 +97,21 @@ class GzipStream:
     if self._input:
       data, self._input = self._input, b''
       return data
-    return self._raw.read(INPUT_CHUNK_BYTES)
+    return self._read_raw()
+
+  def _read_raw(self):
+    try:
+      return self._raw.read(INPUT_CHUNK_BYTES)
+    except RemoteError:
+      raise
+    except OSError as error:
+      raise CheckpointError(self.path, f'cannot read: {error}') from error
+
+  def compressed_size(self):
+    """Size of the file in bytes (what is on disk, compressed)."""
+    if hasattr(self._raw, 'fileno'):
+      return os.fstat(self._raw.fileno()).st_size
+    return self._raw.size()
 
   def _decompress_some(self, max_length):
     """Returns up to max_length (> 0) new bytes; b'' at the end of the data."""
@@ -97,7 +120,7 @@ class GzipStream:
         # End of one gzip member: another may follow, or zero padding.
         self._input = self._decompressor.unused_data + self._input
         if not self._input:
-          self._input = self._raw.read(INPUT_CHUNK_BYTES)
+          self._input = self._read_raw()
         if not self._input.strip(b'\0'):
           self._finished = True
           break
@@ -160,11 +183,25 @@ class GzipStream:
         )
       num_bytes -= len(chunk)
 
-  def read_remaining(self):
-    """Returns all remaining decompressed bytes (for small files only)."""
+  def read_remaining(self, limit):
+    """Returns all remaining decompressed bytes, refusing more than `limit`.
+
+    Args:
+      limit: int, the most bytes the file may hold (memory stays bounded by
+        it whatever the file inflates to).
+
+    Raises:
+      CheckpointError: if the data is damaged or longer than `limit`.
+    """
     data = bytearray()
-    while chunk := self._decompress_some(READ_CHUNK_BYTES):
+    while chunk := self._decompress_some(min(READ_CHUNK_BYTES, limit + 1)):
       data += chunk
+      if len(data) > limit:
+        raise CheckpointError(
+          self.path,
+          f'inflates to more than {limit} bytes, more than such a file can '
+          'hold: refused',
+        )
     return bytes(data)
 
   def read_to_end(self):

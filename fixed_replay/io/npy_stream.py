@@ -4,7 +4,14 @@ A Dopamine checkpoint file is `np.save` output wrapped in gzip. Rows are stored
 contiguously after a short header, so rows [start, start + count) are the
 bytes [start * row_bytes, (start + count) * row_bytes) of the payload: we
 decompress and discard what comes before, decompress straight into the result
-array, and stop.
+array, then check the file.
+
+Checking means inflating to the end of the file, where gzip keeps the CRC-32
+and length of everything before: a window is returned only once that check
+passed (and the payload is exactly what the header promises). A window that
+reaches the file's end costs nothing more; a shorter one costs inflating the
+rest into a fixed-size scratch buffer, unless `verify=False` is asked for
+data already verified once.
 """
 
 import ast
@@ -12,12 +19,25 @@ import dataclasses
 import struct
 
 import numpy as np
+from numpy.lib import format as npy_format
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import gzip_stream
 from fixed_replay.io.gzip_stream import GzipStream
 
 _MAGIC = b'\x93NUMPY'
 _MAX_HEADER_BYTES = 1 << 16
+# What damaged header text can raise when parsed (UnicodeDecodeError is a
+# ValueError; deep nesting a RecursionError).
+_HEADER_ERRORS = (
+  ValueError,
+  SyntaxError,
+  KeyError,
+  TypeError,
+  MemoryError,
+  RecursionError,
+  OverflowError,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +46,7 @@ class ArrayHeader:
 
   dtype: np.dtype
   shape: tuple
+  data_offset: int = 0  # Uncompressed byte where the payload starts.
 
   @property
   def num_rows(self):
@@ -70,21 +91,45 @@ def read_header(stream):
     raise CheckpointError(path, f'unsupported .npy format version {major}')
   if header_length > _MAX_HEADER_BYTES:
     raise CheckpointError(path, f'.npy header of {header_length} bytes')
-  text = stream.read(header_length).decode('utf8' if major == 3 else 'latin1')
+  raw = stream.read(header_length)
   try:
+    text = raw.decode('utf8' if major == 3 else 'latin1')
     fields = ast.literal_eval(text)
-    dtype = np.lib.format.descr_to_dtype(fields['descr'])
+    dtype = npy_format.descr_to_dtype(fields['descr'])
     shape = tuple(int(n) for n in fields['shape'])
     fortran_order = bool(fields['fortran_order'])
-  except (ValueError, SyntaxError, KeyError, TypeError) as error:
-    raise CheckpointError(path, f'bad .npy header {text.strip()!r}') from error
+  except _HEADER_ERRORS as error:
+    raise CheckpointError(
+      path,
+      f'bad .npy header {raw[:200]!r} ({type(error).__name__}: {error})',
+    ) from error
   if dtype.hasobject:
     raise CheckpointError(path, f'object arrays are not read ({dtype})')
   if fortran_order and len(shape) > 1:
     raise CheckpointError(path, 'Fortran-ordered arrays are not supported')
   if any(n < 0 for n in shape):
     raise CheckpointError(path, f'negative dimension in shape {shape}')
-  return ArrayHeader(dtype=dtype, shape=shape)
+  header = ArrayHeader(dtype=dtype, shape=shape, data_offset=stream.position)
+  _check_fits_file(stream, header)
+  return header
+
+
+def _check_fits_file(stream, header):
+  """Refuses a header promising more data than the file can inflate to.
+
+  Checked before anything is allocated for it: a damaged shape must not
+  become a huge allocation.
+  """
+  promised = header.nbytes
+  if promised <= 1 << 20:
+    return
+  limit = stream.compressed_size() * gzip_stream.MAX_INFLATE_RATIO
+  if promised > limit:
+    raise CheckpointError(
+      stream.path,
+      f'header promises {promised} bytes ({header.dtype} {header.shape}), '
+      f'more than a file of {stream.compressed_size()} bytes can hold',
+    )
 
 
 def read_npy_header(path):
@@ -107,11 +152,39 @@ def check_header(path, header, dtype=None, row_shape=None):
     )
 
 
-def read_rows(path, start=0, count=None, dtype=None, row_shape=None):
+def finish(stream, header):
+  """Inflates the rest of a stream and checks the whole file.
+
+  Checks the gzip CRC-32 and length of every member, and that the payload
+  after the header is exactly what the header promises. Memory: a fixed
+  scratch buffer, whatever the file's size.
+
+  Args:
+    stream: GzipStream whose header (and any part of the payload) was read.
+    header: its ArrayHeader.
+
+  Raises:
+    CheckpointError: on any damage.
+  """
+  stream.read_to_end()
+  payload = stream.position - header.data_offset
+  if payload != header.nbytes:
+    raise CheckpointError(
+      stream.path,
+      f'holds {payload} bytes after the header at byte '
+      f'{header.data_offset}, header promises {header.nbytes}',
+    )
+
+
+def read_rows(
+  path, start=0, count=None, dtype=None, row_shape=None, verify=True
+):
   """Returns rows [start, start + count) of a gzip `.npy` file.
 
-  Holds only the result plus a fixed-size decompression buffer, and stops
-  decompressing after the last requested row.
+  Holds only the result plus a fixed-size decompression buffer. The file is
+  checked (gzip CRC-32 and length, payload size) before anything is
+  returned: free when the rows reach the end of the file, an inflate of the
+  rest otherwise.
 
   Args:
     path: str, file to read.
@@ -119,6 +192,9 @@ def read_rows(path, start=0, count=None, dtype=None, row_shape=None):
     count: int or None, number of rows; None reads to the end.
     dtype: optional expected dtype; a mismatch raises CheckpointError.
     row_shape: optional expected shape of one row.
+    verify: bool; False skips inflating what follows a window that ends
+      before the file does (for data verified once). A window reaching the
+      end of the file is always checked.
 
   Returns:
     np.ndarray equal to `np.load(path)[start:start + count]`; a 0-d array is
@@ -133,6 +209,7 @@ def read_rows(path, start=0, count=None, dtype=None, row_shape=None):
     if not header.shape:
       result = np.empty((), header.dtype)
       stream.readinto(result.reshape(1).view(np.uint8))
+      finish(stream, header)
       return result
     if count is None:
       count = header.num_rows - start
@@ -146,6 +223,8 @@ def read_rows(path, start=0, count=None, dtype=None, row_shape=None):
     stream.skip(start * header.row_bytes)
     if result.nbytes:
       stream.readinto(result.reshape(-1).view(np.uint8))
+    if verify or start + count == header.num_rows:
+      finish(stream, header)
     return result
 
 
@@ -166,13 +245,5 @@ def verify(path):
   """
   with GzipStream(path) as stream:
     header = read_header(stream)
-    payload_start = stream.position
-    payload = stream.read_to_end()
-    expected = header.nbytes if header.shape else header.dtype.itemsize
-    if payload != expected:
-      raise CheckpointError(
-        path,
-        f'holds {payload} bytes after the header at byte '
-        f'{payload_start}, header promises {expected}',
-      )
+    finish(stream, header)
     return header

@@ -32,6 +32,7 @@ import numpy as np
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import subsample as subsample_lib
 from fixed_replay.errors import CheckpointError
+from fixed_replay.replay import arguments
 from fixed_replay.replay import fixed_replay_buffer
 from fixed_replay.replay import memory_budget as memory
 from fixed_replay.replay import shard as shard_lib
@@ -310,7 +311,8 @@ class CompactReplayBuffer:
       num_workers: int or None, prefetching threads (None: 2, or 1 on one
         core). Two hide sampling behind a training step that releases the
         GIL; more mostly contend for the GIL.
-      prefetch_batches: int, ready minibatches kept.
+      prefetch_batches: int >= 1, ready minibatches kept (counted in
+        memory_budget).
       seed: int or None.
       verify: bool, check the store's small files against their CRC-32 on
         opening (frame blocks are checked whenever they are decoded).
@@ -325,6 +327,7 @@ class CompactReplayBuffer:
       ValueError: on inconsistent arguments.
       MemoryError: if the selection does not fit in memory_budget.
     """
+    arguments.check(locals())
     del max_sample_attempts  # Only valid rows are ever drawn.
     if reward_shape != () and update_horizon > 1:
       raise ValueError('n-step returns need scalar rewards (reward_shape=())')

@@ -12,6 +12,9 @@ three differences a researcher can rely on:
 * The next set of checkpoints loads in a background thread while training
   samples from the current one; by default every minibatch mixes all loaded
   checkpoints uniformly over their valid transitions.
+* No row of a file that fails its gzip CRC-32 or length check is ever
+  sampled: a checkpoint is published to the samplers only after all its
+  files passed (see `verify_checksums`).
 
 `subsample` and `subsample_fraction` choose among the published meanings of
 "x% of the data" (see fixed_replay/dataset/subsample.py).
@@ -20,6 +23,7 @@ three differences a researcher can rely on:
 import concurrent.futures
 import os
 import sys
+import threading
 import time
 import types
 
@@ -30,6 +34,7 @@ import numpy as np
 from fixed_replay import progress
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import subsample as subsample_lib
+from fixed_replay.replay import arguments
 from fixed_replay.replay import memory_budget as memory
 from fixed_replay.replay import shard as shard_lib
 
@@ -134,8 +139,11 @@ class FixedReplayBuffer:
     seed=None,
     subsample=None,
     subsample_fraction=None,
+    verify_checksums=True,
   ):
     """Finds the checkpoints and loads the first set.
+
+    Returns once the first set is loaded and, by default, verified.
 
     Args:
       data_dir: str, directory of checkpoint files (local or gs://).
@@ -178,12 +186,22 @@ class FixedReplayBuffer:
         'random_episodes' (the REM paper) or 'first_episodes' (Dopamine's
         TFDS loader); see fixed_replay/dataset/subsample.py.
       subsample_fraction: float in (0, 1], the x (0.01 for 1%).
+      verify_checksums: bool. True (default): a checkpoint's rows reach the
+        samplers only after each of its files passed its gzip CRC-32 and
+        length check; for a window shorter than its file that means
+        inflating (and discarding) the rest of the file, in the constructor
+        for the first set and in the background for later ones, and a
+        failed check fails the load. False skips inflating the rest, for
+        data verified once (`fixed-replay inspect --verify`); files read to
+        their end are checked either way, at no cost.
 
     Raises:
-      CheckpointError: if the directory holds no usable checkpoint.
+      CheckpointError: if the directory holds no usable checkpoint, or a
+        file of the first set is damaged.
       ValueError: on inconsistent arguments.
       MemoryError: if the configuration cannot fit, before allocating.
     """
+    arguments.check(locals())
     del max_sample_attempts  # Only valid rows are ever drawn.
     if reward_shape != () and update_horizon > 1:
       raise ValueError('n-step returns need scalar rewards (reward_shape=())')
@@ -203,6 +221,7 @@ class FixedReplayBuffer:
     self._plans = {}
     self._warned_buffers = False
     self._data_dir = str(data_dir)
+    self._verify_checksums = bool(verify_checksums)
     self._observation_shape = tuple(observation_shape)
     self._stack_size = stack_size
     self._replay_capacity = replay_capacity
@@ -226,6 +245,7 @@ class FixedReplayBuffer:
     self._start = replay_transitions_start_index
     self._mix_checkpoints = mix_checkpoints
     self._rng = np.random.default_rng(seed)
+    replay_suffix = None if replay_suffix is None else int(replay_suffix)
     self._replay_suffix = replay_suffix
     self._files = self._select_checkpoints(
       replay_suffix, replay_file_start_index, replay_file_end_index
@@ -241,6 +261,10 @@ class FixedReplayBuffer:
     )
     self._warned_capacity = False
     self._active = _ShardSet([])
+    # Used while a reload without prefetch has freed the outgoing set and
+    # the new one is not in yet: samplers wait instead of seeing nothing.
+    self._swapped_in = threading.Condition()
+    self._swapping = False
     self._executor = concurrent.futures.ThreadPoolExecutor(
       max_workers=1, thread_name_prefix='fixed_replay_prefetch'
     )
@@ -262,7 +286,7 @@ class FixedReplayBuffer:
 
   def _select_checkpoints(self, replay_suffix, file_start, file_end):
     """Returns {suffix: CheckpointFiles} of the checkpoints we may load."""
-    found = checkpoints.find_checkpoints(self._data_dir)
+    found = checkpoints.find_checkpoints(self._data_dir, wanted=replay_suffix)
     return select_checkpoints(
       found, replay_suffix, file_start, file_end, self._data_dir
     )
@@ -340,7 +364,9 @@ class FixedReplayBuffer:
       plan = (self._start, count, None)
     elif self._subsample in subsample_lib.EPISODE_METHODS:
       plan = subsample_lib.plan_window(
-        checkpoints.read_terminal_window(files, self._start, count),
+        checkpoints.read_terminal_window(
+          files, self._start, count, verify=self._verify_checksums
+        ),
         self._stack_size,
         self._update_horizon,
         self._subsample,
@@ -372,7 +398,9 @@ class FixedReplayBuffer:
       observation_shape=self._observation_shape,
       observation_dtype=self._observation_dtype,
       elements=self._extra_names,
+      verify=self._verify_checksums,
     )
+    # Only now, every file checked, may samplers see these rows.
     shard = shard_lib.ReplayShard(
       window, self._stack_size, self._update_horizon, self._gamma
     )
@@ -381,13 +409,16 @@ class FixedReplayBuffer:
     seconds = time.perf_counter() - began
     logging.info(
       'Loaded checkpoint %d rows [%d, %d): %d valid transitions, %s in '
-      '%.1f s',
+      '%.1f s (%s)',
       suffix,
       start,
       start + count,
       shard.num_valid,
       memory.format_bytes(shard.nbytes),
       seconds,
+      'files checked to their end'
+      if self._verify_checksums
+      else 'verify_checksums=False: files not checked past the window',
     )
     if not shard.num_valid:
       logging.warning(
@@ -425,13 +456,33 @@ class FixedReplayBuffer:
     return [reusable[s] for s in suffixes]
 
   def _publish(self, shards):
-    self._active = _ShardSet(shards)
-    if not self._active.total:
+    """Makes `shards` the set samplers draw from (one assignment)."""
+    active = _ShardSet(shards)
+    if not active.total:
       raise ValueError(
-        f'Checkpoints {self._active.suffixes} of {self._data_dir} hold no '
+        f'Checkpoints {active.suffixes} of {self._data_dir} hold no '
         f'valid transition for stack_size={self._stack_size}, '
         f'update_horizon={self._update_horizon} in their windows'
       )
+    with self._swapped_in:
+      self._active = active
+      self._swapping = False
+      self._swapped_in.notify_all()
+
+  def _snapshot(self):
+    """The current set; waits while a reload has nothing to show yet."""
+    active = self._active
+    if active.total:
+      return active
+    with self._swapped_in:
+      while self._swapping:
+        self._swapped_in.wait()
+      if not self._active.total:
+        raise RuntimeError(
+          f'No checkpoint of {self._data_dir} is loaded: the last reload '
+          'failed'
+        )
+      return self._active
 
   def _start_refresh(self):
     """Starts loading a new random set in the background."""
@@ -497,21 +548,13 @@ class FixedReplayBuffer:
       self._cancel_pending()
     began = time.perf_counter()
     if self._prefetch and self._pending is not None:
-      shards = self._pending.result()
+      # A load that failed (a damaged file) raises here, once.
+      pending, self._pending = self._pending, None
+      shards = pending.result()
       if shards is not None:
         self._publish(shards)
-      self._pending = None
     else:
-      suffixes = self._draw_suffixes(self._num_buffers_to_load)
-      # Keep what both sets share; free the rest before loading the new.
-      kept = [s for s in self._active.shards if s.suffix in suffixes]
-      self._active = _ShardSet(kept)
-      memory.check_fits(
-        self._set_bytes(suffixes),
-        self._budget,
-        f'Loading checkpoints {suffixes}',
-      )
-      self._publish(self._load_shards(suffixes, parallel=True, reuse=kept))
+      self._reload_now(self._draw_suffixes(self._num_buffers_to_load))
     logging.info(
       'Swapped in checkpoints %s after waiting %.2f s',
       self._active.suffixes,
@@ -519,6 +562,32 @@ class FixedReplayBuffer:
     )
     if self._prefetch:
       self._start_refresh()
+
+  def _reload_now(self, suffixes):
+    """Loads `suffixes` in the foreground (no prefetch) and swaps them in.
+
+    Samplers in other threads keep the current set until the new one is in
+    when both fit in the budget; otherwise the outgoing checkpoints are freed
+    first and samplers wait for the new set: they never see an empty one.
+    """
+    current = self._active
+    kept = [s for s in current.shards if s.suffix in suffixes]
+    incoming = [s for s in suffixes if s not in current.by_suffix]
+    memory.check_fits(
+      self._set_bytes(suffixes),
+      self._budget,
+      f'Loading checkpoints {suffixes}',
+    )
+    if self._set_bytes(current.suffixes + incoming) > self._budget:
+      with self._swapped_in:
+        self._swapping = True
+        self._active = _ShardSet(kept)
+    try:
+      self._publish(self._load_shards(suffixes, parallel=True, reuse=kept))
+    finally:
+      with self._swapped_in:
+        self._swapping = False
+        self._swapped_in.notify_all()
 
   def reload_data(self):
     """Dopamine JAX name for reloading: a new set unless one suffix is fixed."""
@@ -622,7 +691,7 @@ class FixedReplayBuffer:
   def sample_index_batch(self, batch_size=None):
     """Draws (suffixes, file rows) of batch_size valid transitions."""
     batch_size = self._batch_size if batch_size is None else batch_size
-    active = self._active
+    active = self._snapshot()
     which, rows = self._draw(batch_size, active)
     return active.suffix_array[which], rows
 
@@ -645,7 +714,7 @@ class FixedReplayBuffer:
     """
     # One snapshot for the whole call: a background swap cannot pull the
     # checkpoints away between drawing rows and reading them.
-    active = self._active
+    active = self._snapshot()
     if indices is None:
       batch_size = self._batch_size if batch_size is None else batch_size
       which, indices = self._draw(batch_size, active)

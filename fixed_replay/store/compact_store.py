@@ -22,7 +22,8 @@
 A checkpoint directory only ever appears by renaming a verified partial one,
 so its presence means it is complete. The manifest records the format and
 version, the codec, the block size, the rows, the source files and the size
-and CRC-32 of every file, so a store describes and checks itself.
+and CRC-32 of every file, and the CRC-32 of its own content
+(`manifest_crc32`), so a store describes and checks itself.
 
 Reading a row decodes only its block: a frame costs a `pread` of a few KB, a
 CRC-32 and a zstd decompression, all outside the GIL.
@@ -59,6 +60,28 @@ CODECS = {
 _CHECKPOINT_DIR = re.compile(r'^checkpoint_(?P<suffix>\d+)$')
 _PARTIAL_DIR = re.compile(r'^\.checkpoint_\d+\.partial-\d+$')
 _VERIFY_READ_BYTES = 16 << 20
+MANIFEST_CRC_KEY = 'manifest_crc32'
+# Entries every manifest has, and their types (checked before any is used).
+_MANIFEST_FIELDS = {
+  'suffix': int,
+  'num_rows': int,
+  'add_count': int,
+  'observation': dict,
+  'arrays': dict,
+  'valid_rows': dict,
+  'files': dict,
+  'source': dict,
+}
+_OBSERVATION_FIELDS = {
+  'file': str,
+  'dtype': str,
+  'row_shape': list,
+  'codec': str,
+  'clevel': int,
+  'block_rows': int,
+  'num_blocks': int,
+  'frames_crc32': int,
+}
 
 # Decoding runs in background threads next to training: let blosc2 drop the
 # GIL while it (de)compresses. Process-wide, and harmless to other users.
@@ -138,38 +161,81 @@ def unpack_valid_rows(packed, num_rows):
   return np.flatnonzero(mask).astype(np.int32)
 
 
+def _manifest_text(manifest):
+  """The canonical JSON of a manifest (what write_manifest writes)."""
+  return json.dumps(manifest, indent=1, sort_keys=True)
+
+
+def _check_fields(path, entries, fields, where):
+  for key, kind in fields.items():
+    value = entries.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+      raise CheckpointError(
+        path, f'damaged manifest: {where}{key} is {value!r:.40}'
+      )
+
+
+def _check_manifest(path, manifest):
+  """Checks the manifest's own CRC-32 and the types of its entries."""
+  if not isinstance(manifest, dict):
+    raise CheckpointError(path, 'damaged manifest: not a JSON object')
+  if MANIFEST_CRC_KEY in manifest:  # Stores written before it lack it.
+    expected = manifest.pop(MANIFEST_CRC_KEY)
+    actual = crc32(_manifest_text(manifest).encode())
+    if actual != expected:
+      raise CheckpointError(
+        path,
+        f'damaged manifest: content has CRC-32 {actual:#010x}, its '
+        f'{MANIFEST_CRC_KEY} says {expected!r:.20}',
+      )
+  _check_fields(path, manifest, _MANIFEST_FIELDS, '')
+  _check_fields(
+    path, manifest['observation'], _OBSERVATION_FIELDS, 'observation.'
+  )
+
+
 def read_manifest(directory):
   """Reads and checks the manifest of a stored checkpoint.
 
   Raises:
-    CheckpointError: if it is missing, unreadable or of another format.
+    CheckpointError: if it is missing, unreadable, damaged (its CRC-32) or
+      of another format.
   """
   path = os.path.join(directory, MANIFEST)
   try:
-    with open(path) as stream:
-      manifest = json.load(stream)
+    with open(path, 'rb') as stream:
+      manifest = json.loads(stream.read().decode('utf8'))
   except FileNotFoundError as error:
     raise CheckpointError(
       path, 'missing: not a compact store checkpoint'
     ) from error
   except (OSError, ValueError) as error:
     raise CheckpointError(path, f'unreadable manifest: {error}') from error
-  if manifest.get('format') != FORMAT:
-    raise CheckpointError(path, f'format is {manifest.get("format")!r}')
+  if not isinstance(manifest, dict) or manifest.get('format') != FORMAT:
+    format_name = manifest.get('format') if isinstance(manifest, dict) else None
+    raise CheckpointError(path, f'format is {format_name!r}')
   if manifest.get('version') != VERSION:
     raise CheckpointError(
       path,
       f'format version {manifest.get("version")}, this reader knows '
       f'{VERSION}',
     )
+  _check_manifest(path, manifest)
   return manifest
 
 
 def write_manifest(directory, manifest):
-  """Writes manifest.json deterministically (sorted keys) and syncs it."""
+  """Writes manifest.json deterministically (sorted keys) and syncs it.
+
+  The written manifest holds the CRC-32 of its canonical text without that
+  entry, so any change to its content is found when it is read.
+  """
+  manifest = dict(manifest)
+  manifest.pop(MANIFEST_CRC_KEY, None)
+  manifest[MANIFEST_CRC_KEY] = crc32(_manifest_text(manifest).encode())
   path = os.path.join(directory, MANIFEST)
   with open(path, 'w') as stream:
-    json.dump(manifest, stream, indent=1, sort_keys=True)
+    stream.write(_manifest_text(manifest))
     stream.write('\n')
     stream.flush()
     os.fsync(stream.fileno())

@@ -10,18 +10,18 @@ leaves complete checkpoints and partial directories; started again, it checks
 and skips the former, deletes the latter and converts the rest, giving the
 same bytes as an uninterrupted run. The source is only ever read.
 
+Before converting anything, every checkpoint's bookkeeping is checked (see
+dataset/checks.py) and all problems are reported at once. Worker processes
+die with the converting process, however it ends (workers.py); a failure to
+write names the path and the cause (destination.py).
+
 See compact_store.py for the layout.
 """
 
 import concurrent.futures
-import ctypes
 import dataclasses
-import fcntl
-import multiprocessing
 import os
 import shutil
-import signal
-import sys
 import time
 
 from absl import logging
@@ -30,16 +30,18 @@ import numpy as np
 
 from fixed_replay import progress
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import checks
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
+from fixed_replay.errors import CheckpointProblems
 from fixed_replay.io import files as storage
 from fixed_replay.io import npy_stream
 from fixed_replay.io.gzip_stream import GzipStream
 from fixed_replay.store import compact_store
+from fixed_replay.store import destination
+from fixed_replay.store import workers as worker_processes
 
-_LOCK_FILE = '.convert.lock'
 _LOG_EVERY_S = 30.0
-_PR_SET_PDEATHSIG = 1  # From <linux/prctl.h>.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,37 +98,6 @@ class ConversionResult:
   source_bytes: int
   store_bytes: int
   seconds: float
-
-
-# Rows compressed so far by all workers (a shared counter set per worker).
-_progress_rows = None
-
-
-def _init_worker(counter):
-  global _progress_rows
-  _progress_rows = counter
-  _die_with_parent()
-
-
-def _die_with_parent():
-  """Asks Linux to kill this worker if the converting process dies.
-
-  Otherwise a killed conversion leaves workers that finish and rename their
-  checkpoint behind the back of the next run.
-  """
-  if not sys.platform.startswith('linux'):
-    return
-  try:
-    libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-  except (OSError, AttributeError):
-    logging.warning('Cannot tie conversion workers to their parent')
-
-
-def _count_progress(rows):
-  if _progress_rows is not None:
-    with _progress_rows.get_lock():
-      _progress_rows.value += rows
 
 
 def _source_sizes(files):
@@ -210,7 +181,7 @@ def _compress_stream(stream, header, out, cparams, options, threads):
         offsets.append(offsets[-1] + len(chunk))
         crcs.append(compact_store.crc32(chunk))
         blocks_crc = compact_store.crc32(chunk, blocks_crc)
-      _count_progress(len(part))
+      worker_processes.count_progress(len(part))
   return offsets, crcs, frames_crc, blocks_crc
 
 
@@ -263,8 +234,7 @@ def _read_small_arrays(files, num_rows):
   for name, path in sorted(files.store_paths.items()):
     if name == 'observation':
       continue
-    arrays[name] = npy_stream.read_rows(path)
-    npy_stream.verify(path)
+    arrays[name] = npy_stream.read_rows(path)  # Whole: CRC-32 checked.
     if len(arrays[name]) != num_rows:
       raise CheckpointError(path, f'{len(arrays[name])} rows, not {num_rows}')
   return arrays
@@ -272,7 +242,10 @@ def _read_small_arrays(files, num_rows):
 
 def _write_checkpoint(files, directory, options, threads):
   """Writes every file of one checkpoint into `directory`; returns manifest."""
-  meta = checkpoints.read_checkpoint(files, 0, 0)
+  rows = checks.store_headers(files, checkpoints.read_store_headers(files))
+  add_count, invalid_range, episode_end_indices = checkpoints.read_bookkeeping(
+    files, rows
+  )
   num_rows, frames_spec, blocks_entry = _write_frames(
     files, directory, options, threads
   )
@@ -281,21 +254,19 @@ def _write_checkpoint(files, directory, options, threads):
     name: _write_npy(directory, f'{name}.npy', array)
     for name, array in arrays.items()
   }
-  _write_npy(directory, compact_store.INVALID_RANGE_FILE, meta.invalid_range)
+  _write_npy(directory, compact_store.INVALID_RANGE_FILE, invalid_range)
   episode_ends = None
-  if meta.episode_end_indices is not None:
+  if episode_end_indices is not None:
     episode_ends = _write_npy(
-      directory, compact_store.EPISODE_ENDS_FILE, meta.episode_end_indices
+      directory, compact_store.EPISODE_ENDS_FILE, episode_end_indices
     )
-  if num_rows >= 2**31:
-    raise CheckpointError(files.directory, f'{num_rows} rows: too many')
   valid = validity.valid_rows(
     arrays['terminal'],
     0,
     num_rows,
-    meta.add_count,
-    meta.invalid_range,
-    meta.episode_end_indices,
+    add_count,
+    invalid_range,
+    episode_end_indices,
     options.stack_size,
     options.update_horizon,
   ).astype(np.int32)
@@ -322,7 +293,7 @@ def _write_checkpoint(files, directory, options, threads):
     'version': compact_store.VERSION,
     'suffix': files.suffix,
     'num_rows': num_rows,
-    'add_count': meta.add_count,
+    'add_count': add_count,
     'source': {'files': _source_sizes(files)},
     'observation': frames_spec,
     'arrays': {
@@ -387,46 +358,39 @@ def convert_checkpoint(files, store_dir, options, threads=1):
     dict with suffix, rows, seconds.
 
   Raises:
-    CheckpointError: if the source is damaged or the result fails its check.
+    CheckpointError: if the source is damaged, the result fails its check,
+      or the store cannot be written (naming the path and the cause).
   """
   began = time.perf_counter()
   final = os.path.join(
     store_dir, compact_store.checkpoint_dirname(files.suffix)
   )
   partial = os.path.join(store_dir, compact_store.partial_dirname(files.suffix))
-  if os.path.exists(partial):
-    shutil.rmtree(partial)
-  os.mkdir(partial)
   try:
-    manifest, arrays, valid = _write_checkpoint(
-      files, partial, options, threads
-    )
-    _verify_written(partial, arrays, valid)
-    if os.path.exists(final):
-      raise CheckpointError(final, 'appeared while converting: not replaced')
-    os.rename(partial, final)
-    _fsync_directory(store_dir)
-  finally:
     if os.path.exists(partial):
       shutil.rmtree(partial)
+    os.mkdir(partial)
+    try:
+      manifest, arrays, valid = _write_checkpoint(
+        files, partial, options, threads
+      )
+      _verify_written(partial, arrays, valid)
+      if os.path.exists(final):
+        raise CheckpointError(final, 'appeared while converting: not replaced')
+      if not worker_processes.parent_alive():
+        os._exit(1)  # The conversion was killed: leave nothing behind.
+      os.rename(partial, final)
+      _fsync_directory(store_dir)
+    finally:
+      if os.path.exists(partial):
+        shutil.rmtree(partial, ignore_errors=True)
+  except OSError as error:  # Sources are read through CheckpointError.
+    raise destination.error(final, error) from error
   return {
     'suffix': files.suffix,
     'rows': manifest['num_rows'],
     'seconds': time.perf_counter() - began,
   }
-
-
-def _lock(store_dir):
-  """Takes the store's lock: one converter per store at a time."""
-  handle = open(os.path.join(store_dir, _LOCK_FILE), 'w')
-  try:
-    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-  except BlockingIOError as error:
-    handle.close()
-    raise CheckpointError(
-      store_dir, 'another conversion is writing into this store'
-    ) from error
-  return handle
 
 
 def _remove_partials(store_dir):
@@ -480,42 +444,48 @@ class _Progress:
     self._bar.close()
 
 
+def _log_result(result):
+  logging.info(
+    'Converted checkpoint %d (%d rows) in %.1f s',
+    result['suffix'],
+    result['rows'],
+    result['seconds'],
+  )
+
+
 def _run_pool(pending, store_dir, options, workers):
-  """Converts the pending checkpoints in worker processes, with progress."""
+  """Converts the pending checkpoints in worker processes, with progress.
+
+  An interrupt (or any exception but a checkpoint's own failure) kills the
+  workers at once; a failed checkpoint lets the others finish, so that a
+  rerun has less to do.
+  """
   total = sum(rows for _, rows in pending)
-  context = multiprocessing.get_context('spawn')
-  counter = context.Value('q', 0)
   threads = max(1, (os.cpu_count() or 1) // workers)
   bar = _Progress(total)
+  pool, counter = worker_processes.start_pool(workers, store_dir)
   try:
-    with concurrent.futures.ProcessPoolExecutor(
-      workers, mp_context=context, initializer=_init_worker, initargs=(counter,)
-    ) as pool:
-      futures = {
-        pool.submit(convert_checkpoint, files, store_dir, options, threads): (
-          files.suffix
-        )
-        for files, _ in pending
-      }
-      waiting = set(futures)
-      try:
-        while waiting:
-          done, waiting = concurrent.futures.wait(
-            waiting, timeout=1.0, return_when=concurrent.futures.FIRST_COMPLETED
-          )
-          bar.update(counter.value)
-          for future in done:
-            result = future.result()
-            logging.info(
-              'Converted checkpoint %d (%d rows) in %.1f s',
-              result['suffix'],
-              result['rows'],
-              result['seconds'],
-            )
-      except BaseException:
-        pool.shutdown(wait=True, cancel_futures=True)
-        raise
+    futures = [
+      pool.submit(convert_checkpoint, files, store_dir, options, threads)
+      for files, _ in pending
+    ]
+    waiting = set(futures)
+    while waiting:
+      done, waiting = concurrent.futures.wait(
+        waiting, timeout=1.0, return_when=concurrent.futures.FIRST_COMPLETED
+      )
+      bar.update(counter.value)
+      for future in done:
+        _log_result(future.result())
+  except CheckpointError:
+    pool.shutdown(wait=True, cancel_futures=True)
+    raise
+  except BaseException:
+    worker_processes.kill(pool)
+    pool.shutdown(wait=True, cancel_futures=True)
+    raise
   finally:
+    pool.shutdown(wait=True)
     bar.close()
 
 
@@ -531,14 +501,32 @@ def _run_here(pending, store_dir, options):
       )
       done += rows
       bar.update(done)
-      logging.info(
-        'Converted checkpoint %d (%d rows) in %.1f s',
-        result['suffix'],
-        result['rows'],
-        result['seconds'],
-      )
+      _log_result(result)
   finally:
     bar.close()
+
+
+def _plan(found, rows_by_suffix, store_dir, options):
+  """Returns (pending, skipped): what to convert, what is there (checked)."""
+  _remove_partials(store_dir)
+  pending, skipped = [], []
+  for suffix, files in found.items():
+    final = os.path.join(store_dir, compact_store.checkpoint_dirname(suffix))
+    if os.path.exists(final):
+      check_existing(final, files, options)
+      skipped.append(suffix)
+    else:
+      pending.append((files, rows_by_suffix[suffix]))
+  logging.info(
+    'Converting %d checkpoint(s) %s of %s into %s; %d already converted '
+    '(checked)',
+    len(pending),
+    [files.suffix for files, _ in pending],
+    next(iter(found.values())).directory,
+    store_dir,
+    len(skipped),
+  )
+  return pending, skipped
 
 
 def convert(source_dir, store_dir, options=None, workers=None):
@@ -556,8 +544,10 @@ def convert(source_dir, store_dir, options=None, workers=None):
 
   Raises:
     CheckpointError: if the source holds no complete checkpoint, a source
-      file is damaged, an existing stored checkpoint fails its check, or
-      another conversion holds the store.
+      file is damaged (CheckpointProblems lists every inconsistent file
+      before anything is converted), an existing stored checkpoint fails its
+      check, another conversion holds the store, or the store cannot be
+      written (naming the path and the cause).
   """
   began = time.perf_counter()
   options = options or ConvertOptions()
@@ -567,28 +557,14 @@ def convert(source_dir, store_dir, options=None, workers=None):
   ) == os.path.realpath(store_dir):
     raise CheckpointError(store_dir, 'the store must not be the source')
   found = checkpoints.find_checkpoints(source_dir)
-  os.makedirs(store_dir, exist_ok=True)
-  lock = _lock(store_dir)
+  rows_by_suffix, errors = checkpoints.check_run(found)
+  if errors:
+    raise CheckpointProblems(source_dir, errors)
+  destination.create(store_dir)
+  lock = destination.lock(store_dir)
   try:
-    _remove_partials(store_dir)
-    pending, skipped = [], []
-    for suffix, files in found.items():
-      final = os.path.join(store_dir, compact_store.checkpoint_dirname(suffix))
-      if os.path.exists(final):
-        check_existing(final, files, options)
-        skipped.append(suffix)
-        continue
-      rows = checkpoints.read_store_headers(files)['observation'].num_rows
-      pending.append((files, rows))
-    logging.info(
-      'Converting %d checkpoint(s) %s of %s into %s; %d already converted '
-      '(checked)',
-      len(pending),
-      [files.suffix for files, _ in pending],
-      source_dir,
-      store_dir,
-      len(skipped),
-    )
+    destination.wait_for_old_workers(store_dir)
+    pending, skipped = _plan(found, rows_by_suffix, store_dir, options)
     if pending:
       if workers is None:
         workers = min(len(pending), os.cpu_count() or 1)
@@ -596,6 +572,8 @@ def convert(source_dir, store_dir, options=None, workers=None):
         _run_here(pending, store_dir, options)
       else:
         _run_pool(pending, store_dir, options, min(workers, len(pending)))
+  except OSError as error:
+    raise destination.error(store_dir, error) from error
   finally:
     lock.close()
   source_bytes = sum(sum(_source_sizes(f).values()) for f in found.values())

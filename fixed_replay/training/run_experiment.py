@@ -32,6 +32,7 @@ import tensorflow as tf
 from fixed_replay import agents
 from fixed_replay import progress
 from fixed_replay.io import files as storage
+from fixed_replay.replay import arguments
 from fixed_replay.training import agent_checks
 from fixed_replay.training import reporting
 
@@ -122,6 +123,9 @@ class FixedReplayRunner(run_experiment.Runner):
       )
       if value is not _RUNNER_DEFAULT
     }
+    # What was passed fails before the agent loads its data; Runner.*
+    # bindings are checked as Dopamine's Runner took them, below.
+    arguments.check(given)
     super().__init__(
       base_dir,
       _graph_mode_hint(create_agent_fn),
@@ -129,6 +133,14 @@ class FixedReplayRunner(run_experiment.Runner):
       # Progress goes to tqdm bars and one log line per iteration instead.
       fine_grained_print_to_console=False,
       **given,
+    )
+    arguments.check(
+      dict(
+        num_iterations=self._num_iterations,
+        training_steps=self._training_steps,
+        evaluation_steps=self._evaluation_steps,
+        max_steps_per_episode=self._max_steps_per_episode,
+      )
     )
     self._tap_agent_losses()
     agent_checks.log_method(self._agent)
