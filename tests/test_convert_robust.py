@@ -187,7 +187,8 @@ def test_killed_at_any_moment_leaves_nothing_running(
     time.sleep(0.3)
     assert (_digests(store) if store.exists() else {}) == before, label
   done = [n for n in os.listdir(store) if n.startswith('checkpoint_')]
-  assert 1 <= len(done) < len(_LINKED), done
+  # The last kill may land after the last checkpoint was committed.
+  assert 1 <= len(done) <= len(_LINKED), done
 
   result = convert.convert(source, store, workers=2)
   assert sorted(result.converted + result.skipped) == sorted(_LINKED)

@@ -17,6 +17,7 @@ data already verified once.
 import ast
 import dataclasses
 import struct
+import threading
 
 import numpy as np
 from numpy.lib import format as npy_format
@@ -29,6 +30,12 @@ _MAGIC = b'\x93NUMPY'
 _MAX_HEADER_BYTES = 1 << 16
 # What damaged header text can raise when parsed (UnicodeDecodeError is a
 # ValueError; deep nesting a RecursionError).
+# CPython 3.11 before 3.11.8 tracks the AST constructor's recursion depth in
+# state shared by all threads (gh-106905): two threads parsing headers at
+# once (checkpoints load in parallel) can fail with "SystemError: AST
+# constructor recursion depth mismatch". Headers are parsed one at a time.
+_PARSE_LOCK = threading.Lock()
+
 _HEADER_ERRORS = (
   ValueError,
   SyntaxError,
@@ -94,7 +101,8 @@ def read_header(stream):
   raw = stream.read(header_length)
   try:
     text = raw.decode('utf8' if major == 3 else 'latin1')
-    fields = ast.literal_eval(text)
+    with _PARSE_LOCK:
+      fields = ast.literal_eval(text)
     dtype = npy_format.descr_to_dtype(fields['descr'])
     shape = tuple(int(n) for n in fields['shape'])
     fortran_order = bool(fields['fortran_order'])
