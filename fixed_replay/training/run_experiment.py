@@ -404,17 +404,8 @@ def _log_iteration(iteration, num_iterations, statistics, durations, left):
   )
 
 
-def format_duration(seconds):
-  """Formats seconds as e.g. '2d 03h 04m', '3h 04m 05s' or '4m 05s'."""
-  seconds = int(round(seconds))
-  days, seconds = divmod(seconds, 86_400)
-  hours, seconds = divmod(seconds, 3_600)
-  minutes, seconds = divmod(seconds, 60)
-  if days:
-    return f'{days}d {hours:02d}h {minutes:02d}m'
-  if hours:
-    return f'{hours}h {minutes:02d}m {seconds:02d}s'
-  return f'{minutes}m {seconds:02d}s'
+# Kept here for callers of earlier releases.
+format_duration = progress.format_duration
 
 
 def resolve_replay_dir(replay_dir):
