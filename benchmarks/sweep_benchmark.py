@@ -157,6 +157,7 @@ def main(argv):
     began = time.monotonic()
     hand = _by_hand(hand_trials)
     hand_wall = time.monotonic() - began
+    print(f'{common.load_average()} after the trials by hand')
     trials = _plan(os.path.join(scratch, 'sweep'), data)
     result = sweep.run_sweep(trials, cpus_per_trial=_CPUS_PER_TRIAL.value)
     if result.failed:

@@ -103,7 +103,9 @@ def cluster(address=None, num_cpus=None, num_gpus=None):
       include_dashboard=False,
       object_store_memory=LOCAL_OBJECT_STORE_BYTES,
       log_to_driver=False,
-      logging_level=std_logging.WARNING,
+      # Only errors: its notices (e.g. that the cluster uses a token, which
+      # it does) mean nothing to someone running a sweep.
+      logging_level=std_logging.ERROR,
       _node_ip_address=LOCALHOST,
     )
   else:

@@ -61,8 +61,14 @@ class TaskBoard:
     self._first_fraction = None
     self._last_counts = None
     self._last_log = -float('inf')
-    self._bar = bar(total, desc, unit=unit)
-    self._bar.bar_format = '{desc} {percentage:3.0f}%|{bar}| {postfix}'
+    self._bar = tqdm.tqdm(
+      total=total,
+      desc=desc,
+      disable=not sys.stderr.isatty(),
+      dynamic_ncols=True,
+      leave=False,
+      bar_format='{percentage:3.0f}%|{bar}| {desc}',
+    )
 
   def update(self, done, running, failed, fraction, retrying=0):
     """Shows the current state of the job.
@@ -87,7 +93,7 @@ class TaskBoard:
     counts = (done, running, failed, retrying)
     if not self._bar.disable:
       self._bar.n = fraction * self._total
-      self._bar.set_postfix_str(text, refresh=True)
+      self._bar.set_description_str(f'{self._desc}: {text}', refresh=True)
       return
     now = time.monotonic()
     if counts != self._last_counts or (

@@ -268,7 +268,7 @@ def run_sweep(
     distributed.Task(
       trial.key,
       trial_lib.run_trial,
-      (trial, gpus_per_trial),
+      (trial, cpus_per_trial, gpus_per_trial),
       num_cpus=cpus_per_trial,
       num_gpus=gpus_per_trial,
     )

@@ -170,13 +170,15 @@ def record_failure(trial, error_text, will_retry):
 # ------------------------------------------------- inside the Ray worker
 
 
-def run_trial(trial, gpu_fraction=0.0):
+def run_trial(trial, num_cpus=1.0, num_gpus=0.0):
   """Runs (or resumes) one trial to its last iteration; returns timings.
 
   Args:
     trial: Trial.
-    gpu_fraction: float, the GPU share Ray reserved; below 1 the frameworks
-      are told to allocate GPU memory as needed, so trials can share a GPU.
+    num_cpus: float, the CPUs Ray reserved: TensorFlow's thread pools get
+      as many threads, so trials sharing a machine do not oversubscribe it.
+    num_gpus: float, the GPU share Ray reserved; below 1 TensorFlow and JAX
+      allocate GPU memory as needed, so trials can share a GPU.
 
   Returns:
     dict: seconds in this function, seconds to import and build the runner,
@@ -190,9 +192,7 @@ def run_trial(trial, gpu_fraction=0.0):
     )
     state = _start_attempt(trial)
     attempt = state['attempts'][-1]
-    if 0 < gpu_fraction < 1:
-      os.environ.setdefault('TF_FORCE_GPU_ALLOW_GROWTH', 'true')
-      os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
+    _limit_resources(num_cpus, num_gpus)
     try:
       runner = _build_runner(trial)
       built = time.monotonic()
@@ -218,6 +218,16 @@ def run_trial(trial, gpu_fraction=0.0):
     'start_iteration': attempt['start_iteration'],
     'num_iterations': state['num_iterations'],
   }
+
+
+def _limit_resources(num_cpus, num_gpus):
+  """Sizes TensorFlow and JAX to the trial's share; before they load."""
+  threads = str(max(1, int(num_cpus)))
+  os.environ.setdefault('TF_NUM_INTRAOP_THREADS', threads)
+  os.environ.setdefault('TF_NUM_INTEROP_THREADS', threads)
+  if 0 < num_gpus < 1:
+    os.environ.setdefault('TF_FORCE_GPU_ALLOW_GROWTH', 'true')
+    os.environ.setdefault('XLA_PYTHON_CLIENT_PREALLOCATE', 'false')
 
 
 def _start_attempt(trial):
