@@ -100,6 +100,9 @@ def plan(
     raise ValueError('--base_dir is required')
   if not replay_dir:
     raise ValueError('--replay_dir is required')
+  # Workers need not share the driver's working directory.
+  base_dir, replay_dir = _absolute(base_dir), _absolute(replay_dir)
+  gin_files = [_absolute(path) for path in gin_files]
   games = [str(g) for g in games]
   runs = [str(r) for r in runs]
   _check_names('games', games)
@@ -141,6 +144,11 @@ def plan(
           )
   _check_inputs_exist(trials)
   return trials
+
+
+def _absolute(path):
+  path = str(path)
+  return path if storage.is_remote(path) else os.path.abspath(path)
 
 
 def _trial(base_dir, replay_dir, gin_files, gin_bindings, game, run, agent, s):

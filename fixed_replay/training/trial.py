@@ -22,6 +22,7 @@ import json
 import os
 import random
 import re
+import resource
 import socket
 import sys
 import time
@@ -181,8 +182,9 @@ def run_trial(trial, num_cpus=1.0, num_gpus=0.0):
       allocate GPU memory as needed, so trials can share a GPU.
 
   Returns:
-    dict: seconds in this function, seconds to import and build the runner,
-    the iteration it started from and the number of iterations.
+    dict: seconds in this function, CPU seconds of the process (all its
+    threads, imports included), seconds to import and build the runner, the
+    iteration it started from and the number of iterations.
   """
   entered = time.monotonic()
   storage.makedirs(trial.base_dir)
@@ -212,8 +214,10 @@ def run_trial(trial, num_cpus=1.0, num_gpus=0.0):
     state['status'] = 'done'
     write_state(trial.base_dir, state)
     logging.info('Trial %s done', trial.key)
+  usage = resource.getrusage(resource.RUSAGE_SELF)
   return {
     'seconds': time.monotonic() - entered,
+    'cpu_seconds': usage.ru_utime + usage.ru_stime,
     'setup_seconds': built - entered,
     'start_iteration': attempt['start_iteration'],
     'num_iterations': state['num_iterations'],
