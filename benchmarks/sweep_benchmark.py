@@ -24,6 +24,7 @@ Usage:
 """
 
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -100,8 +101,12 @@ def _plan(base_dir, data):
 
 
 def _by_hand(trials):
-  """Runs each trial as `fixed-replay train`, one after another."""
-  seconds = {}
+  """Runs each trial as `fixed-replay train`, one after another.
+
+  Returns:
+    ({key: wall seconds}, {key: CPU seconds of the process}).
+  """
+  seconds, cpu_seconds = {}, {}
   for trial in trials:
     command = [
       sys.executable,
@@ -116,12 +121,19 @@ def _by_hand(trials):
     command += [f'--gin_bindings={b}' for b in trial.gin_bindings]
     command += [f'--gin_bindings=FixedReplayBuffer.seed = {trial.seed}']
     began = time.monotonic()
+    cpu_before = _children_cpu_seconds()
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
       raise RuntimeError(f'{" ".join(command)} failed:\n{done.stderr[-3000:]}')
     seconds[trial.key] = time.monotonic() - began
+    cpu_seconds[trial.key] = _children_cpu_seconds() - cpu_before
     logging.info('By hand: %s in %.1f s', trial.key, seconds[trial.key])
-  return seconds
+  return seconds, cpu_seconds
+
+
+def _children_cpu_seconds():
+  usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+  return usage.ru_utime + usage.ru_stime
 
 
 def _ray_costs():
@@ -179,18 +191,20 @@ def _print(trials, hand, hand_wall, result, costs):
     f'x {_TRAINING_STEPS.value} training steps, configs/cartpole/<agent>.gin; '
     f'{_CPUS_PER_TRIAL.value:g} CPU per trial on {costs["cpus"]:g} CPUs'
   )
+  hand, hand_cpu = hand
   print(
-    f'{"trial":<26} {"by hand s":>10} {"sweep s":>9} {"in task s":>10} '
-    f'{"Ray overhead s":>15}'
+    f'{"trial":<24} {"by hand s":>9} {"(CPU s)":>8} {"sweep s":>8} '
+    f'{"in task s":>9} {"(CPU s)":>8} {"Ray overhead s":>14}'
   )
   overheads = []
   for trial in trials:
-    in_task = result.finished[trial.key]['seconds']
-    overhead = result.seconds[trial.key] - in_task
+    finished = result.finished[trial.key]
+    overhead = result.seconds[trial.key] - finished['seconds']
     overheads.append(overhead)
     print(
-      f'{trial.key:<26} {hand[trial.key]:>10.1f} '
-      f'{result.seconds[trial.key]:>9.1f} {in_task:>10.1f} {overhead:>15.2f}'
+      f'{trial.key:<24} {hand[trial.key]:>9.1f} {hand_cpu[trial.key]:>8.1f} '
+      f'{result.seconds[trial.key]:>8.1f} {finished["seconds"]:>9.1f} '
+      f'{finished["cpu_seconds"]:>8.1f} {overhead:>14.2f}'
     )
   speedup = hand_wall / result.wall_seconds
   verdict = 'PASS' if speedup >= 1.8 else 'FAIL'
