@@ -351,7 +351,13 @@ def run_tasks(
 
 def _poll(progress_of, tasks, fractions):
   for task in tasks:
-    fraction = progress_of(task)
+    try:
+      fraction = progress_of(task)
+    except Exception as error:  # Progress must never end the job.
+      logging.log_every_n_seconds(
+        logging.WARNING, 'No progress of %s: %s', 600, task.key, error
+      )
+      continue
     if fraction is not None:
       fractions[task.key] = min(max(fraction, 0.0), 1.0)
 
