@@ -38,17 +38,36 @@ LOCAL_OBJECT_STORE_BYTES = 100 * 2**20
 _LOCAL_ONLY_ENV = 'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'
 
 
-def _import_ray(local):
-  """Imports Ray; for a local cluster, first keeps it on the loopback."""
-  if local:
-    os.environ[_LOCAL_ONLY_ENV] = '0'
-  ray = compat.require('ray', purpose='Ray clusters (sweeps)')
+def _import_ray():
+  return compat.require('ray', purpose='Ray clusters (sweeps)')
+
+
+@contextlib.contextmanager
+def _loopback_only():
+  """Keeps Ray's servers on 127.0.0.1 while a local cluster runs.
+
+  Yields:
+    The ray module.
+  """
+  saved = os.environ.get(_LOCAL_ONLY_ENV)
+  os.environ[_LOCAL_ONLY_ENV] = '0'
+  ray = _import_ray()
   from ray._private import ray_constants
 
   # An earlier import in this process (a test, a notebook) read the setting
-  # already; the flag is looked up at call time, so set it here as well.
-  ray_constants.ENABLE_RAY_CLUSTER = not local
-  return ray
+  # already; the flag is looked up at call time, so it is set here as well.
+  ray_constants.ENABLE_RAY_CLUSTER = False
+  try:
+    yield ray
+  finally:
+    if saved is None:
+      os.environ.pop(_LOCAL_ONLY_ENV, None)
+    else:
+      os.environ[_LOCAL_ONLY_ENV] = saved
+    ray_constants.ENABLE_RAY_CLUSTER = saved is None or saved.lower() in (
+      '1',
+      'true',
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,9 +111,15 @@ def cluster(address=None, num_cpus=None, num_gpus=None):
       local cluster is not on 127.0.0.1.
   """
   local = not address
-  ray = _import_ray(local)
-  if ray.is_initialized():
-    raise RuntimeError('Ray is already initialised in this process')
+  with contextlib.ExitStack() as stack:
+    ray = stack.enter_context(_loopback_only()) if local else _import_ray()
+    if ray.is_initialized():
+      raise RuntimeError('Ray is already initialised in this process')
+    yield from _connected(ray, local, address, num_cpus, num_gpus)
+
+
+def _connected(ray, local, address, num_cpus, num_gpus):
+  """Yields the ClusterInfo of a started or joined Ray; shuts it down."""
   if local:
     context = ray.init(
       address='local',

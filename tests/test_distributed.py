@@ -11,18 +11,30 @@ import pytest
 from fixed_replay import distributed
 
 
+def live_children():
+  """Live descendants of this test process."""
+  found = []
+  for process in psutil.Process().children(recursive=True):
+    try:
+      if process.status() != psutil.STATUS_ZOMBIE:
+        found.append(process)
+    except psutil.NoSuchProcess:
+      continue
+  return found
+
+
+# Descendants that existed before Ray started (other tests' helpers).
+_BEFORE_RAY = set()
+
+
 def ray_processes():
-  """Live processes this test process started (Ray's, once it runs)."""
-  return [
-    p
-    for p in psutil.Process().children(recursive=True)
-    if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-  ]
+  """Live processes Ray started for this test process."""
+  return [p for p in live_children() if p.pid not in _BEFORE_RAY]
 
 
 @pytest.fixture(scope='module')
 def local_ray():
-  assert not ray_processes()
+  _BEFORE_RAY.update(p.pid for p in live_children())
   with distributed.cluster(num_cpus=2) as info:
     yield info
   deadline = time.monotonic() + 20

@@ -53,8 +53,9 @@ _GIN_BINDINGS = flags.DEFINE_multi_string(
 _RAY_ADDRESS = flags.DEFINE_string(
   'ray_address',
   None,
-  'Ray cluster to use: auto, HOST:PORT or ray://HOST:PORT. Default: a '
-  'private local Ray on 127.0.0.1.',
+  'Ray cluster to use: auto, HOST:PORT or ray://HOST:PORT (with token '
+  'authentication, as `ray start` sets up, also set RAY_AUTH_MODE=token). '
+  'Default: a private local Ray on 127.0.0.1.',
 )
 _CPUS_PER_TRIAL = flags.DEFINE_float(
   'cpus_per_trial', 1.0, 'CPUs Ray reserves per trial.', lower_bound=0.0
