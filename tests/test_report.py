@@ -63,6 +63,10 @@ def test_reference_scores_cite_and_normalize():
   assert (
     'no published random' in reference_scores.dqn_normalized('Pooyan', 1.0)[1]
   )
+  assert (
+    'no online DQN score' in reference_scores.dqn_normalized('Defender', 1.0)[1]
+  )
+  assert reference_scores.human_normalized('Defender', 2874.5)[0] == 0.0
   # Online DQN below random (Asteroids) would flip the scale.
   assert (
     'does not beat random'

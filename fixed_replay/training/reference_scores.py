@@ -141,8 +141,13 @@ def dqn_normalized(game, score):
   found = references(game)
   if found is None:
     return None, f'no reference scores for {game} (not an Atari game)'
-  if found.random is None or found.online_dqn is None:
+  if found.random is None:
     return None, f'no published random score for {found.game}'
+  if found.online_dqn is None:
+    return None, (
+      f'no online DQN score for {found.game} (not among the DQN Replay '
+      "Dataset's 60 games)"
+    )
   if found.online_dqn <= found.random:
     return None, (
       f'online DQN ({found.online_dqn:g}) does not beat random '
