@@ -43,7 +43,11 @@ from fixed_replay.training import sweep
 _AGENTS = flags.DEFINE_list('agents', ['dqn', 'rem'], 'Agents of the sweep.')
 _SEEDS = flags.DEFINE_list('seeds', ['0', '1'], 'Seeds of the sweep.')
 _ITERATIONS = flags.DEFINE_integer(
-  'iterations', 10, 'FixedReplayRunner.num_iterations of every trial.'
+  'iterations',
+  30,
+  'FixedReplayRunner.num_iterations of every trial (30: about 2 minutes a '
+  'trial on an idle core, so that starting Ray weighs as little as in real '
+  'sweeps, whose trials take hours).',
 )
 _TRAINING_STEPS = flags.DEFINE_integer(
   'training_steps', 1000, 'FixedReplayRunner.training_steps per iteration.'
