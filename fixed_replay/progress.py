@@ -1,7 +1,9 @@
-"""Progress bars for people at a terminal; silent in logs and CI."""
+"""Progress for people at a terminal; log lines in logs and CI."""
 
 import sys
+import time
 
+from absl import logging
 import tqdm
 
 
@@ -16,3 +18,103 @@ def bar(total, desc, unit='it', unit_scale=False):
     dynamic_ncols=True,
     leave=False,
   )
+
+
+def format_duration(seconds):
+  """Formats seconds as e.g. '2d 03h 04m', '3h 04m 05s' or '4m 05s'."""
+  seconds = int(round(seconds))
+  days, seconds = divmod(seconds, 86_400)
+  hours, seconds = divmod(seconds, 3_600)
+  minutes, seconds = divmod(seconds, 60)
+  if days:
+    return f'{days}d {hours:02d}h {minutes:02d}m'
+  if hours:
+    return f'{hours}h {minutes:02d}m {seconds:02d}s'
+  return f'{minutes}m {seconds:02d}s'
+
+
+class TaskBoard:
+  """Done / running / failed counts and an ETA for a job of many tasks.
+
+  At a terminal it is one bar; otherwise (logs, CI) it logs a line whenever
+  the counts change and at most every `log_every_seconds` while work
+  progresses. The ETA extrapolates the work done since the board was
+  created, so tasks finished by an earlier invocation do not make it
+  optimistic.
+  """
+
+  def __init__(self, total, desc, unit='task', log_every_seconds=60.0):
+    """Creates the board.
+
+    Args:
+      total: int, tasks in the whole job (finished ones included).
+      desc: str, what the job is, e.g. 'sweep'.
+      unit: str, what a task is, e.g. 'trial'.
+      log_every_seconds: float, least time between two log lines that
+        report progress without a change of counts.
+    """
+    self._total = total
+    self._desc = desc
+    self._unit = unit
+    self._log_every_seconds = log_every_seconds
+    self._began = time.monotonic()
+    self._first_fraction = None
+    self._last_counts = None
+    self._last_log = -float('inf')
+    self._bar = tqdm.tqdm(
+      total=total,
+      desc=desc,
+      disable=not sys.stderr.isatty(),
+      dynamic_ncols=True,
+      leave=False,
+      bar_format='{percentage:3.0f}%|{bar}| {desc}',
+    )
+
+  def update(self, done, running, failed, fraction, retrying=0):
+    """Shows the current state of the job.
+
+    Args:
+      done: int, tasks finished (in this or an earlier invocation).
+      running: int, tasks in flight.
+      failed: int, tasks that failed for good.
+      fraction: float in [0, 1], share of the whole job's work done,
+        counting partial progress of running tasks.
+      retrying: int, running tasks that are a retry of a failed attempt.
+    """
+    if self._first_fraction is None:
+      self._first_fraction = fraction
+    pending = self._total - done - running - failed
+    eta = self.eta_seconds(fraction)
+    text = (
+      f'{done}/{self._total} {self._unit}s done, {running} running'
+      f'{f" ({retrying} retrying)" if retrying else ""}, {failed} failed, '
+      f'{pending} pending; ETA {"?" if eta is None else format_duration(eta)}'
+    )
+    counts = (done, running, failed, retrying)
+    if not self._bar.disable:
+      self._bar.n = fraction * self._total
+      self._bar.set_description_str(f'{self._desc}: {text}', refresh=True)
+      return
+    now = time.monotonic()
+    if counts != self._last_counts or (
+      now - self._last_log >= self._log_every_seconds
+      and fraction > self._first_fraction
+    ):
+      logging.info('%s: %s', self._desc, text)
+      self._last_counts = counts
+      self._last_log = now
+
+  def eta_seconds(self, fraction):
+    """Seconds left at the rate of this invocation, or None if unknown."""
+    if fraction >= 1.0:
+      return 0.0
+    if self._first_fraction is None:
+      return None
+    progressed = fraction - self._first_fraction
+    if progressed <= 0:
+      return None
+    elapsed = time.monotonic() - self._began
+    return elapsed * (1.0 - fraction) / progressed
+
+  def close(self):
+    self._bar.close()

@@ -20,6 +20,7 @@ import pytest
 import tensorflow as tf
 
 from fixed_replay import agents
+from fixed_replay import progress
 from fixed_replay import WrappedFixedReplayBuffer
 from fixed_replay.training import plotting
 from fixed_replay.training import reporting
@@ -337,9 +338,9 @@ def test_losses_reported_to_a_collector_dispatcher_are_averaged(tmp_path):
 
 
 def test_format_duration():
-  assert reporting.format_duration(65) == '1m 05s'
-  assert reporting.format_duration(3 * 3600 + 4 * 60 + 5) == '3h 04m 05s'
-  assert reporting.format_duration(2 * 86400 + 3 * 3600) == '2d 03h 00m'
+  assert progress.format_duration(65) == '1m 05s'
+  assert progress.format_duration(3 * 3600 + 4 * 60 + 5) == '3h 04m 05s'
+  assert progress.format_duration(2 * 86400 + 3 * 3600) == '2d 03h 00m'
 
 
 # ------------------------------------------- batch_rl's runner behaviours

@@ -25,6 +25,10 @@ SUBCOMMANDS = {
   'train': 'Trains an offline agent on a replay dataset, evaluating it in '
   'the game.',
   'plot': 'Plots evaluation return per iteration of training runs (PNG).',
+  'sweep': 'Trains games x runs x agents x seeds trials on Ray (local or a '
+  'cluster), resumable.',
+  'report': 'Tables (CSV, Markdown) and learning curves of sweeps, with '
+  'normalized scores.',
 }
 
 

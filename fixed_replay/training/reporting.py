@@ -13,6 +13,8 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+from fixed_replay import progress
+
 
 class LossTap:
   """Collects the loss values an agent reports during an iteration."""
@@ -94,18 +96,5 @@ def log_iteration(iteration, num_iterations, statistics, durations, left):
     first('eval_average_return'),
     len(statistics.get('eval_episode_returns', [])),
     f', {losses}' if losses else '',
-    format_duration(np.mean(durations) * left),
+    progress.format_duration(np.mean(durations) * left),
   )
-
-
-def format_duration(seconds):
-  """Formats seconds as e.g. '2d 03h 04m', '3h 04m 05s' or '4m 05s'."""
-  seconds = int(round(seconds))
-  days, seconds = divmod(seconds, 86_400)
-  hours, seconds = divmod(seconds, 3_600)
-  minutes, seconds = divmod(seconds, 60)
-  if days:
-    return f'{days}d {hours:02d}h {minutes:02d}m'
-  if hours:
-    return f'{hours}h {minutes:02d}m {seconds:02d}s'
-  return f'{minutes}m {seconds:02d}s'

@@ -1,0 +1,394 @@
+"""`fixed-replay sweep` on a real local Ray: CartPole trials, kills, reruns."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import psutil
+import pytest
+
+from fixed_replay.training import plotting
+from fixed_replay.training import sweep
+from fixed_replay.training import trial as trial_lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, 'configs', 'cartpole', '{agent}.gin')
+MARK = 'FIXED_REPLAY_TEST_MARK'
+# Small enough that a trial is its process start plus a few seconds.
+TINY = (
+  'FixedReplayRunner.training_steps = 100',
+  'FixedReplayRunner.evaluation_steps = 100',
+  'FixedReplayBuffer.num_buffers_to_load = 1',
+  'FixedReplayBuffer.batch_size = 32',
+)
+
+
+@pytest.fixture(scope='module')
+def dataset(tmp_path_factory):
+  """Two CartPole checkpoints of random play, written by Dopamine."""
+  from fixed_replay.dataset import generate
+
+  directory = tmp_path_factory.mktemp('cartpole') / 'replay_logs'
+  generate.generate_dataset(
+    str(directory),
+    environment='cartpole',
+    num_checkpoints=2,
+    checkpoint_rows=500,
+    policy='random',
+    seed=0,
+    progress=False,
+  )
+  return str(directory)
+
+
+def sweep_argv(base_dir, dataset, iterations, agents='dqn,rem', seeds='0,1'):
+  argv = [
+    sys.executable,
+    '-m',
+    'fixed_replay.cli',
+    'sweep',
+    f'--base_dir={base_dir}',
+    f'--replay_dir={dataset}',
+    '--games=CartPole',
+    f'--agents={agents}',
+    f'--seeds={seeds}',
+    f'--gin_files={CONFIG}',
+    f'--gin_bindings=FixedReplayRunner.num_iterations = {iterations}',
+  ]
+  return argv + [f'--gin_bindings={binding}' for binding in TINY]
+
+
+def marked_environment(mark):
+  """This environment plus a mark every process it starts inherits."""
+  return dict(os.environ, **{MARK: mark})
+
+
+def marked_processes(mark):
+  """Live processes (zombies excluded) whose environment holds the mark."""
+  found = []
+  for process in psutil.process_iter(['pid']):
+    try:
+      if process.status() == psutil.STATUS_ZOMBIE:
+        continue
+      if process.environ().get(MARK) == mark:
+        found.append(process)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+      continue
+  return found
+
+
+def wait_until_gone(mark, seconds, keep=lambda process: True):
+  """Waits for the marked processes `keep` selects to exit; returns those
+  still alive after `seconds`."""
+  deadline = time.monotonic() + seconds
+  while True:
+    alive = [p for p in marked_processes(mark) if keep(p)]
+    if not alive or time.monotonic() > deadline:
+      return alive
+    time.sleep(0.5)
+
+
+def end_marked_processes(mark):
+  """Kills what a test started and left behind; returns their names."""
+  names = []
+  for process in marked_processes(mark):
+    try:
+      names.append(' '.join(process.cmdline())[:60])
+      process.kill()
+    except psutil.NoSuchProcess:
+      continue
+  psutil.wait_procs(marked_processes(mark), timeout=10)
+  return names
+
+
+def trial_dirs(base_dir):
+  return sorted(
+    os.path.join(root)
+    for root, _, files in os.walk(base_dir)
+    if trial_lib.STATE_FILE in files
+  )
+
+
+def started_iterations(trial_dir):
+  """Iteration numbers in 'Starting iteration N' lines, every attempt."""
+  with open(os.path.join(trial_dir, trial_lib.LOG_FILE)) as f:
+    return [int(n) for n in re.findall(r'Starting iteration (\d+)', f.read())]
+
+
+# --------------------------------------------- planning (no Ray, no TF)
+
+
+def test_plan_fills_placeholders_per_trial(tmp_path):
+  for game in ('Pong', 'Breakout'):
+    for run in ('1', '2'):
+      (tmp_path / 'data' / game / run).mkdir(parents=True)
+  (tmp_path / 'configs').mkdir()
+  for agent in ('dqn', 'rem'):
+    (tmp_path / 'configs' / f'{agent}.gin').write_text('# empty\n')
+  trials = sweep.plan(
+    str(tmp_path / 'sweep'),
+    str(tmp_path / 'data' / '{game}' / '{run}'),
+    agents=['dqn', 'rem'],
+    seeds=[0, 7],
+    games=['Pong', 'Breakout'],
+    runs=['1', '2'],
+    gin_files=[str(tmp_path / 'configs' / '{agent}.gin')],
+    gin_bindings=["FixedReplayBuffer.data_dir = 'x/{game}'"],
+  )
+  assert len(trials) == 16
+  assert len({t.base_dir for t in trials}) == 16
+  rem = next(
+    t
+    for t in trials
+    if (t.game, t.run, t.agent, t.seed) == ('Breakout', '2', 'rem', 7)
+  )
+  assert rem.base_dir == str(tmp_path / 'sweep/Breakout/2/rem/seed_7')
+  assert rem.replay_dir == str(tmp_path / 'data/Breakout/2')
+  assert rem.gin_files == (str(tmp_path / 'configs/rem.gin'),)
+  # The game reaches Atari evaluation first; user bindings come after it.
+  assert rem.gin_bindings == (
+    "atari_lib.create_atari_environment.game_name = 'Breakout'",
+    "FixedReplayBuffer.data_dir = 'x/Breakout'",
+  )
+  assert rem.key == 'Breakout/2/rem/seed_7'
+
+
+@pytest.mark.parametrize(
+  'change, message',
+  [
+    (dict(replay_dir='{data}/{gam}'), 'unknown placeholder'),
+    (dict(games=['Pong', 'Breakout']), 'would train on the same data'),
+    (dict(agents=['dqn', 'nope']), 'unknown agent'),
+    (dict(seeds=[1, 1]), 'distinct'),
+    (dict(games=['../up']), 'cannot name a directory'),
+    (dict(gin_files=['no_such.gin']), 'no_such.gin: no such file'),
+  ],
+)
+def test_plan_rejects_bad_sweeps(tmp_path, change, message):
+  (tmp_path / 'data').mkdir()
+  arguments = dict(
+    base_dir=str(tmp_path / 'sweep'),
+    replay_dir=str(tmp_path / 'data'),
+    agents=['dqn'],
+    seeds=[0],
+    games=['Pong'],
+  )
+  if 'replay_dir' in change:
+    change = dict(replay_dir=str(tmp_path / change['replay_dir']))
+  if 'gin_files' in change:
+    change = dict(gin_files=[str(tmp_path / change['gin_files'][0])])
+  arguments.update(change)
+  with pytest.raises(ValueError, match=message):
+    sweep.plan(**arguments)
+
+
+def test_plan_names_a_missing_dataset(tmp_path):
+  with pytest.raises(ValueError, match='dataset .*Pong/1: no such directory'):
+    sweep.plan(
+      str(tmp_path / 'sweep'),
+      str(tmp_path / '{game}' / '{run}'),
+      agents=['dqn'],
+      seeds=[0],
+      games=['Pong'],
+    )
+
+
+def test_trial_of_another_configuration_is_refused(tmp_path):
+  (tmp_path / 'data').mkdir()
+  (tmp_path / 'a.gin').write_text('# a\n')
+
+  def plan(bindings):
+    return sweep.plan(
+      str(tmp_path / 'sweep'),
+      str(tmp_path / 'data'),
+      agents=['dqn'],
+      seeds=[0],
+      games=['Pong'],
+      gin_files=[str(tmp_path / 'a.gin')],
+      gin_bindings=bindings,
+    )
+
+  (trial,) = plan(['FixedReplayRunner.num_iterations = 3'])
+  os.makedirs(trial.base_dir)
+  trial_lib.write_state(
+    trial.base_dir, {'config': trial.config(), 'status': 'done'}
+  )
+  assert sweep.pending([trial]) == ([trial], [])
+  (changed,) = plan(['FixedReplayRunner.num_iterations = 5'])
+  with pytest.raises(ValueError, match='gin_bindings differ'):
+    sweep.pending([changed])
+  assert sweep.pending([changed], allow_changed_config=True) == ([], [changed])
+  # Editing a gin file is a change too.
+  (tmp_path / 'a.gin').write_text('# b\n')
+  with pytest.raises(ValueError, match='gin_file_sha256 differ'):
+    sweep.pending([trial])
+
+
+# ------------------------------------------------ sweeps, real processes
+
+
+@pytest.fixture(scope='module')
+def finished_sweep(dataset, tmp_path_factory):
+  """A 2 agents x 2 seeds CartPole sweep run to the end by the CLI."""
+  base_dir = str(tmp_path_factory.mktemp('sweep') / 'sweep')
+  argv = sweep_argv(base_dir, dataset, iterations=2)
+  mark = uuid.uuid4().hex
+  result = subprocess.run(
+    argv,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+    env=marked_environment(mark),
+  )
+  left = wait_until_gone(mark, seconds=20)
+  end_marked_processes(mark)
+  return base_dir, argv, result, left
+
+
+def test_sweep_runs_every_trial_to_the_end(finished_sweep):
+  base_dir, _, result, left = finished_sweep
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert '4 trials: 4 done, 0 failed' in result.stdout
+  # Ray ran on the loopback only, and nothing of it outlived the command.
+  assert 'started a local cluster on 127.0.0.1:' in result.stderr
+  assert not left, [p.cmdline() for p in left]
+  directories = trial_dirs(base_dir)
+  assert [os.path.relpath(d, base_dir) for d in directories] == [
+    'CartPole/1/dqn/seed_0',
+    'CartPole/1/dqn/seed_1',
+    'CartPole/1/rem/seed_0',
+    'CartPole/1/rem/seed_1',
+  ]
+  for directory in directories:
+    state = trial_lib.read_state(directory)
+    assert state['status'] == 'done'
+    assert [a['outcome'] for a in state['attempts']] == ['done']
+    iterations, _ = plotting.load_eval_returns(directory)
+    assert list(iterations) == [0, 1]
+    assert started_iterations(directory) == [0, 1]
+
+
+def test_rerunning_a_finished_sweep_returns_at_once(finished_sweep):
+  base_dir, argv, _, _ = finished_sweep
+  states = {d: trial_lib.read_state(d) for d in trial_dirs(base_dir)}
+  began = time.monotonic()
+  again = subprocess.run(
+    argv, capture_output=True, text=True, timeout=120, check=False
+  )
+  seconds = time.monotonic() - began
+  assert again.returncode == 0, again.stderr[-3000:]
+  assert 'All 4 trials are done; nothing to run' in again.stderr
+  assert '(4 were done before' in again.stdout
+  assert 'Ray:' not in again.stderr  # Ray was never started.
+  assert {d: trial_lib.read_state(d) for d in trial_dirs(base_dir)} == states
+  assert seconds < 60, seconds  # Generous: a Python start, no training.
+
+
+def test_report_on_the_sweep(finished_sweep, tmp_path):
+  base_dir, _, _, _ = finished_sweep
+  prefix = str(tmp_path / 'report')
+  result = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'report',
+      base_dir,
+      f'--output={prefix}',
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    check=False,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert 'ray' not in result.stderr.lower()
+  with open(prefix + '.csv') as f:
+    header, *rows = [line.split(',') for line in f.read().splitlines()]
+  assert header[:4] == ['game', 'agent', 'trials', 'iterations']
+  table = {(r[0], r[1]): dict(zip(header, r, strict=False)) for r in rows}
+  for agent in ('dqn', 'rem'):
+    row = table['CartPole', agent]
+    assert (row['trials'], row['iterations']) == ('2', '2')
+    finals = [
+      plotting.load_eval_returns(
+        os.path.join(base_dir, 'CartPole/1', agent, f'seed_{s}')
+      )[1][-1]
+      for s in (0, 1)
+    ]
+    assert float(row['final_mean']) == pytest.approx(sum(finals) / 2)
+    assert row['dqn_normalized_pct'] == row['human_normalized_pct'] == ''
+    assert 'no reference scores for CartPole' in row['note']
+    assert f'| CartPole | {agent} | 2 | 2 |' in result.stdout
+  with open(f'{prefix}_CartPole.png', 'rb') as f:
+    assert f.read(8) == b'\x89PNG\r\n\x1a\n'
+  assert os.path.exists(prefix + '.md')
+
+
+def test_killed_sweep_resumes_without_repeating_iterations(dataset, tmp_path):
+  base_dir = str(tmp_path / 'sweep')
+  iterations = 5
+  argv = sweep_argv(base_dir, dataset, iterations, agents='dqn')
+  mark = uuid.uuid4().hex
+  driver = subprocess.Popen(
+    argv,
+    stdout=subprocess.DEVNULL,
+    stderr=subprocess.DEVNULL,
+    env=marked_environment(mark),
+  )
+  try:
+    # Kill the driver once a trial has checkpointed an iteration.
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and driver.poll() is None:
+      done = [trial_lib.completed_iterations(d) for d in trial_dirs(base_dir)]
+      if any(n >= 1 for n in done):
+        break
+      time.sleep(0.2)
+    assert driver.poll() is None, 'the sweep ended before it could be killed'
+    os.kill(driver.pid, signal.SIGKILL)
+    driver.wait()
+    # The trials' processes stop with the driver (Ray's two idle agents
+    # may take longer; the teardown below ends them).
+    trials_left = wait_until_gone(
+      mark, 20, keep=lambda p: 'Agent' not in ' '.join(p.cmdline())
+    )
+    assert not trials_left, [p.cmdline() for p in trials_left]
+  finally:
+    if driver.poll() is None:
+      driver.kill()
+    end_marked_processes(mark)
+  at_kill = {d: trial_lib.completed_iterations(d) for d in trial_dirs(base_dir)}
+  assert any(0 < n < iterations for n in at_kill.values()), at_kill
+
+  rerun = subprocess.run(
+    argv,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+    env=marked_environment(mark),
+  )
+  left = wait_until_gone(mark, 20)
+  end_marked_processes(mark)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert '2 trials: 2 done' in rerun.stdout
+  assert not left, [p.cmdline() for p in left]
+  for directory, completed in at_kill.items():
+    state = trial_lib.read_state(directory)
+    outcomes = [a['outcome'] for a in state['attempts']]
+    assert outcomes == ['interrupted', 'done'], state
+    # The rerun started where the killed attempt's last checkpoint was.
+    assert state['attempts'][1]['start_iteration'] == completed
+    started = started_iterations(directory)
+    for iteration in range(completed):
+      assert started.count(iteration) == 1, (directory, started)
+    assert sorted(set(started)) == list(range(iterations))
+    iterations_logged, _ = plotting.load_eval_returns(directory)
+    assert list(iterations_logged) == list(range(iterations))
+  with open(os.path.join(base_dir, 'CartPole/1/dqn/seed_0/trial.log')) as f:
+    assert f.read().count('Trial CartPole/1/dqn/seed_0 on ') == 2
