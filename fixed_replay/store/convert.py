@@ -10,7 +10,12 @@ leaves complete checkpoints and partial directories; started again, it checks
 and skips the former, deletes the latter and converts the rest, giving the
 same bytes as an uninterrupted run. The source is only ever read.
 
-See compact_store.py for the layout.
+Where the rows come from is a source (checkpoint_source.py: Dopamine gzip
+files; rlu_source.py: RL Unplugged episodes); what is written is an output:
+the compact store (compact_store.py for the layout) or, with
+`output_format='dopamine'`, Dopamine's own checkpoint files
+(dopamine_output.py). Both go through the same partial directory,
+verification, commit and skip-after-check.
 """
 
 import concurrent.futures
@@ -33,9 +38,9 @@ from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
-from fixed_replay.io import npy_stream
-from fixed_replay.io.gzip_stream import GzipStream
+from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_store
+from fixed_replay.store import dopamine_output
 
 _LOCK_FILE = '.convert.lock'
 _LOG_EVERY_S = 30.0
@@ -57,6 +62,11 @@ class ConvertOptions:
     update_horizon: int, n of the n-step return, for that table.
     slice_bytes: int, uncompressed frame bytes read per step (the worker's
       memory beyond the small arrays).
+    output_format: str, 'compact' (the compact store) or 'dopamine'
+      (Dopamine's own gzip checkpoint files, dopamine_output.py).
+    gzip_level: int, gzip level of the 'dopamine' output's files (zlib-ng
+      6 writes ~50k Atari frames/s per core at 1.4x the size of Dopamine's
+      level 9, which runs at ~11k/s: benchmarks/rlu_convert_benchmark.py).
   """
 
   block_rows: int = 16
@@ -65,9 +75,12 @@ class ConvertOptions:
   stack_size: int = 4
   update_horizon: int = 1
   slice_bytes: int = 64 << 20
+  output_format: str = 'compact'
+  gzip_level: int = 6
 
   def stored(self):
-    """The options a stored checkpoint records (all but slice_bytes)."""
+    """The options a compact checkpoint records (its format's, not
+    slice_bytes)."""
     return {
       'block_rows': self.block_rows,
       'codec': self.codec,
@@ -123,16 +136,11 @@ def _die_with_parent():
     logging.warning('Cannot tie conversion workers to their parent')
 
 
-def _count_progress(rows):
+def count_progress(rows):
+  """Adds rows to the progress counter the parent shows (in a worker)."""
   if _progress_rows is not None:
     with _progress_rows.get_lock():
       _progress_rows.value += rows
-
-
-def _source_sizes(files):
-  return {
-    os.path.basename(path): storage.size(path) for path in files.all_paths()
-  }
 
 
 def _stored_options(manifest):
@@ -149,16 +157,22 @@ def _stored_options(manifest):
 def check_existing(directory, files, options):
   """Verifies an already converted checkpoint before it is skipped.
 
+  Args:
+    directory: str, the stored checkpoint.
+    files: a source (checkpoint_source.py) or CheckpointFiles.
+    options: ConvertOptions.
+
   Raises:
     CheckpointError: if it is damaged, was converted from other files or with
       other options.
   """
+  source = checkpoint_source.as_source(files)
   manifest = compact_store.verify_checkpoint(directory).manifest
-  if manifest['source']['files'] != _source_sizes(files):
+  if manifest['source'] != source.description():
     raise CheckpointError(
       directory,
-      f'converted from files of other sizes than those of checkpoint '
-      f'{files.suffix} in {files.directory} ({manifest["source"]["files"]}): '
+      f'converted from other source files than those of checkpoint '
+      f'{source.suffix} now ({manifest["source"]["files"]}): '
       'convert into a new directory',
     )
   if _stored_options(manifest) != options.stored():
@@ -179,28 +193,29 @@ def _write_npy(directory, name, array):
   return name
 
 
-def _compress_stream(stream, header, out, cparams, options, threads):
-  """Compresses the frames of a GzipStream slice by slice into `out`.
+def slice_rows(row_shape, dtype, options):
+  """Frames read per slice: slice_bytes worth, whole blocks."""
+  block_rows = options.block_rows
+  row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+  rows = max(1, options.slice_bytes // max(row_bytes, 1))
+  return max(block_rows, rows // block_rows * block_rows)
+
+
+def _compress_slices(slices, out, cparams, options, threads):
+  """Compresses frames, slice by slice, into `out`.
 
   Returns:
-    (offsets, crcs, frames_crc, blocks_crc): block offsets in `out` (one
-    more than blocks), each block's CRC-32, and the CRC-32 of all the frames
-    and of all the blocks.
+    (offsets, crcs, frames_crc, blocks_crc, num_rows): block offsets in
+    `out` (one more than blocks), each block's CRC-32, the CRC-32 of all the
+    frames and of all the blocks, and the number of frames.
   """
   block_rows = options.block_rows
-  num_rows = header.shape[0]
-  slice_rows = max(1, options.slice_bytes // max(header.row_bytes, 1))
-  slice_rows = max(block_rows, slice_rows // block_rows * block_rows)
-  buffer = np.empty(
-    (min(slice_rows, num_rows),) + header.row_shape, header.dtype
-  )
   compress = lambda block: compact_store.compress_block(block, cparams)
   offsets, crcs = [0], []
-  frames_crc, blocks_crc = 0, 0
+  frames_crc, blocks_crc, num_rows = 0, 0, 0
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-    for start in range(0, num_rows, slice_rows):
-      part = buffer[: min(slice_rows, num_rows - start)]
-      stream.readinto(part.reshape(-1).view(np.uint8))
+    for part in slices:
+      num_rows += len(part)
       frames_crc = compact_store.crc32(part, frames_crc)
       blocks = [
         part[i : i + block_rows] for i in range(0, len(part), block_rows)
@@ -210,73 +225,57 @@ def _compress_stream(stream, header, out, cparams, options, threads):
         offsets.append(offsets[-1] + len(chunk))
         crcs.append(compact_store.crc32(chunk))
         blocks_crc = compact_store.crc32(chunk, blocks_crc)
-      _count_progress(len(part))
-  return offsets, crcs, frames_crc, blocks_crc
+      count_progress(len(part))
+  return offsets, crcs, frames_crc, blocks_crc, num_rows
 
 
-def _write_frames(files, directory, options, threads):
-  """Streams the observation file into blocks; returns the manifest entry."""
-  path = files.store_paths['observation']
-  with GzipStream(path) as stream:
-    header = npy_stream.read_header(stream)
-    if len(header.shape) < 1:
-      raise CheckpointError(path, 'observations must have a row axis')
-    cparams = compact_store.block_cparams(
-      options.codec,
-      options.clevel,
-      options.block_rows,
-      header.row_shape,
-      header.dtype,
+def _write_frames(reader, directory, options, threads):
+  """Streams a source's frames into blocks; returns the manifest entry."""
+  cparams = compact_store.block_cparams(
+    options.codec,
+    options.clevel,
+    options.block_rows,
+    reader.row_shape,
+    reader.dtype,
+  )
+  slices = reader.frame_slices(
+    slice_rows(reader.row_shape, reader.dtype, options)
+  )
+  with open(os.path.join(directory, compact_store.BLOCKS_FILE), 'wb') as out:
+    offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
+      slices, out, cparams, options, threads
     )
-    with open(os.path.join(directory, compact_store.BLOCKS_FILE), 'wb') as out:
-      offsets, crcs, frames_crc, blocks_crc = _compress_stream(
-        stream, header, out, cparams, options, threads
-      )
-      out.flush()
-      os.fsync(out.fileno())
-    # Reading to the end checks the source's gzip CRC-32 and length.
-    if stream.read_to_end():
-      raise CheckpointError(path, 'more data after the rows its header lists')
+    out.flush()
+    os.fsync(out.fileno())
   _write_npy(
     directory, compact_store.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
   )
   _write_npy(directory, compact_store.CRC_FILE, np.array(crcs, dtype=np.uint32))
+  dtype = np.dtype(reader.dtype)
   spec = {
     'file': compact_store.BLOCKS_FILE,
-    'dtype': header.dtype.str,
-    'row_shape': list(header.row_shape),
+    'dtype': dtype.str,
+    'row_shape': list(reader.row_shape),
     'codec': options.codec,
     'clevel': options.clevel,
-    'filter': 'shuffle' if header.dtype.itemsize > 1 else 'none',
+    'filter': 'shuffle' if dtype.itemsize > 1 else 'none',
     'block_rows': options.block_rows,
     'num_blocks': len(crcs),
     'frames_crc32': frames_crc,
     'library': f'blosc2 {blosc2.__version__}',
   }
   blocks_entry = {'bytes': offsets[-1], 'crc32': blocks_crc}
-  return header.shape[0], spec, blocks_entry
+  return num_rows, spec, blocks_entry
 
 
-def _read_small_arrays(files, num_rows):
-  """Reads every `$store$_` array but the observations, checking its gzip."""
-  arrays = {}
-  for name, path in sorted(files.store_paths.items()):
-    if name == 'observation':
-      continue
-    arrays[name] = npy_stream.read_rows(path)
-    npy_stream.verify(path)
-    if len(arrays[name]) != num_rows:
-      raise CheckpointError(path, f'{len(arrays[name])} rows, not {num_rows}')
-  return arrays
-
-
-def _write_checkpoint(files, directory, options, threads):
+def _write_checkpoint(source, directory, options, threads):
   """Writes every file of one checkpoint into `directory`; returns manifest."""
-  meta = checkpoints.read_checkpoint(files, 0, 0)
-  num_rows, frames_spec, blocks_entry = _write_frames(
-    files, directory, options, threads
-  )
-  arrays = _read_small_arrays(files, num_rows)
+  with source.open(threads) as reader:
+    num_rows, frames_spec, blocks_entry = _write_frames(
+      reader, directory, options, threads
+    )
+    meta = reader.finish(num_rows)
+  arrays = meta.arrays
   written = {
     name: _write_npy(directory, f'{name}.npy', array)
     for name, array in arrays.items()
@@ -288,7 +287,7 @@ def _write_checkpoint(files, directory, options, threads):
       directory, compact_store.EPISODE_ENDS_FILE, meta.episode_end_indices
     )
   if num_rows >= 2**31:
-    raise CheckpointError(files.directory, f'{num_rows} rows: too many')
+    raise CheckpointError(directory, f'{num_rows} rows: too many')
   valid = validity.valid_rows(
     arrays['terminal'],
     0,
@@ -320,10 +319,10 @@ def _write_checkpoint(files, directory, options, threads):
   manifest = {
     'format': compact_store.FORMAT,
     'version': compact_store.VERSION,
-    'suffix': files.suffix,
+    'suffix': source.suffix,
     'num_rows': num_rows,
     'add_count': meta.add_count,
-    'source': {'files': _source_sizes(files)},
+    'source': meta.description,
     'observation': frames_spec,
     'arrays': {
       name: {
@@ -374,11 +373,73 @@ def _fsync_directory(path):
     os.close(descriptor)
 
 
+class CompactOutput:
+  """The compact store: checkpoint_<suffix>/ directories (compact_store.py)."""
+
+  def final_path(self, store_dir, suffix):
+    return os.path.join(store_dir, compact_store.checkpoint_dirname(suffix))
+
+  def exists(self, store_dir, suffix):
+    return os.path.exists(self.final_path(store_dir, suffix))
+
+  def stored_source(self, store_dir, suffix):
+    """manifest['source'] of a stored checkpoint, or None if absent."""
+    if not self.exists(store_dir, suffix):
+      return None
+    return compact_store.read_manifest(self.final_path(store_dir, suffix))[
+      'source'
+    ]
+
+  def check_existing(self, store_dir, source, options):
+    check_existing(self.final_path(store_dir, source.suffix), source, options)
+
+  def clean(self, store_dir):
+    """Nothing to tidy: partial directories are removed by the caller."""
+
+  def write(self, source, partial, options, threads):
+    """Returns (rows, what verify needs)."""
+    manifest, arrays, valid = _write_checkpoint(
+      source, partial, options, threads
+    )
+    return manifest['num_rows'], (arrays, valid)
+
+  def verify(self, partial, written):
+    _verify_written(partial, *written)
+
+  def commit(self, partial, store_dir, suffix):
+    os.rename(partial, self.final_path(store_dir, suffix))
+
+  def remove(self, store_dir, suffix):
+    """Deletes a stored checkpoint (renamed away first: never half there)."""
+    doomed = os.path.join(store_dir, compact_store.partial_dirname(suffix))
+    os.rename(self.final_path(store_dir, suffix), doomed)
+    _fsync_directory(store_dir)
+    shutil.rmtree(doomed)
+
+  def stored_bytes(self, store_dir, suffix):
+    return _store_bytes(self.final_path(store_dir, suffix))
+
+  def stored_rows(self, store_dir, suffix):
+    path = self.final_path(store_dir, suffix)
+    return compact_store.read_manifest(path)['num_rows']
+
+
+def output_of(options):
+  """The output ConvertOptions.output_format names."""
+  if options.output_format == 'compact':
+    return CompactOutput()
+  if options.output_format == 'dopamine':
+    return dopamine_output.DopamineOutput()
+  raise ValueError(
+    f'output_format {options.output_format!r} is not compact or dopamine'
+  )
+
+
 def convert_checkpoint(files, store_dir, options, threads=1):
-  """Converts one checkpoint into `store_dir/checkpoint_<suffix>`.
+  """Converts one checkpoint into the store (`checkpoint_<suffix>`).
 
   Args:
-    files: checkpoints.CheckpointFiles of the source.
+    files: a source (checkpoint_source.py) or checkpoints.CheckpointFiles.
     store_dir: str, the store.
     options: ConvertOptions.
     threads: int, threads compressing blocks.
@@ -390,28 +451,30 @@ def convert_checkpoint(files, store_dir, options, threads=1):
     CheckpointError: if the source is damaged or the result fails its check.
   """
   began = time.perf_counter()
-  final = os.path.join(
-    store_dir, compact_store.checkpoint_dirname(files.suffix)
+  source = checkpoint_source.as_source(files)
+  output = output_of(options)
+  partial = os.path.join(
+    store_dir, compact_store.partial_dirname(source.suffix)
   )
-  partial = os.path.join(store_dir, compact_store.partial_dirname(files.suffix))
   if os.path.exists(partial):
     shutil.rmtree(partial)
   os.mkdir(partial)
   try:
-    manifest, arrays, valid = _write_checkpoint(
-      files, partial, options, threads
-    )
-    _verify_written(partial, arrays, valid)
-    if os.path.exists(final):
-      raise CheckpointError(final, 'appeared while converting: not replaced')
-    os.rename(partial, final)
+    num_rows, written = output.write(source, partial, options, threads)
+    output.verify(partial, written)
+    if output.exists(store_dir, source.suffix):
+      raise CheckpointError(
+        output.final_path(store_dir, source.suffix),
+        'appeared while converting: not replaced',
+      )
+    output.commit(partial, store_dir, source.suffix)
     _fsync_directory(store_dir)
   finally:
     if os.path.exists(partial):
       shutil.rmtree(partial)
   return {
-    'suffix': files.suffix,
-    'rows': manifest['num_rows'],
+    'suffix': source.suffix,
+    'rows': num_rows,
     'seconds': time.perf_counter() - began,
   }
 
@@ -559,55 +622,92 @@ def convert(source_dir, store_dir, options=None, workers=None):
       file is damaged, an existing stored checkpoint fails its check, or
       another conversion holds the store.
   """
-  began = time.perf_counter()
-  options = options or ConvertOptions()
   source_dir, store_dir = str(source_dir), str(store_dir)
+  _check_not_source(source_dir, store_dir)
+  found = checkpoints.find_checkpoints(source_dir)
+  sources = [checkpoint_source.GzipSource(files) for files in found.values()]
+  return convert_sources(source_dir, store_dir, [sources], options, workers)
+
+
+def _check_not_source(source_dir, store_dir):
   if not storage.is_remote(source_dir) and os.path.realpath(
     source_dir
   ) == os.path.realpath(store_dir):
     raise CheckpointError(store_dir, 'the store must not be the source')
-  found = checkpoints.find_checkpoints(source_dir)
+
+
+def convert_sources(source_dir, store_dir, rounds, options=None, workers=None):
+  """Converts checkpoints from sources into a store, round after round.
+
+  Args:
+    source_dir: str, where the sources are (for messages and the check that
+      the store is elsewhere).
+    store_dir: str, local directory of the store (created if needed).
+    rounds: iterable of lists of sources (checkpoint_source.py). Each round
+      is converted before the next is asked for, all under the store's
+      lock, so a generator may plan a round from what the store holds.
+    options: ConvertOptions or None for the defaults.
+    workers: as for `convert`.
+
+  Returns:
+    ConversionResult.
+
+  Raises:
+    CheckpointError: as for `convert`.
+  """
+  began = time.perf_counter()
+  options = options or ConvertOptions()
+  source_dir, store_dir = str(source_dir), str(store_dir)
+  _check_not_source(source_dir, store_dir)
+  output = output_of(options)
   os.makedirs(store_dir, exist_ok=True)
   lock = _lock(store_dir)
+  converted, skipped, seen = [], [], {}
   try:
     _remove_partials(store_dir)
-    pending, skipped = [], []
-    for suffix, files in found.items():
-      final = os.path.join(store_dir, compact_store.checkpoint_dirname(suffix))
-      if os.path.exists(final):
-        check_existing(final, files, options)
-        skipped.append(suffix)
-        continue
-      rows = checkpoints.read_store_headers(files)['observation'].num_rows
-      pending.append((files, rows))
-    logging.info(
-      'Converting %d checkpoint(s) %s of %s into %s; %d already converted '
-      '(checked)',
-      len(pending),
-      [files.suffix for files, _ in pending],
-      source_dir,
-      store_dir,
-      len(skipped),
-    )
-    if pending:
-      if workers is None:
-        workers = min(len(pending), os.cpu_count() or 1)
-      if workers == 0:
-        _run_here(pending, store_dir, options)
-      else:
-        _run_pool(pending, store_dir, options, min(workers, len(pending)))
+    output.clean(store_dir)
+    for sources in rounds:
+      pending = []
+      for source in sources:
+        seen[source.suffix] = source
+        if output.exists(store_dir, source.suffix):
+          output.check_existing(store_dir, source, options)
+          skipped.append(source.suffix)
+          continue
+        pending.append((source, source.expected_rows()))
+      if sources:
+        logging.info(
+          'Converting %d checkpoint(s) %s of %s into %s; %d already '
+          'converted (checked)',
+          len(pending),
+          [source.suffix for source, _ in pending],
+          source_dir,
+          store_dir,
+          len(sources) - len(pending),
+        )
+      if pending:
+        count = workers
+        if count is None:
+          count = min(len(pending), os.cpu_count() or 1)
+        if count == 0:
+          _run_here(pending, store_dir, options)
+        else:
+          _run_pool(pending, store_dir, options, min(count, len(pending)))
+      converted += [source.suffix for source, _ in pending]
   finally:
     lock.close()
-  source_bytes = sum(sum(_source_sizes(f).values()) for f in found.values())
-  store_bytes = sum(
-    _store_bytes(os.path.join(store_dir, compact_store.checkpoint_dirname(s)))
-    for s in found
-  )
+  converted = sorted(set(converted))
   return ConversionResult(
-    converted=[files.suffix for files, _ in pending],
-    skipped=skipped,
-    frames=sum(rows for _, rows in pending),
-    source_bytes=source_bytes,
-    store_bytes=store_bytes,
+    converted=converted,
+    skipped=sorted(set(skipped) - set(converted)),
+    frames=sum(output.stored_rows(store_dir, s) for s in converted),
+    source_bytes=sum(
+      {
+        name: size
+        for source in seen.values()
+        for name, size in source.source_files().items()
+      }.values()
+    ),
+    store_bytes=sum(output.stored_bytes(store_dir, s) for s in seen),
     seconds=time.perf_counter() - began,
   )
