@@ -222,8 +222,9 @@ def iter_episodes(dataset_dir, split, wanted=None):
 
   builder = _builder(dataset_dir)
   label = f'{dataset_dir}[{split}]'
-  file_format = str(builder.info.file_format)
-  if not file_format.endswith('array_record'):
+  file_format = builder.info.file_format
+  file_format = str(getattr(file_format, 'value', file_format))
+  if file_format != 'array_record':
     raise CheckpointError(
       dataset_dir,
       f'prepared as {file_format}: fixed-replay reads the array_record form '

@@ -92,7 +92,10 @@ def _first_round(kind, location, parts, store_dir, options, output):
       continue
     first = None
     if not output.exists(store_dir, part.number):
-      first = rlu_source.first_episode(kind, location, part)
+      try:
+        first = rlu_source.first_episode(kind, location, part)
+      except CheckpointError:
+        pass  # Indexing it reports the damage, after the others converted.
     if first is None or first.checkpoint_idx != part.number:
       unindexed.append(part)
       continue
@@ -186,6 +189,7 @@ def unfinished(location, store_dir, parts, options):
 
 def _rounds(kind, location, parts, store_dir, options, recheck, plan=True):
   output = convert.output_of(options)
+  rlu_plan.remove_temporaries(store_dir)
   existed = {
     n for n in range(rlu_shards.NUM_CHECKPOINTS) if output.exists(store_dir, n)
   }

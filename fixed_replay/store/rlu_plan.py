@@ -89,6 +89,15 @@ def write_index(store_dir, part, entries):
   os.replace(temporary, path)
 
 
+def remove_temporaries(store_dir):
+  """Deletes index files an interrupted conversion left half written."""
+  directory = os.path.join(store_dir, INDEX_DIR)
+  if os.path.isdir(directory):
+    for name in os.listdir(directory):
+      if '.json.tmp-' in name:
+        os.remove(os.path.join(directory, name))
+
+
 def read_index(store_dir, part):
   """Returns a part's index entries, or None if not indexed at this size."""
   path = index_path(store_dir, part)
