@@ -9,7 +9,6 @@ import sys
 import time
 
 from fixed_replay.store import compact_store
-from fixed_replay.store import convert
 from fixed_replay.store import dopamine_output
 from fixed_replay.store import rlu_convert
 
@@ -48,7 +47,7 @@ def test_several_runs_need_run(rlu_dir, tmp_path):
 def test_killed_dopamine_conversion_resumes_identical(rlu_dir, tmp_path):
   """Killed after its first checkpoint; the rerun ends byte-identical."""
   directory, _ = rlu_dir
-  options = convert.ConvertOptions(output_format='dopamine')
+  options = rlu_convert.default_options(output_format='dopamine')
   reference = tmp_path / 'reference'
   rlu_convert.convert_rlu(
     directory, reference, run=2, options=options, workers=0

@@ -18,7 +18,6 @@ from fixed_replay.dataset import checkpoints
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.store import compact_store
-from fixed_replay.store import convert
 from fixed_replay.store import dopamine_output
 from fixed_replay.store import rlu_convert
 
@@ -37,7 +36,7 @@ def stores(rlu_dir, tmp_path_factory):
         directory,
         store,
         run=run,
-        options=convert.ConvertOptions(output_format=output_format),
+        options=rlu_convert.default_options(output_format=output_format),
         # Once in worker processes (sources travel pickled), else here.
         workers=2 if (run, output_format) == (1, 'compact') else 0,
       )

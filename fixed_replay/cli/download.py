@@ -24,7 +24,7 @@ from absl import flags
 from fixed_replay.dataset import download
 from fixed_replay.dataset import inspection
 from fixed_replay.errors import CheckpointError
-from fixed_replay.store import convert
+from fixed_replay.store import rlu_convert
 from fixed_replay.store import rlu_download
 
 _GAME = flags.DEFINE_string(
@@ -84,7 +84,7 @@ def main(argv):
         store,
         checkpoints,
         _SOURCE_ROOT.value,
-        convert.ConvertOptions(output_format=_FORMAT.value),
+        rlu_convert.default_options(output_format=_FORMAT.value),
       )
     else:
       result, _, store = download.download_run(

@@ -373,13 +373,6 @@ def iter_episodes(path, wanted=None):
     yield episode
 
 
-def first_episode(path):
-  """Returns the first Episode of a shard (reads only its first record)."""
-  for episode in iter_episodes(path):
-    return episode
-  raise CheckpointError(path, 'holds no record')
-
-
 def decode_frames(episode, start, out):
   """Decodes frames [start, start + len(out)) of an episode into `out`.
 

@@ -22,6 +22,7 @@ import concurrent.futures
 import ctypes
 import dataclasses
 import fcntl
+import itertools
 import multiprocessing
 import os
 import shutil
@@ -64,9 +65,10 @@ class ConvertOptions:
       memory beyond the small arrays).
     output_format: str, 'compact' (the compact store) or 'dopamine'
       (Dopamine's own gzip checkpoint files, dopamine_output.py).
-    gzip_level: int, gzip level of the 'dopamine' output's files (zlib-ng
-      6 writes ~50k Atari frames/s per core at 1.4x the size of Dopamine's
-      level 9, which runs at ~11k/s: benchmarks/rlu_convert_benchmark.py).
+    gzip_level: int, gzip level of the 'dopamine' output's files. zlib-ng
+      at 2 compresses an Atari frame in ~7 us to ~1.6x the bytes of
+      Dopamine's own level 9, which takes ~70 us (6: ~14 us, 1.4x); see
+      benchmarks/rlu_convert_benchmark.py.
   """
 
   block_rows: int = 16
@@ -76,7 +78,7 @@ class ConvertOptions:
   update_horizon: int = 1
   slice_bytes: int = 64 << 20
   output_format: str = 'compact'
-  gzip_level: int = 6
+  gzip_level: int = 2
 
   def stored(self):
     """The options a compact checkpoint records (its format's, not
@@ -210,7 +212,11 @@ def _compress_slices(slices, out, cparams, options, threads):
     frames and of all the blocks, and the number of frames.
   """
   block_rows = options.block_rows
-  compress = lambda block: compact_store.compress_block(block, cparams)
+  # A few tasks per thread and slice: one per 16-frame block cost more in
+  # futures than the blocks' compression on one core.
+  compress = lambda group: [
+    compact_store.compress_block(block, cparams) for block in group
+  ]
   offsets, crcs = [0], []
   frames_crc, blocks_crc, num_rows = 0, 0, 0
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
@@ -220,7 +226,9 @@ def _compress_slices(slices, out, cparams, options, threads):
       blocks = [
         part[i : i + block_rows] for i in range(0, len(part), block_rows)
       ]
-      for chunk in pool.map(compress, blocks):
+      step = max(1, -(-len(blocks) // (4 * threads)))
+      groups = [blocks[i : i + step] for i in range(0, len(blocks), step)]
+      for chunk in itertools.chain.from_iterable(pool.map(compress, groups)):
         out.write(chunk)
         offsets.append(offsets[-1] + len(chunk))
         crcs.append(compact_store.crc32(chunk))

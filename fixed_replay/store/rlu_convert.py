@@ -29,7 +29,17 @@ from fixed_replay.store import rlu_plan
 from fixed_replay.store import rlu_source
 
 KINDS = ('rlu', 'tfds')
+# Decoding a PNG already costs ~60 us a frame; zstd through blosc2 level 3
+# compresses ~1.7x faster than the store's default 5 for 1-5% more bytes,
+# still fewer than Dopamine's gzip (Breakout, Asterix, Seaquest, Enduro;
+# benchmarks/rlu_convert_benchmark.py).
+CLEVEL = 3
 _BYTES_PER_FRAME_GUESS = 1000  # RL Unplugged's PNGs: ~1 KB a frame.
+
+
+def default_options(**overrides):
+  """ConvertOptions for RL Unplugged input: the store's, but CLEVEL."""
+  return convert.ConvertOptions(**{'clevel': CLEVEL, **overrides})
 
 
 def detect_kind(source):
@@ -240,7 +250,8 @@ def convert_rlu(
     store_dir: str, the local output directory.
     kind: 'rlu', 'tfds' or None to detect it.
     run: int or None; required when the directory holds several runs.
-    options: convert.ConvertOptions (output_format, stack_size, ...).
+    options: convert.ConvertOptions (output_format, stack_size, ...);
+      default_options() when None.
     workers: int or None, as for convert.convert.
     parts: optional list of rlu_plan.Part to convert instead of all the
       run's (their files may be absent where already indexed and not needed).
@@ -255,7 +266,7 @@ def convert_rlu(
     CheckpointError: naming the shard and the episode for damaged input;
       as convert.convert for the store.
   """
-  options = options or convert.ConvertOptions()
+  options = options or default_options()
   source = str(source)
   kind = kind or detect_kind(source)
   if kind is None:

@@ -16,7 +16,6 @@ import time
 from absl import logging
 
 from fixed_replay.dataset import download
-from fixed_replay.store import convert
 from fixed_replay.store import rlu_convert
 from fixed_replay.store import rlu_plan
 
@@ -43,13 +42,13 @@ def download_and_convert(
     store_dir: str, the converted output.
     checkpoints: optional iterable of shard numbers.
     root: str, the bucket directory or a local stand-in.
-    options: convert.ConvertOptions.
+    options: convert.ConvertOptions (rlu_convert.default_options()).
 
   Returns:
     download.DownloadResult with `conversion` set.
   """
   began = time.perf_counter()
-  options = options or convert.ConvertOptions()
+  options = options or rlu_convert.default_options()
   shards = download.select(
     download.list_run(root, game, run), checkpoints, root, game
   )
