@@ -29,10 +29,11 @@ from fixed_replay.store import rlu_plan
 from fixed_replay.store import rlu_source
 
 KINDS = ('rlu', 'tfds')
-# Decoding a PNG already costs ~60 us a frame; zstd through blosc2 level 3
+# Decoding a PNG already costs ~60 us a frame. blosc2's zstd at level 3
 # compresses ~1.7x faster than the store's default 5 for 1-5% more bytes,
-# still fewer than Dopamine's gzip (Breakout, Asterix, Seaquest, Enduro;
-# benchmarks/rlu_convert_benchmark.py).
+# still fewer than Dopamine's gzip (measured on random play of Breakout,
+# Asterix, Seaquest and Enduro); benchmarks/rlu_convert_benchmark.py shows
+# what it does to the conversion's speed.
 CLEVEL = 3
 _BYTES_PER_FRAME_GUESS = 1000  # RL Unplugged's PNGs: ~1 KB a frame.
 
