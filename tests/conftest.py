@@ -38,3 +38,42 @@ def dopamine_dir(tmp_path_factory):
     ),
   }
   return directory, capacity, writers
+
+
+# RL Unplugged runs for the conversion tests: (checkpoint, episode) per record
+# of each shard. Run 1 is laid out as published (shard N = checkpoint N, in
+# order); run 2 is not: shard 0 ends with checkpoint 1's first episode, shard
+# 1 ends with checkpoint 2's first, and shard 2 holds its two in reverse.
+RLU_LAYOUTS = {
+  1: [[(0, 0), (0, 1), (0, 2)], [(1, 3), (1, 4)], [(2, 5), (2, 6), (2, 7)]],
+  2: [[(0, 0), (0, 1), (1, 2)], [(1, 3), (1, 4), (2, 5)], [(2, 7), (2, 6)]],
+}
+
+
+@pytest.fixture(scope='session')
+def rlu_dir(tmp_path_factory):
+  """A directory of RL Unplugged shards of real Breakout play (two runs).
+
+  Returns:
+    (directory, episodes): episodes maps (run, checkpoint) to its
+    rlu_data.PlayedEpisode list in episode_idx order (the oracle's input).
+  """
+  import rlu_data
+
+  directory = tmp_path_factory.mktemp('rlu') / 'Breakout'
+  directory.mkdir()
+  played = rlu_data.play(8, max_steps=200, seed=0)
+  episodes = {}
+  for run, shards in RLU_LAYOUTS.items():
+    for number, records in enumerate(shards):
+      labelled = []
+      for checkpoint, episode_idx in records:
+        episode = rlu_data.relabel(played[episode_idx], checkpoint, episode_idx)
+        labelled.append(episode)
+        episodes.setdefault((run, checkpoint), []).append(episode)
+      rlu_data.write_shard(
+        rlu_data.shard_path(directory, run, number, len(shards)), labelled
+      )
+  for key in episodes:
+    episodes[key].sort(key=lambda e: e.episode_idx)
+  return directory, episodes

@@ -18,10 +18,12 @@ SUBCOMMANDS = {
   'them, trains offline agents on both and plots their evaluations.',
   'generate': 'Writes a dataset in the DQN Replay Dataset layout by playing '
   'a real game.',
-  'inspect': 'Summarises (and with --verify checks) the checkpoints of a '
-  'replay directory.',
-  'convert': "Converts a run's gzip checkpoints into a compact store "
-  '(CompactReplayBuffer samples all of them in bounded memory).',
+  'inspect': 'Summarises (and with --verify checks) replay checkpoints, a '
+  'compact store or RL Unplugged shards.',
+  'convert': 'Converts a run (Dopamine checkpoints, RL Unplugged shards or '
+  'TFDS) into a compact store or Dopamine files.',
+  'download': "Downloads a run of RL Unplugged's DQN Replay Dataset (and "
+  'converts it as it arrives).',
   'train': 'Trains an offline agent on a replay dataset, evaluating it in '
   'the game.',
   'plot': 'Plots evaluation return per iteration of training runs (PNG).',

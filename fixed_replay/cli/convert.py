@@ -1,28 +1,45 @@
-"""`fixed-replay convert SRC DST`: gzip checkpoints into a compact store.
+"""`fixed-replay convert SRC DST`: replay checkpoints into a compact store.
 
-Converts every complete checkpoint of the replay directory SRC (local or
-gs://) into DST/checkpoint_<suffix>/: frames in independently decodable
-blosc2 blocks, the small arrays as plain .npy, the table of valid rows, and a
-manifest with checksums. Checkpoints are converted in parallel, one process
-each, streaming (bounded memory), and each is verified before it is renamed
-into place. Run it again after an interruption: converted checkpoints are
-checked and skipped, the rest converted. SRC is never modified.
+SRC is one run, local or gs://, in one of three forms (detected from its
+file names, or forced with --source):
 
-Then train with `WrappedFixedReplayBuffer.memory_class =
-@CompactReplayBuffer` and --replay_dir=DST.
+  dopamine  Dopamine gzip checkpoints (`$store$_observation_ckpt.N.gz` ...),
+            as in the original DQN Replay Dataset bucket;
+  rlu       RL Unplugged's episode shards `run_<r>-NNNNN-of-MMMMM` (GZIP
+            TFRecord, one episode per record); --run picks the run when SRC
+            holds several;
+  tfds      a TFDS-prepared rlu_atari_checkpoints_ordered directory.
+
+Each checkpoint becomes DST/checkpoint_<N>/ (the compact store: frames in
+independently decodable blosc2 blocks, small arrays as .npy, the table of
+valid rows, a manifest with checksums), or with --format=dopamine
+Dopamine's own `*_ckpt.N.gz` files in DST. RL Unplugged episodes become the
+rows Dopamine's replay buffer holds after adding them (see the README).
+Checkpoints are converted in parallel, one process each, streaming (bounded
+memory), and each is verified before it is moved into place. Run it again
+after an interruption: converted checkpoints are checked and skipped, the
+rest converted. SRC is never modified.
+
+Then train with `replay_buffer_class.memory_class = @CompactReplayBuffer`
+and --replay_dir=DST (or FixedReplayBuffer on the Dopamine files).
 
   fixed-replay convert /data/Pong/1/replay_logs /data/Pong/1/compact
+  fixed-replay convert gs://rl_unplugged/atari_episodes_ordered/Pong \
+      /data/pong1 --run=1
 """
 
+import dataclasses
 import sys
 
 from absl import app
 from absl import flags
 
 from fixed_replay import cli
+from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay import memory_budget as memory
 from fixed_replay.store import convert
+from fixed_replay.store import rlu_convert
 
 _DEFAULTS = convert.ConvertOptions()
 _BLOCK_ROWS = flags.DEFINE_integer(
@@ -40,8 +57,10 @@ _CODEC = flags.DEFINE_enum(
 )
 _CLEVEL = flags.DEFINE_integer(
   'clevel',
-  _DEFAULTS.clevel,
-  'blosc2 compression level.',
+  None,
+  f'blosc2 compression level (default {_DEFAULTS.clevel} for Dopamine '
+  f'checkpoints, {rlu_convert.CLEVEL} for RL Unplugged input, where PNG '
+  'decoding already dominates the time).',
   lower_bound=0,
   upper_bound=9,
 )
@@ -67,8 +86,86 @@ _WORKERS = flags.DEFINE_integer(
 )
 
 _REMOTE_TIMEOUT = cli.define_remote_timeout_flag(__name__)
+_SOURCE = flags.DEFINE_enum(
+  'source',
+  None,
+  ['dopamine', 'rlu', 'tfds'],
+  'Form of SRC (default: detected from its file names).',
+)
+_RUN = flags.DEFINE_integer(
+  'run',
+  None,
+  'Run to convert when SRC holds RL Unplugged shards of several runs.',
+  lower_bound=1,
+)
+_FORMAT = flags.DEFINE_enum(
+  'format',
+  'compact',
+  ['compact', 'dopamine'],
+  "compact: the compact store; dopamine: Dopamine's own checkpoint files "
+  '(RL Unplugged sources only).',
+)
+_GZIP_LEVEL = flags.DEFINE_integer(
+  'gzip_level',
+  _DEFAULTS.gzip_level,
+  'gzip level of --format=dopamine files (Dopamine itself writes 9: about '
+  '0.6x the bytes, 10x slower).',
+  lower_bound=1,
+  upper_bound=9,
+)
 
-_USAGE = 'usage: fixed-replay convert SRC DST [--block_rows=16] [--workers=N]'
+_USAGE = (
+  'usage: fixed-replay convert SRC DST [--source=dopamine|rlu|tfds] '
+  '[--run=N] [--format=compact|dopamine] [--workers=N]'
+)
+
+
+def detect_source(path):
+  """The form of SRC: 'dopamine', 'rlu' or 'tfds'.
+
+  Raises:
+    CheckpointError: if SRC is none of them.
+  """
+  try:
+    if checkpoints.scan_checkpoints(path)[0]:
+      return 'dopamine'
+  except CheckpointError:
+    pass
+  kind = rlu_convert.detect_kind(path)
+  if kind is None:
+    raise CheckpointError(
+      path,
+      'holds no Dopamine checkpoint (*_ckpt.N.gz), no RL Unplugged shard '
+      '(run_<r>-NNNNN-of-MMMMM) and no prepared rlu_atari_checkpoints_ordered '
+      'dataset',
+    )
+  return kind
+
+
+def _convert(source, destination, options):
+  kind = _SOURCE.value or detect_source(source)
+  clevel = _CLEVEL.value
+  if clevel is None:
+    clevel = _DEFAULTS.clevel if kind == 'dopamine' else rlu_convert.CLEVEL
+  options = dataclasses.replace(options, clevel=clevel)
+  if kind == 'dopamine':
+    if options.output_format == 'dopamine':
+      raise app.UsageError(
+        "--format=dopamine: SRC is already in Dopamine's format"
+      )
+    if _RUN.value is not None:
+      raise app.UsageError('--run is for RL Unplugged shards (--source=rlu)')
+    return kind, convert.convert(
+      source, destination, options, workers=_WORKERS.value
+    )
+  return kind, rlu_convert.convert_rlu(
+    source,
+    destination,
+    kind=kind,
+    run=_RUN.value,
+    options=options,
+    workers=_WORKERS.value,
+  )
 
 
 def main(argv):
@@ -81,12 +178,13 @@ def main(argv):
   options = convert.ConvertOptions(
     block_rows=_BLOCK_ROWS.value,
     codec=_CODEC.value,
-    clevel=_CLEVEL.value,
     stack_size=_STACK_SIZE.value,
     update_horizon=_UPDATE_HORIZON.value,
+    output_format=_FORMAT.value,
+    gzip_level=_GZIP_LEVEL.value,
   )
   try:
-    result = convert.convert(argv[1], argv[2], options, workers=_WORKERS.value)
+    kind, result = _convert(argv[1], argv[2], options)
   except CheckpointError as error:
     print(f'fixed-replay convert: {error}', file=sys.stderr)
     return 1
@@ -96,9 +194,10 @@ def main(argv):
     f'{len(result.skipped)} already there {result.skipped}; '
     f'{result.frames:,} frames in {result.seconds:.1f} s ({rate:,.0f}/s)'
   )
+  what = {'dopamine': 'gzip', 'rlu': 'RL Unplugged shards', 'tfds': 'TFDS'}
   print(
-    f'store {memory.format_bytes(result.store_bytes)} for '
-    f'{memory.format_bytes(result.source_bytes)} of gzip '
+    f'{_FORMAT.value} output {memory.format_bytes(result.store_bytes)} for '
+    f'{memory.format_bytes(result.source_bytes)} of {what[kind]} '
     f'({result.store_bytes / max(result.source_bytes, 1):.2f}x): {argv[2]}'
   )
   return 0

@@ -1,14 +1,27 @@
-"""`fixed-replay inspect DIR`: summarises and verifies replay checkpoints.
+"""`fixed-replay inspect DIR`: summarises and verifies replay data.
 
-Prints one line per checkpoint suffix (completeness, rows, add_count, cursor,
-valid transitions, complete episodes and their returns, observation shape,
-sizes) and the totals, then every problem found, each naming its file. Exits
-with status 1 when a checkpoint is damaged or incomplete, or when the
-directory holds no complete checkpoint.
+DIR is one of:
+
+  a Dopamine replay directory (`*_ckpt.N.gz`, local or gs://): one line per
+    checkpoint suffix (completeness, rows, add_count, cursor, valid
+    transitions, complete episodes and their returns, observation shape,
+    sizes); --verify decompresses everything;
+  a compact store (`fixed-replay convert` output): the same table from the
+    manifests and small arrays; --verify checks every file's CRC-32 and
+    decodes every frame block;
+  RL Unplugged shards (`run_<r>-NNNNN-of-MMMMM`, --run picks a run) or a
+    TFDS-prepared rlu_atari_checkpoints_ordered: one line per checkpoint
+    (episodes, steps, terminal episodes, return range, shards), reading every
+    record; --verify also decodes every frame.
+
+Then every problem found, each naming its file. Exits with status 1 when
+anything is damaged or incomplete, or nothing usable was found.
 
   fixed-replay inspect /data/Pong/1/replay_logs
   fixed-replay inspect gs://atari-replay-datasets/dqn/Pong/1/replay_logs \
       --verify
+  fixed-replay inspect /data/rlu/Pong --run=1
+  fixed-replay inspect /data/pong1_compact --verify
 """
 
 import json
@@ -19,13 +32,25 @@ from absl import flags
 
 from fixed_replay import cli
 from fixed_replay.dataset import inspection
+from fixed_replay.dataset import rlu_inspection
+from fixed_replay.errors import CheckpointError
+from fixed_replay.store import rlu_convert
+from fixed_replay.store import rlu_source
+from fixed_replay.store import store_inspection
 
 _VERIFY = flags.DEFINE_boolean(
   'verify',
   False,
   'Decompress every file to the end (gzip CRC, .npy header, payload length) '
   'on top of the header and consistency checks. Reads all the data: about a '
-  'minute per 7 GB observation file.',
+  "minute per 7 GB observation file. For a compact store: every file's "
+  'CRC-32 and every frame block; for RL Unplugged: every frame decoded.',
+)
+_RUN = flags.DEFINE_integer(
+  'run',
+  None,
+  'RL Unplugged run to inspect when DIR holds shards of several runs.',
+  lower_bound=1,
 )
 _STACK_SIZE = flags.DEFINE_integer(
   'stack_size',
@@ -46,9 +71,39 @@ _JSON = flags.DEFINE_boolean(
 _REMOTE_TIMEOUT = cli.define_remote_timeout_flag(__name__)
 
 _USAGE = (
-  'usage: fixed-replay inspect DIR [--verify] [--stack_size=4] '
+  'usage: fixed-replay inspect DIR [--verify] [--run=N] [--stack_size=4] '
   '[--update_horizon=1] [--json]'
 )
+
+
+def _report(summary, table, problems):
+  if _JSON.value:
+    print(json.dumps(summary.to_dict(), indent=2))
+  else:
+    print(table(summary))
+  sys.stdout.flush()
+  if summary.ok:
+    return 0
+  print(problems(summary), file=sys.stderr)
+  return 1
+
+
+def _inspect_run(directory, kind):
+  try:
+    location, parts = rlu_convert.discover(directory, kind, _RUN.value)
+  except CheckpointError as error:
+    print(f'fixed-replay inspect: {error}', file=sys.stderr)
+    return 1
+  summary = rlu_inspection.summarize_run(
+    kind,
+    location,
+    parts,
+    lambda part: rlu_source.open_part(kind, location, part),
+    verify=_VERIFY.value,
+  )
+  return _report(
+    summary, rlu_inspection.format_table, rlu_inspection.format_problems
+  )
 
 
 def main(argv):
@@ -58,21 +113,25 @@ def main(argv):
       f'expected one replay directory, got {len(argv) - 1} arguments\n{_USAGE}'
     )
   cli.apply_remote_timeout(_REMOTE_TIMEOUT)
-  summary = inspection.summarize_directory(
-    argv[1],
-    stack_size=_STACK_SIZE.value,
-    update_horizon=_UPDATE_HORIZON.value,
-    verify=_VERIFY.value,
-  )
-  if _JSON.value:
-    print(json.dumps(summary.to_dict(), indent=2))
+  directory = argv[1]
+  if store_inspection.is_store(directory):
+    summary = store_inspection.summarize_store(
+      directory,
+      stack_size=_STACK_SIZE.value,
+      update_horizon=_UPDATE_HORIZON.value,
+      verify=_VERIFY.value,
+    )
   else:
-    print(inspection.format_table(summary))
-  sys.stdout.flush()
-  if summary.ok:
-    return 0
-  print(inspection.format_problems(summary), file=sys.stderr)
-  return 1
+    kind = rlu_convert.detect_kind(directory)
+    if kind is not None:
+      return _inspect_run(directory, kind)
+    summary = inspection.summarize_directory(
+      directory,
+      stack_size=_STACK_SIZE.value,
+      update_horizon=_UPDATE_HORIZON.value,
+      verify=_VERIFY.value,
+    )
+  return _report(summary, inspection.format_table, inspection.format_problems)
 
 
 if __name__ == '__main__':

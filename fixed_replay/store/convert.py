@@ -10,16 +10,22 @@ leaves complete checkpoints and partial directories; started again, it checks
 and skips the former, deletes the latter and converts the rest, giving the
 same bytes as an uninterrupted run. The source is only ever read.
 
-Before converting anything, every checkpoint's bookkeeping is checked (see
-dataset/checks.py) and all problems are reported at once. Worker processes
-die with the converting process, however it ends (workers.py); a failure to
-write names the path and the cause (destination.py).
+Where the rows come from is a source (checkpoint_source.py: Dopamine gzip
+files; rlu_source.py: RL Unplugged episodes); what is written is an output:
+the compact store (compact_store.py for the layout) or, with
+`output_format='dopamine'`, Dopamine's own checkpoint files
+(dopamine_output.py). Both go through the same partial directory,
+verification, commit and skip-after-check.
 
-See compact_store.py for the layout.
+Before converting anything, every gzip checkpoint's bookkeeping is checked
+(see dataset/checks.py) and all problems are reported at once. Worker
+processes die with the converting process, however it ends (workers.py); a
+failure to write names the path and the cause (destination.py).
 """
 
 import concurrent.futures
 import dataclasses
+import itertools
 import os
 import shutil
 import time
@@ -30,15 +36,14 @@ import numpy as np
 
 from fixed_replay import progress
 from fixed_replay.dataset import checkpoints
-from fixed_replay.dataset import checks
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import CheckpointProblems
 from fixed_replay.io import files as storage
-from fixed_replay.io import npy_stream
-from fixed_replay.io.gzip_stream import GzipStream
+from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_store
 from fixed_replay.store import destination
+from fixed_replay.store import dopamine_output
 from fixed_replay.store import workers as worker_processes
 
 _LOG_EVERY_S = 30.0
@@ -59,6 +64,12 @@ class ConvertOptions:
     update_horizon: int, n of the n-step return, for that table.
     slice_bytes: int, uncompressed frame bytes read per step (the worker's
       memory beyond the small arrays).
+    output_format: str, 'compact' (the compact store) or 'dopamine'
+      (Dopamine's own gzip checkpoint files, dopamine_output.py).
+    gzip_level: int, gzip level of the 'dopamine' output's files. zlib-ng
+      at 2 compresses an Atari frame in ~7 us to ~1.6x the bytes of
+      Dopamine's own level 9, which takes ~70 us (6: ~14 us, 1.4x); see
+      benchmarks/rlu_convert_benchmark.py.
   """
 
   block_rows: int = 16
@@ -67,9 +78,12 @@ class ConvertOptions:
   stack_size: int = 4
   update_horizon: int = 1
   slice_bytes: int = 64 << 20
+  output_format: str = 'compact'
+  gzip_level: int = 2
 
   def stored(self):
-    """The options a stored checkpoint records (all but slice_bytes)."""
+    """The options a compact checkpoint records (its format's, not
+    slice_bytes)."""
     return {
       'block_rows': self.block_rows,
       'codec': self.codec,
@@ -100,12 +114,6 @@ class ConversionResult:
   seconds: float
 
 
-def _source_sizes(files):
-  return {
-    os.path.basename(path): storage.size(path) for path in files.all_paths()
-  }
-
-
 def _stored_options(manifest):
   spec = manifest['observation']
   return {
@@ -120,16 +128,22 @@ def _stored_options(manifest):
 def check_existing(directory, files, options):
   """Verifies an already converted checkpoint before it is skipped.
 
+  Args:
+    directory: str, the stored checkpoint.
+    files: a source (checkpoint_source.py) or CheckpointFiles.
+    options: ConvertOptions.
+
   Raises:
     CheckpointError: if it is damaged, was converted from other files or with
       other options.
   """
+  source = checkpoint_source.as_source(files)
   manifest = compact_store.verify_checkpoint(directory).manifest
-  if manifest['source']['files'] != _source_sizes(files):
+  if manifest['source'] != source.description():
     raise CheckpointError(
       directory,
-      f'converted from files of other sizes than those of checkpoint '
-      f'{files.suffix} in {files.directory} ({manifest["source"]["files"]}): '
+      f'converted from other source files than those of checkpoint '
+      f'{source.suffix} now ({manifest["source"]["files"]}): '
       'convert into a new directory',
     )
   if _stored_options(manifest) != options.stored():
@@ -150,123 +164,114 @@ def _write_npy(directory, name, array):
   return name
 
 
-def _compress_stream(stream, header, out, cparams, options, threads):
-  """Compresses the frames of a GzipStream slice by slice into `out`.
+def slice_rows(row_shape, dtype, options):
+  """Frames read per slice: slice_bytes worth, whole blocks."""
+  block_rows = options.block_rows
+  row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+  rows = max(1, options.slice_bytes // max(row_bytes, 1))
+  return max(block_rows, rows // block_rows * block_rows)
+
+
+def _compress_slices(slices, out, cparams, options, threads):
+  """Compresses frames, slice by slice, into `out`.
 
   Returns:
-    (offsets, crcs, frames_crc, blocks_crc): block offsets in `out` (one
-    more than blocks), each block's CRC-32, and the CRC-32 of all the frames
-    and of all the blocks.
+    (offsets, crcs, frames_crc, blocks_crc, num_rows): block offsets in
+    `out` (one more than blocks), each block's CRC-32, the CRC-32 of all the
+    frames and of all the blocks, and the number of frames.
   """
   block_rows = options.block_rows
-  num_rows = header.shape[0]
-  slice_rows = max(1, options.slice_bytes // max(header.row_bytes, 1))
-  slice_rows = max(block_rows, slice_rows // block_rows * block_rows)
-  buffer = np.empty(
-    (min(slice_rows, num_rows),) + header.row_shape, header.dtype
-  )
-  compress = lambda block: compact_store.compress_block(block, cparams)
+  # A few tasks per thread and slice: one per 16-frame block cost more in
+  # futures than the blocks' compression on one core.
+  compress = lambda group: [
+    compact_store.compress_block(block, cparams) for block in group
+  ]
   offsets, crcs = [0], []
-  frames_crc, blocks_crc = 0, 0
+  frames_crc, blocks_crc, num_rows = 0, 0, 0
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
-    for start in range(0, num_rows, slice_rows):
-      part = buffer[: min(slice_rows, num_rows - start)]
-      stream.readinto(part.reshape(-1).view(np.uint8))
+    for part in slices:
+      num_rows += len(part)
       frames_crc = compact_store.crc32(part, frames_crc)
       blocks = [
         part[i : i + block_rows] for i in range(0, len(part), block_rows)
       ]
-      for chunk in pool.map(compress, blocks):
+      step = max(1, -(-len(blocks) // (4 * threads)))
+      groups = [blocks[i : i + step] for i in range(0, len(blocks), step)]
+      for chunk in itertools.chain.from_iterable(pool.map(compress, groups)):
         out.write(chunk)
         offsets.append(offsets[-1] + len(chunk))
         crcs.append(compact_store.crc32(chunk))
         blocks_crc = compact_store.crc32(chunk, blocks_crc)
       worker_processes.count_progress(len(part))
-  return offsets, crcs, frames_crc, blocks_crc
+  return offsets, crcs, frames_crc, blocks_crc, num_rows
 
 
-def _write_frames(files, directory, options, threads):
-  """Streams the observation file into blocks; returns the manifest entry."""
-  path = files.store_paths['observation']
-  with GzipStream(path) as stream:
-    header = npy_stream.read_header(stream)
-    if len(header.shape) < 1:
-      raise CheckpointError(path, 'observations must have a row axis')
-    cparams = compact_store.block_cparams(
-      options.codec,
-      options.clevel,
-      options.block_rows,
-      header.row_shape,
-      header.dtype,
+def _write_frames(reader, directory, options, threads):
+  """Streams a source's frames into blocks; returns the manifest entry."""
+  cparams = compact_store.block_cparams(
+    options.codec,
+    options.clevel,
+    options.block_rows,
+    reader.row_shape,
+    reader.dtype,
+  )
+  slices = reader.frame_slices(
+    slice_rows(reader.row_shape, reader.dtype, options)
+  )
+  with open(os.path.join(directory, compact_store.BLOCKS_FILE), 'wb') as out:
+    offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
+      slices, out, cparams, options, threads
     )
-    with open(os.path.join(directory, compact_store.BLOCKS_FILE), 'wb') as out:
-      offsets, crcs, frames_crc, blocks_crc = _compress_stream(
-        stream, header, out, cparams, options, threads
-      )
-      out.flush()
-      os.fsync(out.fileno())
-    # Reading to the end checks the source's gzip CRC-32 and length.
-    if stream.read_to_end():
-      raise CheckpointError(path, 'more data after the rows its header lists')
+    out.flush()
+    os.fsync(out.fileno())
   _write_npy(
     directory, compact_store.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
   )
   _write_npy(directory, compact_store.CRC_FILE, np.array(crcs, dtype=np.uint32))
+  dtype = np.dtype(reader.dtype)
   spec = {
     'file': compact_store.BLOCKS_FILE,
-    'dtype': header.dtype.str,
-    'row_shape': list(header.row_shape),
+    'dtype': dtype.str,
+    'row_shape': list(reader.row_shape),
     'codec': options.codec,
     'clevel': options.clevel,
-    'filter': 'shuffle' if header.dtype.itemsize > 1 else 'none',
+    'filter': 'shuffle' if dtype.itemsize > 1 else 'none',
     'block_rows': options.block_rows,
     'num_blocks': len(crcs),
     'frames_crc32': frames_crc,
     'library': f'blosc2 {blosc2.__version__}',
   }
   blocks_entry = {'bytes': offsets[-1], 'crc32': blocks_crc}
-  return header.shape[0], spec, blocks_entry
+  return num_rows, spec, blocks_entry
 
 
-def _read_small_arrays(files, num_rows):
-  """Reads every `$store$_` array but the observations, checking its gzip."""
-  arrays = {}
-  for name, path in sorted(files.store_paths.items()):
-    if name == 'observation':
-      continue
-    arrays[name] = npy_stream.read_rows(path)  # Whole: CRC-32 checked.
-    if len(arrays[name]) != num_rows:
-      raise CheckpointError(path, f'{len(arrays[name])} rows, not {num_rows}')
-  return arrays
-
-
-def _write_checkpoint(files, directory, options, threads):
+def _write_checkpoint(source, directory, options, threads):
   """Writes every file of one checkpoint into `directory`; returns manifest."""
-  rows = checks.store_headers(files, checkpoints.read_store_headers(files))
-  add_count, invalid_range, episode_end_indices = checkpoints.read_bookkeeping(
-    files, rows
-  )
-  num_rows, frames_spec, blocks_entry = _write_frames(
-    files, directory, options, threads
-  )
-  arrays = _read_small_arrays(files, num_rows)
+  with source.open(threads) as reader:
+    num_rows, frames_spec, blocks_entry = _write_frames(
+      reader, directory, options, threads
+    )
+    meta = reader.finish(num_rows)
+  arrays = meta.arrays
   written = {
     name: _write_npy(directory, f'{name}.npy', array)
     for name, array in arrays.items()
   }
-  _write_npy(directory, compact_store.INVALID_RANGE_FILE, invalid_range)
+  _write_npy(directory, compact_store.INVALID_RANGE_FILE, meta.invalid_range)
   episode_ends = None
-  if episode_end_indices is not None:
+  if meta.episode_end_indices is not None:
     episode_ends = _write_npy(
-      directory, compact_store.EPISODE_ENDS_FILE, episode_end_indices
+      directory, compact_store.EPISODE_ENDS_FILE, meta.episode_end_indices
     )
+  if num_rows >= 2**31:
+    raise CheckpointError(directory, f'{num_rows} rows: too many')
   valid = validity.valid_rows(
     arrays['terminal'],
     0,
     num_rows,
-    add_count,
-    invalid_range,
-    episode_end_indices,
+    meta.add_count,
+    meta.invalid_range,
+    meta.episode_end_indices,
     options.stack_size,
     options.update_horizon,
   ).astype(np.int32)
@@ -291,10 +296,10 @@ def _write_checkpoint(files, directory, options, threads):
   manifest = {
     'format': compact_store.FORMAT,
     'version': compact_store.VERSION,
-    'suffix': files.suffix,
+    'suffix': source.suffix,
     'num_rows': num_rows,
-    'add_count': add_count,
-    'source': {'files': _source_sizes(files)},
+    'add_count': meta.add_count,
+    'source': meta.description,
     'observation': frames_spec,
     'arrays': {
       name: {
@@ -345,11 +350,73 @@ def _fsync_directory(path):
     os.close(descriptor)
 
 
+class CompactOutput:
+  """The compact store: checkpoint_<suffix>/ directories (compact_store.py)."""
+
+  def final_path(self, store_dir, suffix):
+    return os.path.join(store_dir, compact_store.checkpoint_dirname(suffix))
+
+  def exists(self, store_dir, suffix):
+    return os.path.exists(self.final_path(store_dir, suffix))
+
+  def stored_source(self, store_dir, suffix):
+    """manifest['source'] of a stored checkpoint, or None if absent."""
+    if not self.exists(store_dir, suffix):
+      return None
+    return compact_store.read_manifest(self.final_path(store_dir, suffix))[
+      'source'
+    ]
+
+  def check_existing(self, store_dir, source, options):
+    check_existing(self.final_path(store_dir, source.suffix), source, options)
+
+  def clean(self, store_dir):
+    """Nothing to tidy: partial directories are removed by the caller."""
+
+  def write(self, source, partial, options, threads):
+    """Returns (rows, what verify needs)."""
+    manifest, arrays, valid = _write_checkpoint(
+      source, partial, options, threads
+    )
+    return manifest['num_rows'], (arrays, valid)
+
+  def verify(self, partial, written):
+    _verify_written(partial, *written)
+
+  def commit(self, partial, store_dir, suffix):
+    os.rename(partial, self.final_path(store_dir, suffix))
+
+  def remove(self, store_dir, suffix):
+    """Deletes a stored checkpoint (renamed away first: never half there)."""
+    doomed = os.path.join(store_dir, compact_store.partial_dirname(suffix))
+    os.rename(self.final_path(store_dir, suffix), doomed)
+    _fsync_directory(store_dir)
+    shutil.rmtree(doomed)
+
+  def stored_bytes(self, store_dir, suffix):
+    return _store_bytes(self.final_path(store_dir, suffix))
+
+  def stored_rows(self, store_dir, suffix):
+    path = self.final_path(store_dir, suffix)
+    return compact_store.read_manifest(path)['num_rows']
+
+
+def output_of(options):
+  """The output ConvertOptions.output_format names."""
+  if options.output_format == 'compact':
+    return CompactOutput()
+  if options.output_format == 'dopamine':
+    return dopamine_output.DopamineOutput()
+  raise ValueError(
+    f'output_format {options.output_format!r} is not compact or dopamine'
+  )
+
+
 def convert_checkpoint(files, store_dir, options, threads=1):
-  """Converts one checkpoint into `store_dir/checkpoint_<suffix>`.
+  """Converts one checkpoint into the store (`checkpoint_<suffix>`).
 
   Args:
-    files: checkpoints.CheckpointFiles of the source.
+    files: a source (checkpoint_source.py) or checkpoints.CheckpointFiles.
     store_dir: str, the store.
     options: ConvertOptions.
     threads: int, threads compressing blocks.
@@ -362,24 +429,24 @@ def convert_checkpoint(files, store_dir, options, threads=1):
       or the store cannot be written (naming the path and the cause).
   """
   began = time.perf_counter()
-  final = os.path.join(
-    store_dir, compact_store.checkpoint_dirname(files.suffix)
+  source = checkpoint_source.as_source(files)
+  output = output_of(options)
+  final = output.final_path(store_dir, source.suffix)
+  partial = os.path.join(
+    store_dir, compact_store.partial_dirname(source.suffix)
   )
-  partial = os.path.join(store_dir, compact_store.partial_dirname(files.suffix))
   try:
     if os.path.exists(partial):
       shutil.rmtree(partial)
     os.mkdir(partial)
     try:
-      manifest, arrays, valid = _write_checkpoint(
-        files, partial, options, threads
-      )
-      _verify_written(partial, arrays, valid)
-      if os.path.exists(final):
+      num_rows, written = output.write(source, partial, options, threads)
+      output.verify(partial, written)
+      if output.exists(store_dir, source.suffix):
         raise CheckpointError(final, 'appeared while converting: not replaced')
       if not worker_processes.parent_alive():
         os._exit(1)  # The conversion was killed: leave nothing behind.
-      os.rename(partial, final)
+      output.commit(partial, store_dir, source.suffix)
       _fsync_directory(store_dir)
     finally:
       if os.path.exists(partial):
@@ -387,8 +454,8 @@ def convert_checkpoint(files, store_dir, options, threads=1):
   except OSError as error:  # Sources are read through CheckpointError.
     raise destination.error(final, error) from error
   return {
-    'suffix': files.suffix,
-    'rows': manifest['num_rows'],
+    'suffix': source.suffix,
+    'rows': num_rows,
     'seconds': time.perf_counter() - began,
   }
 
@@ -466,8 +533,8 @@ def _run_pool(pending, store_dir, options, workers):
   pool, counter = worker_processes.start_pool(workers, store_dir)
   try:
     futures = [
-      pool.submit(convert_checkpoint, files, store_dir, options, threads)
-      for files, _ in pending
+      pool.submit(convert_checkpoint, source, store_dir, options, threads)
+      for source, _ in pending
     ]
     waiting = set(futures)
     while waiting:
@@ -495,38 +562,15 @@ def _run_here(pending, store_dir, options):
   bar = _Progress(total)
   done = 0
   try:
-    for files, rows in pending:
+    for source, rows in pending:
       result = convert_checkpoint(
-        files, store_dir, options, threads=os.cpu_count() or 1
+        source, store_dir, options, threads=os.cpu_count() or 1
       )
       done += rows
       bar.update(done)
       _log_result(result)
   finally:
     bar.close()
-
-
-def _plan(found, rows_by_suffix, store_dir, options):
-  """Returns (pending, skipped): what to convert, what is there (checked)."""
-  _remove_partials(store_dir)
-  pending, skipped = [], []
-  for suffix, files in found.items():
-    final = os.path.join(store_dir, compact_store.checkpoint_dirname(suffix))
-    if os.path.exists(final):
-      check_existing(final, files, options)
-      skipped.append(suffix)
-    else:
-      pending.append((files, rows_by_suffix[suffix]))
-  logging.info(
-    'Converting %d checkpoint(s) %s of %s into %s; %d already converted '
-    '(checked)',
-    len(pending),
-    [files.suffix for files, _ in pending],
-    next(iter(found.values())).directory,
-    store_dir,
-    len(skipped),
-  )
-  return pending, skipped
 
 
 def convert(source_dir, store_dir, options=None, workers=None):
@@ -549,43 +593,98 @@ def convert(source_dir, store_dir, options=None, workers=None):
       check, another conversion holds the store, or the store cannot be
       written (naming the path and the cause).
   """
-  began = time.perf_counter()
-  options = options or ConvertOptions()
   source_dir, store_dir = str(source_dir), str(store_dir)
+  _check_not_source(source_dir, store_dir)
+  found = checkpoints.find_checkpoints(source_dir)
+  _, errors = checkpoints.check_run(found)
+  if errors:
+    raise CheckpointProblems(source_dir, errors)
+  sources = [checkpoint_source.GzipSource(files) for files in found.values()]
+  return convert_sources(source_dir, store_dir, [sources], options, workers)
+
+
+def _check_not_source(source_dir, store_dir):
   if not storage.is_remote(source_dir) and os.path.realpath(
     source_dir
   ) == os.path.realpath(store_dir):
     raise CheckpointError(store_dir, 'the store must not be the source')
-  found = checkpoints.find_checkpoints(source_dir)
-  rows_by_suffix, errors = checkpoints.check_run(found)
-  if errors:
-    raise CheckpointProblems(source_dir, errors)
+
+
+def convert_sources(source_dir, store_dir, rounds, options=None, workers=None):
+  """Converts checkpoints from sources into a store, round after round.
+
+  Args:
+    source_dir: str, where the sources are (for messages and the check that
+      the store is elsewhere).
+    store_dir: str, local directory of the store (created if needed).
+    rounds: iterable of lists of sources (checkpoint_source.py). Each round
+      is converted before the next is asked for, all under the store's
+      lock, so a generator may plan a round from what the store holds.
+    options: ConvertOptions or None for the defaults.
+    workers: as for `convert`.
+
+  Returns:
+    ConversionResult.
+
+  Raises:
+    CheckpointError: as for `convert`.
+  """
+  began = time.perf_counter()
+  options = options or ConvertOptions()
+  source_dir, store_dir = str(source_dir), str(store_dir)
+  _check_not_source(source_dir, store_dir)
+  output = output_of(options)
   destination.create(store_dir)
   lock = destination.lock(store_dir)
+  converted, skipped, seen = [], [], {}
   try:
     destination.wait_for_old_workers(store_dir)
-    pending, skipped = _plan(found, rows_by_suffix, store_dir, options)
-    if pending:
-      if workers is None:
-        workers = min(len(pending), os.cpu_count() or 1)
-      if workers == 0:
-        _run_here(pending, store_dir, options)
-      else:
-        _run_pool(pending, store_dir, options, min(workers, len(pending)))
+    _remove_partials(store_dir)
+    output.clean(store_dir)
+    for sources in rounds:
+      pending = []
+      for source in sources:
+        seen[source.suffix] = source
+        if output.exists(store_dir, source.suffix):
+          output.check_existing(store_dir, source, options)
+          skipped.append(source.suffix)
+          continue
+        pending.append((source, source.expected_rows()))
+      if sources:
+        logging.info(
+          'Converting %d checkpoint(s) %s of %s into %s; %d already '
+          'converted (checked)',
+          len(pending),
+          [source.suffix for source, _ in pending],
+          source_dir,
+          store_dir,
+          len(sources) - len(pending),
+        )
+      if pending:
+        count = workers
+        if count is None:
+          count = min(len(pending), os.cpu_count() or 1)
+        if count == 0:
+          _run_here(pending, store_dir, options)
+        else:
+          _run_pool(pending, store_dir, options, min(count, len(pending)))
+      converted += [source.suffix for source, _ in pending]
   except OSError as error:
     raise destination.error(store_dir, error) from error
   finally:
     lock.close()
-  source_bytes = sum(sum(_source_sizes(f).values()) for f in found.values())
-  store_bytes = sum(
-    _store_bytes(os.path.join(store_dir, compact_store.checkpoint_dirname(s)))
-    for s in found
-  )
+  converted = sorted(set(converted))
   return ConversionResult(
-    converted=[files.suffix for files, _ in pending],
-    skipped=skipped,
-    frames=sum(rows for _, rows in pending),
-    source_bytes=source_bytes,
-    store_bytes=store_bytes,
+    converted=converted,
+    skipped=sorted(set(skipped) - set(converted)),
+    frames=sum(output.stored_rows(store_dir, s) for s in converted),
+    source_bytes=sum(
+      {
+        name: size
+        for source in seen.values()
+        for name, size in source.source_files().items()
+      }.values()
+    ),
+    store_bytes=sum(output.stored_bytes(store_dir, s) for s in seen),
     seconds=time.perf_counter() - began,
   )

@@ -1,0 +1,217 @@
+"""Copies a run's RL Unplugged shards from the bucket, resumably.
+
+The shards live at gs://rl_unplugged/atari_episodes_ordered/<Game>/
+run_<r>-NNNNN-of-MMMMM (RL Unplugged's public copy of the DQN Replay
+Dataset; the original gs://atari-replay-datasets answers 403). They are read
+with tf.io.gfile, so any path it reads works as the root (a local directory
+laid out like the bucket stands in for it in tests).
+
+Each shard is copied to a temporary name in DST/<Game>/, verified (the size
+the bucket lists, then every record read to the end: TF checks each
+record's length and CRC-32C and the gzip CRC, rlu_shards the gzip length)
+and renamed: a shard under its own name is complete. A rerun skips complete
+shards and deletes the temporaries of an interrupted one. With a store
+directory (`--convert`), each shard is converted as it arrives
+(store/rlu_convert.py) and its raw copy deleted once the checkpoints it
+feeds are converted and verified; a shard needed again later (a checkpoint
+whose episodes turn out to span shards) is fetched again.
+"""
+
+import dataclasses
+import os
+import re
+import time
+
+from absl import logging
+
+from fixed_replay import progress
+from fixed_replay.dataset import rlu_shards
+from fixed_replay.errors import CheckpointError
+from fixed_replay.io import files as storage
+
+DEFAULT_ROOT = 'gs://rl_unplugged/atari_episodes_ordered'
+COPY_CHUNK_BYTES = 16 << 20
+_TEMPORARY = re.compile(r'^\.(?P<name>run_\d+-\d{5}-of-\d{5})\.download-\d+$')
+
+
+@dataclasses.dataclass(frozen=True)
+class RemoteShard:
+  """A shard in the bucket: its name, checkpoint number, path and size."""
+
+  name: str
+  number: int
+  path: str
+  num_bytes: int
+
+
+@dataclasses.dataclass
+class DownloadResult:
+  """What a download did.
+
+  Attributes:
+    downloaded: list of shard names copied now.
+    skipped: list of shard names already complete.
+    bytes: int, bytes copied now.
+    seconds: float.
+    conversion: dict of what --convert did (converted checkpoints), or None.
+  """
+
+  downloaded: list
+  skipped: list
+  bytes: int
+  seconds: float
+  conversion: dict = None
+
+
+def parse_checkpoints(text):
+  """'0-49' or '0,3,10-12' -> sorted list of ints.
+
+  Raises:
+    ValueError: for anything else.
+  """
+  numbers = set()
+  for item in str(text).split(','):
+    item = item.strip()
+    match = re.fullmatch(r'(\d+)(?:-(\d+))?', item)
+    if not match:
+      raise ValueError(f'bad checkpoint range {item!r} (e.g. 0-49 or 0,3,5-7)')
+    first = int(match[1])
+    last = int(match[2]) if match[2] else first
+    if last < first:
+      raise ValueError(f'bad checkpoint range {item!r}: {last} < {first}')
+    numbers.update(range(first, last + 1))
+  return sorted(numbers)
+
+
+def list_run(root, game, run):
+  """The shards of a run in the bucket (or its stand-in), by number.
+
+  Raises:
+    CheckpointError: naming the directory if it holds no shard of the run.
+  """
+  directory = storage.join(root, game)
+  shards = rlu_shards.select_run(directory, run)
+  return [
+    RemoteShard(s.name, s.number, s.path, storage.size(s.path)) for s in shards
+  ]
+
+
+def _remove_temporaries(directory):
+  for name in os.listdir(directory):
+    if _TEMPORARY.match(name):
+      logging.info('Removing %s, left by an interrupted download', name)
+      os.remove(os.path.join(directory, name))
+
+
+def _copy(shard, temporary):
+  """Copies a shard to `temporary` with a progress bar; returns bytes."""
+  bar = progress.bar(shard.num_bytes, shard.name, unit='B', unit_scale=True)
+  copied = 0
+  try:
+    with storage.open_read(shard.path) as source:
+      with open(temporary, 'wb') as target:
+        while chunk := source.read(COPY_CHUNK_BYTES):
+          target.write(chunk)
+          copied += len(chunk)
+          bar.update(len(chunk))
+        target.flush()
+        os.fsync(target.fileno())
+  finally:
+    bar.close()
+  return copied
+
+
+def verify_shard(path, expected_bytes=None):
+  """Reads a whole shard (every record, to the gzip trailer).
+
+  Raises:
+    CheckpointError: naming the file if it is short or damaged.
+  """
+  size = storage.size(path)
+  if expected_bytes is not None and size != expected_bytes:
+    raise CheckpointError(
+      path, f'{size} bytes, the source has {expected_bytes}: incomplete copy'
+    )
+  records = 0
+  for _ in rlu_shards.read_records(path):
+    records += 1
+  return records
+
+
+def fetch(shard, directory):
+  """Copies, verifies and renames one shard into `directory`.
+
+  Returns:
+    (path, bytes copied): 0 bytes when a complete copy was already there.
+  """
+  final = os.path.join(directory, shard.name)
+  if os.path.exists(final) and os.path.getsize(final) == shard.num_bytes:
+    return final, 0
+  temporary = os.path.join(directory, f'.{shard.name}.download-{os.getpid()}')
+  began = time.perf_counter()
+  try:
+    copied = _copy(shard, temporary)
+    records = verify_shard(temporary, shard.num_bytes)
+    os.replace(temporary, final)
+  except CheckpointError as error:
+    raise CheckpointError(
+      shard.path, f'the copy failed its check: {error.problem}'
+    ) from error
+  finally:
+    if os.path.exists(temporary):
+      os.remove(temporary)
+  seconds = time.perf_counter() - began
+  logging.info(
+    'Downloaded %s: %d bytes, %d episodes, verified, in %.1f s (%.1f MB/s)',
+    shard.name,
+    copied,
+    records,
+    seconds,
+    copied / max(seconds, 1e-9) / 1e6,
+  )
+  return final, copied
+
+
+def download_run(game, run, destination, checkpoints=None, root=DEFAULT_ROOT):
+  """Downloads (the selected checkpoints of) a run; see the module docstring.
+
+  Args:
+    game: str, e.g. 'Pong'.
+    run: int, 1..5.
+    destination: str, local directory; shards go to destination/<game>/.
+    checkpoints: optional iterable of shard numbers (default: all).
+    root: str, the bucket directory (or a local stand-in).
+
+  Returns:
+    (DownloadResult, list of RemoteShard selected, local directory).
+  """
+  began = time.perf_counter()
+  shards = select(list_run(root, game, run), checkpoints, root, game)
+  directory = os.path.join(str(destination), game)
+  os.makedirs(directory, exist_ok=True)
+  _remove_temporaries(directory)
+  result = DownloadResult([], [], 0, 0.0)
+  for shard in shards:
+    _, copied = fetch(shard, directory)
+    if copied:
+      result.downloaded.append(shard.name)
+      result.bytes += copied
+    else:
+      result.skipped.append(shard.name)
+  result.seconds = time.perf_counter() - began
+  return result, shards, directory
+
+
+def select(shards, checkpoints, root, game):
+  """The shards numbered in `checkpoints` (all when None)."""
+  if checkpoints is None:
+    return shards
+  by_number = {s.number: s for s in shards}
+  missing = sorted(set(checkpoints) - set(by_number))
+  if missing:
+    raise CheckpointError(
+      storage.join(root, game),
+      f'has no shard for checkpoint(s) {missing} (it has '
+      f'{min(by_number)}..{max(by_number)})',
+    )
+  return [by_number[n] for n in sorted(set(checkpoints))]

@@ -1,0 +1,221 @@
+"""Summarises (and verifies) an RL Unplugged run: shards, checkpoints, returns.
+
+Reads every record of every part (shard file or TFDS split): a record holds
+a whole episode and nothing indexes them, so counting episodes means reading
+them. Each record's length and CRCs are checked by the reader and its keys,
+lengths, checkpoint_idx and actions by rlu_shards; `verify=True` also decodes
+every PNG frame (84x84, 8-bit). Problems are collected, each naming its
+shard and episode, and reading goes on with the next part.
+"""
+
+import dataclasses
+
+from absl import logging
+import numpy as np
+
+from fixed_replay import progress
+from fixed_replay.dataset import inspection
+from fixed_replay.dataset import rlu_shards
+from fixed_replay.errors import CheckpointError
+
+_DECODE_ROWS = 1024
+
+
+@dataclasses.dataclass
+class PartSummary:
+  """One shard (or split): its size, records and whether it read cleanly."""
+
+  name: str
+  num_bytes: int
+  records: int = 0
+  ok: bool = True
+
+
+@dataclasses.dataclass
+class CheckpointEpisodes:
+  """The episodes of one checkpoint_idx, over all parts."""
+
+  checkpoint: int
+  parts: list = dataclasses.field(default_factory=list)
+  episodes: int = 0
+  steps: int = 0
+  terminal: int = 0
+  returns: inspection.EpisodeStats = None
+
+
+@dataclasses.dataclass
+class RunSummary:
+  """What `summarize_run` found."""
+
+  location: str
+  kind: str
+  verified: bool
+  parts: list = dataclasses.field(default_factory=list)
+  checkpoints: list = dataclasses.field(default_factory=list)
+  problems: list = dataclasses.field(default_factory=list)
+
+  @property
+  def ok(self):
+    return not self.problems and bool(self.checkpoints)
+
+  def to_dict(self):
+    return {
+      'location': self.location,
+      'kind': self.kind,
+      'verified': self.verified,
+      'ok': self.ok,
+      'parts': [dataclasses.asdict(p) for p in self.parts],
+      'checkpoints': [dataclasses.asdict(c) for c in self.checkpoints],
+      'problems': [dataclasses.asdict(p) for p in self.problems],
+    }
+
+
+def _decode_all(episode, scratch):
+  for start in range(0, episode.num_steps, len(scratch)):
+    count = min(len(scratch), episode.num_steps - start)
+    rlu_shards.decode_frames(episode, start, scratch[:count])
+
+
+def _read_part(open_part, part, verify, scratch, found, summary):
+  """Reads one part into `found` (episode_idx -> (part, episode facts))."""
+  for episode in open_part(part):
+    if verify:
+      _decode_all(episode, scratch)
+    part_summary = summary.parts[-1]
+    part_summary.records += 1
+    if episode.episode_idx in found:
+      other = found[episode.episode_idx]
+      raise CheckpointError(
+        episode.shard,
+        f'{episode.where()} duplicates episode_idx {episode.episode_idx} of '
+        f'record {other[1]} of {other[0]}',
+      )
+    found[episode.episode_idx] = (
+      part.name,
+      episode.record,
+      episode.checkpoint_idx,
+      episode.num_steps,
+      episode.terminal,
+      episode.episode_return,
+    )
+
+
+def summarize_run(kind, location, parts, open_part, verify=False):
+  """Summarises a run's parts.
+
+  Args:
+    kind: str, 'rlu' or 'tfds' (for the report).
+    location: str, directory of the parts.
+    parts: list of objects with `name` and `num_bytes`.
+    open_part: callable(part) -> iterator of rlu_shards.Episode.
+    verify: bool, also decode every frame.
+
+  Returns:
+    RunSummary; problems are collected, never raised.
+  """
+  summary = RunSummary(location=location, kind=kind, verified=verify)
+  scratch = np.empty((_DECODE_ROWS,) + rlu_shards.FRAME_SHAPE, np.uint8)
+  found = {}
+  bar = progress.bar(
+    sum(p.num_bytes for p in parts), 'reading', unit='B', unit_scale=True
+  )
+  try:
+    for part in parts:
+      summary.parts.append(PartSummary(part.name, part.num_bytes))
+      if bar.disable:
+        logging.info('Reading %s (%d bytes)', part.name, part.num_bytes)
+      try:
+        _read_part(open_part, part, verify, scratch, found, summary)
+      except CheckpointError as error:
+        summary.parts[-1].ok = False
+        summary.problems.append(inspection.Problem(error.path, error.problem))
+      bar.update(part.num_bytes)
+  finally:
+    bar.close()
+  by_checkpoint = {}
+  for episode_idx in sorted(found):
+    name, _, checkpoint, steps, terminal, episode_return = found[episode_idx]
+    entry = by_checkpoint.setdefault(checkpoint, CheckpointEpisodes(checkpoint))
+    if name not in entry.parts:
+      entry.parts.append(name)
+    entry.episodes += 1
+    entry.steps += steps
+    entry.terminal += terminal
+    entry.returns = entry.returns or []
+    entry.returns.append(episode_return)
+  for entry in by_checkpoint.values():
+    entry.returns = inspection.EpisodeStats.from_returns(entry.returns)
+  summary.checkpoints = [by_checkpoint[c] for c in sorted(by_checkpoint)]
+  if not found and not summary.problems:
+    summary.problems.append(inspection.Problem(location, 'holds no episode'))
+  return summary
+
+
+_COLUMNS = (
+  'checkpoint',
+  'episodes',
+  'steps',
+  'terminal',
+  'return min / mean / max',
+  'parts',
+)
+
+
+def format_table(summary):
+  """A text table: one line per checkpoint, then the totals."""
+  rows = []
+  for entry in summary.checkpoints:
+    returns = entry.returns
+    rows.append(
+      (
+        str(entry.checkpoint),
+        str(entry.episodes),
+        str(entry.steps),
+        str(entry.terminal),
+        f'{returns.min_return:.4g} / {returns.mean_return:.4g} / '
+        f'{returns.max_return:.4g}',
+        ', '.join(entry.parts),
+      )
+    )
+  episodes = sum(e.episodes for e in summary.checkpoints)
+  steps = sum(e.steps for e in summary.checkpoints)
+  total = inspection.EpisodeStats.combine(
+    e.returns for e in summary.checkpoints
+  )
+  rows.append(
+    (
+      'total',
+      str(episodes),
+      str(steps),
+      str(sum(e.terminal for e in summary.checkpoints)),
+      f'{total.min_return:.4g} / {total.mean_return:.4g} / '
+      f'{total.max_return:.4g}'
+      if total.count
+      else '-',
+      f'{len(summary.parts)} read, '
+      f'{sum(not p.ok for p in summary.parts)} damaged',
+    )
+  )
+  table = [_COLUMNS] + rows
+  widths = [max(len(r[i]) for r in table) for i in range(len(_COLUMNS))]
+  lines = [
+    '  '.join(
+      c.ljust(w) if i >= 4 else c.rjust(w)
+      for i, (c, w) in enumerate(zip(r, widths, strict=True))
+    ).rstrip()
+    for r in table
+  ]
+  mode = 'every frame decoded' if summary.verified else 'frames not decoded'
+  size = inspection.format_bytes(sum(p.num_bytes for p in summary.parts))
+  title = (
+    f'{summary.location} (RL Unplugged {summary.kind}, {size}, {mode}; '
+    'terminal: episodes ending with discount 0)'
+  )
+  return '\n'.join([title] + lines)
+
+
+def format_problems(summary):
+  if not summary.problems:
+    return ''
+  lines = [f'{len(summary.problems)} problem(s):']
+  return '\n'.join(lines + [f'  {p}' for p in summary.problems])

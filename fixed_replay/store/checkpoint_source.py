@@ -1,0 +1,153 @@
+"""Where the rows of a checkpoint being converted come from.
+
+convert.py writes, verifies and commits one checkpoint at a time, in a worker
+process, whatever the rows come from. A source describes one checkpoint:
+
+  source.suffix              int, the checkpoint's suffix in the output.
+  source.description()       dict recorded as manifest['source'] and compared
+                             before a finished checkpoint is skipped; None when
+                             only reading the source tells (the reader's
+                             `finish` then returns it).
+  source.expected_rows()     int, rows expected, for the progress bar.
+  source.source_files()      {name: bytes} of the files (or parts) it reads.
+  with source.open(threads) as reader:
+    reader.row_shape, reader.dtype          one frame
+    for frames in reader.frame_slices(n):   up to n frames at a time (the
+      ...                                   array is reused: consume it)
+    rows = reader.finish(num_rows)          SourceRows, after the last slice
+
+Sources must pickle (they travel to worker processes). GzipSource reads a
+Dopamine checkpoint, streaming its observation file; RL Unplugged episodes
+come from store/rlu_source.py.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import checks
+from fixed_replay.errors import CheckpointError
+from fixed_replay.io import files as storage
+from fixed_replay.io import npy_stream
+from fixed_replay.io.gzip_stream import GzipStream
+
+
+@dataclasses.dataclass
+class SourceRows:
+  """Everything but the frames of a checkpoint, known once they are read.
+
+  Attributes:
+    arrays: dict of element name to array, every `$store$_` element but the
+      observations (action, reward, terminal, ...), one entry per row.
+    add_count: int, rows ever added by the writer.
+    invalid_range: int64 array, Dopamine's rows invalid around the cursor.
+    episode_end_indices: sorted int64 array of rows, or None.
+    description: dict, manifest['source'].
+  """
+
+  arrays: dict
+  add_count: int
+  invalid_range: np.ndarray
+  episode_end_indices: np.ndarray
+  description: dict
+
+
+def file_sizes(paths):
+  """{base name: bytes} of files, the way manifests record their source."""
+  return {path.rstrip('/').split('/')[-1]: storage.size(path) for path in paths}
+
+
+@dataclasses.dataclass(frozen=True)
+class GzipSource:
+  """A checkpoint of Dopamine gzip files (checkpoints.CheckpointFiles)."""
+
+  files: checkpoints.CheckpointFiles
+
+  @property
+  def suffix(self):
+    return self.files.suffix
+
+  def description(self):
+    return {'files': file_sizes(self.files.all_paths())}
+
+  def expected_rows(self):
+    return checkpoints.read_store_headers(self.files)['observation'].num_rows
+
+  def source_files(self):
+    return self.description()['files']
+
+  def open(self, threads=1):
+    del threads  # Inflating one gzip stream is sequential.
+    return _GzipReader(self.files)
+
+
+def as_source(source):
+  """Accepts a source, or CheckpointFiles (wrapped in a GzipSource)."""
+  if isinstance(source, checkpoints.CheckpointFiles):
+    return GzipSource(source)
+  return source
+
+
+class _GzipReader:
+  """Streams the observation file; reads the small arrays at the end."""
+
+  def __init__(self, files):
+    self._files = files
+    self._path = files.store_paths['observation']
+    # Reads (and checks) the headers, add_count, invalid_range and
+    # episode_end_indices before any frame.
+    rows = checks.store_headers(files, checkpoints.read_store_headers(files))
+    self._bookkeeping = checkpoints.read_bookkeeping(files, rows)
+    self._stream = GzipStream(self._path)
+    try:
+      self._header = npy_stream.read_header(self._stream)
+      if len(self._header.shape) < 1:
+        raise CheckpointError(self._path, 'observations must have a row axis')
+    except BaseException:
+      self._stream.close()
+      raise
+    self.row_shape = self._header.row_shape
+    self.dtype = self._header.dtype
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *unused_exc_info):
+    self._stream.close()
+
+  def frame_slices(self, slice_rows):
+    num_rows = self._header.shape[0]
+    buffer = np.empty((min(slice_rows, num_rows),) + self.row_shape, self.dtype)
+    for start in range(0, num_rows, slice_rows):
+      part = buffer[: min(slice_rows, num_rows - start)]
+      self._stream.readinto(part.reshape(-1).view(np.uint8))
+      yield part
+
+  def finish(self, num_rows):
+    # Reading to the end checks the source's gzip CRC-32 and length.
+    if self._stream.read_to_end():
+      raise CheckpointError(
+        self._path, 'more data after the rows its header lists'
+      )
+    arrays = _read_small_arrays(self._files, num_rows)
+    add_count, invalid_range, episode_end_indices = self._bookkeeping
+    return SourceRows(
+      arrays=arrays,
+      add_count=add_count,
+      invalid_range=invalid_range,
+      episode_end_indices=episode_end_indices,
+      description=GzipSource(self._files).description(),
+    )
+
+
+def _read_small_arrays(files, num_rows):
+  """Reads every `$store$_` array but the observations, checking its gzip."""
+  arrays = {}
+  for name, path in sorted(files.store_paths.items()):
+    if name == 'observation':
+      continue
+    arrays[name] = npy_stream.read_rows(path)  # Whole: CRC-32 checked.
+    if len(arrays[name]) != num_rows:
+      raise CheckpointError(path, f'{len(arrays[name])} rows, not {num_rows}')
+  return arrays

@@ -1,0 +1,258 @@
+"""Converted checkpoints in Dopamine's own file format (`--format=dopamine`).
+
+The conversion is convert.py's (a worker per checkpoint, a partial
+directory, verification, a commit, skip-after-check on a rerun); only the
+files differ: those Dopamine's `OutOfGraphReplayBuffer.save` writes, flat in
+DST, so that Dopamine's `load`, batch_rl-style code and FixedReplayBuffer
+read them:
+
+  DST/$store$_{observation,action,reward,terminal}_ckpt.N.gz
+  DST/add_count_ckpt.N.gz, invalid_range_ckpt.N.gz,
+  DST/episode_end_indices_ckpt.N.gz
+  DST/.fixed_replay/checkpoint_N.json   the manifest: sizes and CRC-32 of
+                                        every file, the source, the options
+
+Committing moves the files out of the partial directory, `add_count` last
+(without it readers treat the suffix as incomplete), then the manifest: a
+suffix is complete when its manifest is there. A conversion killed in
+between leaves files without a manifest, which the next run deletes and
+writes again. A DST that holds checkpoint files but no `.fixed_replay/`
+directory is someone else's and is refused.
+"""
+
+import json
+import os
+import re
+
+import numpy as np
+
+from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import dopamine_writer
+from fixed_replay.errors import CheckpointError
+from fixed_replay.io import npy_stream
+from fixed_replay.io.gzip_stream import GzipStream
+from fixed_replay.store import compact_store
+from fixed_replay.store import workers as worker_processes
+
+FORMAT = 'fixed_replay.store.dopamine_output'
+VERSION = 1
+META_DIR = '.fixed_replay'
+MANIFEST = 'manifest.json'
+_FILE = re.compile(r'^(?P<name>.+)_ckpt\.(?P<suffix>\d+)\.gz$')
+_READ_BYTES = 4 << 20
+
+
+def stored_options(options):
+  return {
+    'gzip_level': options.gzip_level,
+    'stack_size': options.stack_size,
+    'update_horizon': options.update_horizon,
+  }
+
+
+def _fsync(path):
+  descriptor = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(descriptor)
+  finally:
+    os.close(descriptor)
+
+
+def _frames_crc(path):
+  """CRC-32 of the rows of a gzip .npy file, read through to its trailer."""
+  value = 0
+  with GzipStream(path) as stream:
+    header = npy_stream.read_header(stream)
+    left = header.nbytes
+    while left:
+      chunk = stream.read(min(left, _READ_BYTES))
+      value = compact_store.crc32(chunk, value)
+      left -= len(chunk)
+    if stream.read_to_end():
+      raise CheckpointError(path, 'more data after the rows its header lists')
+  return header, value
+
+
+class DopamineOutput:
+  """Dopamine checkpoint files; see the module docstring."""
+
+  def manifest_path(self, store_dir, suffix):
+    return os.path.join(store_dir, META_DIR, f'checkpoint_{suffix}.json')
+
+  final_path = manifest_path
+
+  def exists(self, store_dir, suffix):
+    return os.path.exists(self.manifest_path(store_dir, suffix))
+
+  def read_manifest(self, store_dir, suffix):
+    path = self.manifest_path(store_dir, suffix)
+    try:
+      with open(path) as stream:
+        manifest = json.load(stream)
+    except (OSError, ValueError) as error:
+      raise CheckpointError(path, f'unreadable manifest: {error}') from error
+    if manifest.get('format') != FORMAT or manifest.get('version') != VERSION:
+      raise CheckpointError(
+        path, f'format {manifest.get("format")} {manifest.get("version")}'
+      )
+    return manifest
+
+  def stored_source(self, store_dir, suffix):
+    if not self.exists(store_dir, suffix):
+      return None
+    return self.read_manifest(store_dir, suffix)['source']
+
+  def stored_bytes(self, store_dir, suffix):
+    files = self.read_manifest(store_dir, suffix)['files']
+    return sum(entry['bytes'] for entry in files.values())
+
+  def stored_rows(self, store_dir, suffix):
+    return self.read_manifest(store_dir, suffix)['num_rows']
+
+  def verify_stored(self, store_dir, suffix):
+    """Checks every file of a committed checkpoint; returns the manifest."""
+    manifest = self.read_manifest(store_dir, suffix)
+    compact_store.verify_files(store_dir, manifest)
+    return manifest
+
+  def check_existing(self, store_dir, source, options):
+    manifest = self.verify_stored(store_dir, source.suffix)
+    path = self.manifest_path(store_dir, source.suffix)
+    if manifest['source'] != source.description():
+      raise CheckpointError(
+        path,
+        f'converted from other source files than those of checkpoint '
+        f'{source.suffix} now ({manifest["source"]["files"]}): convert into '
+        'a new directory',
+      )
+    if manifest['options'] != stored_options(options):
+      raise CheckpointError(
+        path,
+        f'converted with {manifest["options"]}, now asked for '
+        f'{stored_options(options)}: use the same options or a new directory',
+      )
+
+  def clean(self, store_dir):
+    """Deletes files of uncommitted suffixes; refuses someone else's DST."""
+    meta = os.path.join(store_dir, META_DIR)
+    orphans = {}
+    for name in os.listdir(store_dir):
+      match = _FILE.match(name)
+      if match and not self.exists(store_dir, int(match['suffix'])):
+        orphans.setdefault(int(match['suffix']), []).append(name)
+    if orphans and not os.path.isdir(meta):
+      raise CheckpointError(
+        store_dir,
+        f'holds Dopamine checkpoint files of suffixes {sorted(orphans)} that '
+        'fixed-replay convert did not write: convert into an empty directory',
+      )
+    for _, names in sorted(orphans.items()):
+      for name in names:
+        os.remove(os.path.join(store_dir, name))
+    os.makedirs(meta, exist_ok=True)
+
+  def write(self, source, partial, options, threads):
+    """Writes the checkpoint's files and manifest into `partial`."""
+    from fixed_replay.store import convert  # convert imports this module.
+
+    suffix = source.suffix
+    name = lambda element: dopamine_writer.checkpoint_filename(
+      partial, element, suffix
+    )
+    with source.open(threads) as reader:
+      writer = dopamine_writer.GzipNpyWriter(
+        name(checkpoints.STORE_PREFIX + 'observation'),
+        reader.dtype,
+        reader.row_shape,
+        options.gzip_level,
+        threads,
+      )
+      try:
+        slice_rows = convert.slice_rows(reader.row_shape, reader.dtype, options)
+        for part in reader.frame_slices(slice_rows):
+          writer.write(part)
+          worker_processes.count_progress(len(part))
+        writer.close()
+      finally:
+        writer.abort()
+      rows = reader.finish(writer.num_rows)
+    level = options.gzip_level
+    for element, array in sorted(rows.arrays.items()):
+      dopamine_writer.write_array(
+        name(checkpoints.STORE_PREFIX + element), array, level
+      )
+    add_count = np.array(rows.add_count, dtype=np.int64)
+    dopamine_writer.write_array(name('add_count'), add_count, level)
+    dopamine_writer.write_array(
+      name('invalid_range'), rows.invalid_range.astype(np.int64), level
+    )
+    if rows.episode_end_indices is not None:
+      dopamine_writer.write_episode_end_indices(
+        name(checkpoints.EPISODE_END_INDICES), rows.episode_end_indices, level
+      )
+    manifest = {
+      'format': FORMAT,
+      'version': VERSION,
+      'suffix': suffix,
+      'num_rows': writer.num_rows,
+      'add_count': rows.add_count,
+      'frames_crc32': writer.crc32,
+      'source': rows.description,
+      'options': stored_options(options),
+      'files': {
+        entry: compact_store.file_entry(os.path.join(partial, entry))
+        for entry in sorted(os.listdir(partial))
+      },
+    }
+    compact_store.write_manifest(partial, manifest)
+    return writer.num_rows, (manifest, rows)
+
+  def verify(self, partial, written):
+    """Reads the written files back as a reader would; raises on any doubt."""
+    manifest, rows = written
+    files = checkpoints.find_checkpoints(partial)[manifest['suffix']]
+    header, crc = _frames_crc(files.store_paths['observation'])
+    if (
+      crc != manifest['frames_crc32']
+      or header.num_rows != (manifest['num_rows'])
+    ):
+      raise CheckpointError(
+        files.store_paths['observation'], 'frames differ when read back'
+      )
+    back = checkpoints.read_checkpoint(files, 0, 0)
+    for element, array in rows.arrays.items():
+      path = files.store_paths[element]
+      npy_stream.verify(path)
+      if npy_stream.read_rows(path).tobytes() != array.tobytes():
+        raise CheckpointError(path, 'differs from the source when read back')
+    ends = rows.episode_end_indices
+    if (
+      back.add_count != rows.add_count
+      or not np.array_equal(back.invalid_range, rows.invalid_range)
+      or (ends is None) != (back.episode_end_indices is None)
+      or (
+        ends is not None and not np.array_equal(back.episode_end_indices, ends)
+      )
+    ):
+      raise CheckpointError(partial, 'bookkeeping differs when read back')
+    compact_store.verify_files(partial, manifest)
+
+  def commit(self, partial, store_dir, suffix):
+    names = sorted(n for n in os.listdir(partial) if _FILE.match(n))
+    last = f'add_count_ckpt.{suffix}.gz'
+    for name in [n for n in names if n != last] + [last]:
+      os.replace(os.path.join(partial, name), os.path.join(store_dir, name))
+    _fsync(store_dir)
+    os.replace(
+      os.path.join(partial, MANIFEST), self.manifest_path(store_dir, suffix)
+    )
+    _fsync(os.path.join(store_dir, META_DIR))
+
+  def remove(self, store_dir, suffix):
+    """Deletes a committed checkpoint: its manifest first, then its files."""
+    manifest = self.read_manifest(store_dir, suffix)
+    os.remove(self.manifest_path(store_dir, suffix))
+    _fsync(os.path.join(store_dir, META_DIR))
+    for name in manifest['files']:
+      if name != MANIFEST and os.path.exists(os.path.join(store_dir, name)):
+        os.remove(os.path.join(store_dir, name))

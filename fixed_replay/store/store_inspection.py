@@ -1,0 +1,172 @@
+"""Summarises (and verifies) a compact store, like `inspect` does gzip runs.
+
+For every checkpoint_<N>/ directory: rows, add_count, cursor, valid rows,
+complete episodes and their returns, frame shape, bytes on disk and
+uncompressed, from the manifest and the small arrays only (seconds for a
+run). `verify=True` also checks the size and CRC-32 of every file the
+manifest lists, decodes every frame block against its CRC-32 and the CRC-32
+of all frames against the one taken from the source, and checks that the
+checkpoints of the store share one frame shape and dtype. Problems are
+collected in inspection.DirectorySummary, each naming its file (and for
+frames, the block and rows).
+"""
+
+import os
+import re
+
+import numpy as np
+
+from fixed_replay.dataset import inspection
+from fixed_replay.dataset import validity
+from fixed_replay.errors import CheckpointError
+from fixed_replay.store import compact_store
+
+_PARTIAL = re.compile(r'^\.checkpoint_(?P<suffix>\d+)\.partial-\d+$')
+
+
+def is_store(directory):
+  """Whether a local directory holds compact store checkpoints."""
+  directory = str(directory)
+  if not os.path.isdir(directory):
+    return False
+  for name in os.listdir(directory):
+    path = os.path.join(directory, name)
+    if name.startswith('checkpoint_') and os.path.isfile(
+      os.path.join(path, compact_store.MANIFEST)
+    ):
+      return True
+    if _PARTIAL.match(name):
+      return True
+  return False
+
+
+def _valid_count(stored, stack_size, update_horizon):
+  table = stored.valid_rows_table(stack_size, update_horizon)
+  if table is not None:
+    return len(table)
+  terminal = np.asarray(stored.arrays['terminal'])
+  return len(
+    validity.valid_rows(
+      terminal,
+      0,
+      stored.num_rows,
+      stored.add_count,
+      stored.invalid_range,
+      stored.episode_end_indices,
+      stack_size,
+      update_horizon,
+    )
+  )
+
+
+def _data_bytes(manifest, stored):
+  spec = manifest['observation']
+  row_bytes = int(np.prod(spec['row_shape'])) * np.dtype(spec['dtype']).itemsize
+  arrays = sum(a.nbytes for a in stored.arrays.values())
+  return manifest['num_rows'] * row_bytes + arrays
+
+
+def summarize_checkpoint(directory, stack_size, update_horizon, verify):
+  """CheckpointSummary of one stored checkpoint; problems never raised."""
+  suffix = int(os.path.basename(directory).split('_')[1])
+  summary = inspection.CheckpointSummary(suffix=suffix, verified=verify)
+  summary.disk_bytes = sum(
+    os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
+  )
+  try:
+    if verify:
+      compact_store.verify_checkpoint(directory, decode=True)
+    stored = compact_store.StoredCheckpoint(directory, verify=False)
+  except CheckpointError as error:
+    summary.problems.append(inspection.Problem(error.path, error.problem))
+    return summary
+  try:
+    manifest = stored.manifest
+    summary.rows = stored.num_rows
+    summary.add_count = stored.add_count
+    summary.cursor = stored.add_count % stored.num_rows
+    summary.is_full = stored.add_count >= stored.num_rows
+    summary.observation_shape = tuple(manifest['observation']['row_shape'])
+    summary.observation_dtype = str(np.dtype(manifest['observation']['dtype']))
+    summary.data_bytes = _data_bytes(manifest, stored)
+    summary.num_valid = _valid_count(stored, stack_size, update_horizon)
+    summary.episodes = inspection.EpisodeStats.from_returns(
+      inspection.episode_returns(
+        np.asarray(stored.arrays['terminal']),
+        np.asarray(stored.arrays['reward']),
+        stored.add_count,
+        stored.episode_end_indices,
+      )
+    )
+  except (CheckpointError, KeyError, ValueError) as error:
+    path = getattr(error, 'path', directory)
+    summary.problems.append(inspection.Problem(path, f'unreadable: {error}'))
+  finally:
+    stored.close()
+  return summary
+
+
+def _check_shapes(summaries):
+  """Flags checkpoints whose frames differ from the store's first."""
+  shapes = [
+    (s.observation_shape, s.observation_dtype)
+    for s in summaries
+    if s.observation_shape is not None
+  ]
+  if not shapes:
+    return
+  first = shapes[0]
+  for summary in summaries:
+    shape = (summary.observation_shape, summary.observation_dtype)
+    if summary.observation_shape is not None and shape != first:
+      summary.problems.append(
+        inspection.Problem(
+          compact_store.checkpoint_dirname(summary.suffix),
+          f"frames {shape[0]} {shape[1]}, the store's first checkpoint has "
+          f'{first[0]} {first[1]}',
+        )
+      )
+
+
+def summarize_store(store_dir, stack_size=4, update_horizon=1, verify=False):
+  """Summarises (and optionally verifies) every checkpoint of a store.
+
+  Returns:
+    inspection.DirectorySummary.
+  """
+  store_dir = str(store_dir)
+  summary = inspection.DirectorySummary(
+    directory=store_dir,
+    stack_size=stack_size,
+    update_horizon=update_horizon,
+    verified=verify,
+  )
+  try:
+    found = compact_store.find_stored_checkpoints(store_dir)
+  except CheckpointError as error:
+    summary.problems.append(inspection.Problem(error.path, error.problem))
+    found = {}
+  partial = {}
+  for name in os.listdir(store_dir) if os.path.isdir(store_dir) else []:
+    match = _PARTIAL.match(name)
+    if match:
+      partial[int(match['suffix'])] = name
+  for suffix in sorted(set(found) | set(partial)):
+    if suffix in found:
+      summary.checkpoints.append(
+        summarize_checkpoint(found[suffix], stack_size, update_horizon, verify)
+      )
+      continue
+    incomplete = inspection.CheckpointSummary(
+      suffix=suffix, complete=False, missing=[compact_store.MANIFEST]
+    )
+    incomplete.problems.append(
+      inspection.Problem(
+        os.path.join(store_dir, partial[suffix]),
+        'left by an interrupted conversion: run `fixed-replay convert` again',
+      )
+    )
+    summary.checkpoints.append(incomplete)
+  if verify:
+    _check_shapes(summary.checkpoints)
+  return summary

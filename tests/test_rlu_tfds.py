@@ -1,0 +1,107 @@
+"""The TFDS-prepared form: prepared by TFDS' own writer, converted like shards.
+
+TFDS' real `rlu_atari_checkpoints_ordered` builder prepares run 1 of the
+shared shards (its input prefix pointed at them, as TFDS' own test does):
+array_record files, one split per checkpoint, no Beam, no network (TFDS
+4.9.10 leaves its GCS access disabled). Converting that directory must give
+the checkpoints converting the raw shards gives, byte for byte but for the
+manifest's record of the source.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from fixed_replay.dataset import rlu_tfds
+from fixed_replay.store import compact_store
+from fixed_replay.store import rlu_convert
+
+
+@pytest.fixture(scope='module')
+def prepared(rlu_dir, tmp_path_factory):
+  """TFDS data_dir holding rlu_atari_checkpoints_ordered/Breakout_run_1."""
+  import tensorflow_datasets as tfds
+  from tensorflow_datasets.rl_unplugged.rlu_atari_checkpoints_ordered import (
+    rlu_atari_checkpoints_ordered as module,
+  )
+
+  directory, _ = rlu_dir
+  prefix = tmp_path_factory.mktemp('tfds_input')
+  (prefix / 'Breakout').mkdir()
+  for name in os.listdir(directory):
+    if name.startswith('run_1-'):
+      os.link(directory / name, prefix / 'Breakout' / name)
+  data_dir = tmp_path_factory.mktemp('tfds')
+  builder_class = module.RluAtariCheckpointsOrdered
+  with pytest.MonkeyPatch.context() as patch:
+    patch.setattr(builder_class, '_INPUT_FILE_PREFIX', str(prefix))
+    patch.setattr(builder_class, '_SHARDS', 3)
+    builder = builder_class(
+      config='Breakout_run_1',
+      data_dir=str(data_dir),
+      file_format='array_record',
+    )
+    builder.download_and_prepare(
+      download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+    )
+  return data_dir
+
+
+def _without_source(manifest):
+  return {k: v for k, v in manifest.items() if k != 'source'}
+
+
+def test_tfds_directory_converts_to_the_shards_rows(
+  rlu_dir, prepared, tmp_path
+):
+  splits = rlu_tfds.find_splits(rlu_tfds.find_dataset_dir(prepared))
+  assert [s.name for s in splits] == [f'checkpoint_0{i}' for i in range(3)]
+  from_tfds = tmp_path / 'from_tfds'
+  completed = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'convert',
+      str(prepared),
+      str(from_tfds),
+      '--workers=0',
+    ],
+    capture_output=True,
+    text=True,
+  )
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert 'converted 3 checkpoint(s) [0, 1, 2]' in completed.stdout
+  assert 'of TFDS' in completed.stdout
+  from_shards = tmp_path / 'from_shards'
+  rlu_convert.convert_rlu(rlu_dir[0], from_shards, run=1, workers=0)
+  for checkpoint in range(3):
+    name = compact_store.checkpoint_dirname(checkpoint)
+    ours, theirs = from_tfds / name, from_shards / name
+    assert sorted(os.listdir(ours)) == sorted(os.listdir(theirs))
+    for file_name in os.listdir(ours):
+      if file_name != compact_store.MANIFEST:
+        assert (ours / file_name).read_bytes() == (
+          theirs / file_name
+        ).read_bytes(), file_name
+    manifest = json.loads((ours / compact_store.MANIFEST).read_text())
+    assert _without_source(manifest) == _without_source(
+      json.loads((theirs / compact_store.MANIFEST).read_text())
+    )
+    assert list(manifest['source']['files']) == [f'checkpoint_0{checkpoint}']
+
+
+def test_tfds_split_episodes_match_the_shards(rlu_dir, prepared):
+  _, episodes = rlu_dir
+  location = rlu_tfds.find_dataset_dir(prepared)
+  for checkpoint in range(3):
+    read = list(rlu_tfds.iter_episodes(location, f'checkpoint_0{checkpoint}'))
+    played = episodes[1, checkpoint]
+    assert [e.episode_idx for e in read] == [e.episode_idx for e in played]
+    for ours, theirs in zip(read, played, strict=True):
+      assert ours.terminal == theirs.terminal
+      assert ours.actions.tolist() == theirs.actions.tolist()
+      assert ours.rewards.tolist() == theirs.rewards.tolist()
