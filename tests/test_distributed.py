@@ -10,6 +10,9 @@ import pytest
 
 from fixed_replay import distributed
 
+# One local Ray cluster at a time: these tests share one xdist worker.
+pytestmark = pytest.mark.xdist_group('ray')
+
 
 def live_children():
   """Live descendants of this test process."""

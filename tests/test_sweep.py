@@ -15,9 +15,15 @@ from fixed_replay.training import plotting
 from fixed_replay.training import sweep
 from fixed_replay.training import trial as trial_lib
 
+# One local Ray cluster at a time: these tests share one xdist worker.
+pytestmark = pytest.mark.xdist_group('ray')
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, 'configs', 'cartpole', '{agent}.gin')
 MARK = 'FIXED_REPLAY_TEST_MARK'
+# How long processes may take to exit after the command ends: seconds when
+# idle, more on a loaded machine (the wait returns as soon as they are gone).
+GRACE_SECONDS = 60
 # Small enough that a trial is its process start plus a few seconds.
 TINY = (
   'FixedReplayRunner.training_steps = 100',
@@ -45,7 +51,9 @@ def dataset(tmp_path_factory):
   return str(directory)
 
 
-def sweep_argv(base_dir, dataset, iterations, agents='dqn,rem', seeds='0,1'):
+def sweep_argv(
+  base_dir, dataset, iterations, agents='dqn,rem', seeds='0,1', bindings=()
+):
   argv = [
     sys.executable,
     '-m',
@@ -59,7 +67,7 @@ def sweep_argv(base_dir, dataset, iterations, agents='dqn,rem', seeds='0,1'):
     f'--gin_files={CONFIG}',
     f'--gin_bindings=FixedReplayRunner.num_iterations = {iterations}',
   ]
-  return argv + [f'--gin_bindings={binding}' for binding in TINY]
+  return argv + [f'--gin_bindings={b}' for b in TINY + tuple(bindings)]
 
 
 def marked_environment(mark):
@@ -79,6 +87,17 @@ def marked_processes(mark):
     except (psutil.NoSuchProcess, psutil.AccessDenied):
       continue
   return found
+
+
+def describe(processes):
+  """Command lines of processes, which may have exited since."""
+  described = []
+  for process in processes:
+    try:
+      described.append(' '.join(process.cmdline()))
+    except psutil.NoSuchProcess:
+      described.append(f'{process.pid} (exited since)')
+  return described
 
 
 def wait_until_gone(mark, seconds, keep=lambda process: True):
@@ -245,7 +264,7 @@ def finished_sweep(dataset, tmp_path_factory):
     check=False,
     env=marked_environment(mark),
   )
-  left = wait_until_gone(mark, seconds=20)
+  left = wait_until_gone(mark, seconds=GRACE_SECONDS)
   end_marked_processes(mark)
   return base_dir, argv, result, left
 
@@ -256,7 +275,7 @@ def test_sweep_runs_every_trial_to_the_end(finished_sweep):
   assert '4 trials: 4 done, 0 failed' in result.stdout
   # Ray ran on the loopback only, and nothing of it outlived the command.
   assert 'started a local cluster on 127.0.0.1:' in result.stderr
-  assert not left, [p.cmdline() for p in left]
+  assert not left, describe(left)
   directories = trial_dirs(base_dir)
   assert [os.path.relpath(d, base_dir) for d in directories] == [
     'CartPole/1/dqn/seed_0',
@@ -332,8 +351,16 @@ def test_report_on_the_sweep(finished_sweep, tmp_path):
 
 def test_killed_sweep_resumes_without_repeating_iterations(dataset, tmp_path):
   base_dir = str(tmp_path / 'sweep')
-  iterations = 5
-  argv = sweep_argv(base_dir, dataset, iterations, agents='dqn')
+  iterations = 6
+  # Longer iterations than TINY's: Ray needs a few seconds to end the trials
+  # of a killed driver, and they must not finish every iteration meanwhile.
+  argv = sweep_argv(
+    base_dir,
+    dataset,
+    iterations,
+    agents='dqn',
+    bindings=['FixedReplayRunner.training_steps = 600'],
+  )
   mark = uuid.uuid4().hex
   driver = subprocess.Popen(
     argv,
@@ -355,9 +382,9 @@ def test_killed_sweep_resumes_without_repeating_iterations(dataset, tmp_path):
     # The trials' processes stop with the driver (Ray's two idle agents
     # may take longer; the teardown below ends them).
     trials_left = wait_until_gone(
-      mark, 20, keep=lambda p: 'Agent' not in ' '.join(p.cmdline())
+      mark, GRACE_SECONDS, keep=lambda p: 'Agent' not in ' '.join(p.cmdline())
     )
-    assert not trials_left, [p.cmdline() for p in trials_left]
+    assert not trials_left, describe(trials_left)
   finally:
     if driver.poll() is None:
       driver.kill()
@@ -373,11 +400,11 @@ def test_killed_sweep_resumes_without_repeating_iterations(dataset, tmp_path):
     check=False,
     env=marked_environment(mark),
   )
-  left = wait_until_gone(mark, 20)
+  left = wait_until_gone(mark, GRACE_SECONDS)
   end_marked_processes(mark)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert '2 trials: 2 done' in rerun.stdout
-  assert not left, [p.cmdline() for p in left]
+  assert not left, describe(left)
   for directory, completed in at_kill.items():
     state = trial_lib.read_state(directory)
     outcomes = [a['outcome'] for a in state['attempts']]
