@@ -19,9 +19,9 @@ from test_fuzz import TRIALS
 from test_fuzz import _check
 from test_fuzz import _damage
 from test_fuzz import _digest
+from test_fuzz import summary_or_error
 
 from fixed_replay.dataset import rlu_inspection
-from fixed_replay.errors import CheckpointError
 from fixed_replay.store import rlu_convert
 from fixed_replay.store import rlu_source
 
@@ -48,13 +48,7 @@ def _inspect(directory, verify):
     lambda part: rlu_source.open_part('rlu', location, part),
     verify=verify,
   )
-  if summary.problems:
-    raise CheckpointError(
-      directory, '; '.join(str(p) for p in summary.problems)
-    )
-  data = summary.to_dict()
-  data.pop('location')
-  return data
+  return summary_or_error(summary, summary.problems, directory, 'location')
 
 
 def _convert(directory, store):

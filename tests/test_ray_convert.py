@@ -5,7 +5,6 @@ The stores must be the bytes the local conversion writes; a real failure
 a rerun skips what is stored; no Ray process outlives a test.
 """
 
-import hashlib
 import logging
 import os
 import re
@@ -16,6 +15,7 @@ import time
 
 import psutil
 import pytest
+from test_convert_robust import _digests
 from test_distributed import live_children
 
 from fixed_replay import distributed
@@ -23,22 +23,6 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.store import convert
 from fixed_replay.store import ray_convert
 from fixed_replay.store import rlu_convert
-
-_LOCK_FILES = ('.convert.lock', '.convert.workers.lock')
-
-
-def _digests(directory):
-  """{relative path: sha256} of every file of a store but its locks."""
-  result = {}
-  for root, _, names in os.walk(directory):
-    for name in names:
-      if name in _LOCK_FILES:
-        continue
-      path = os.path.join(root, name)
-      with open(path, 'rb') as stream:
-        digest = hashlib.sha256(stream.read()).hexdigest()
-      result[os.path.relpath(path, directory)] = digest
-  return result
 
 
 def _wait_gone(processes, timeout=20.0):
@@ -246,3 +230,25 @@ def test_cli_without_ray_never_imports_it(dopamine_dir, tmp_path):
   ]
   assert 'fixed_replay.store.convert' in imported
   assert not [name for name in imported if name.split('.')[0] == 'ray']
+
+
+def test_cli_converts_listed_runs_each_into_its_store(dopamine_dir, tmp_path):
+  game = tmp_path / 'Pong'
+  _game_dir(dopamine_dir[0], game)
+  # A run's directory, or its replay_logs/: both name the run.
+  completed = _cli(
+    game / '1' / 'replay_logs', game / '2', tmp_path / 'out', '--workers=0'
+  )
+  assert completed.returncode == 0, completed.stderr
+  for run, suffixes in (('1', [0, 3]), ('2', [1, 7])):
+    reference = convert.convert(
+      game / run / 'replay_logs', tmp_path / f'reference_{run}', workers=0
+    )
+    assert reference.converted == suffixes
+    assert _digests(tmp_path / 'out' / run) == _digests(
+      tmp_path / f'reference_{run}'
+    )
+  clash = _cli(game / '1', game / '1' / 'replay_logs', tmp_path / 'clash')
+  assert clash.returncode != 0
+  assert "runs named ['1'] would go into the same store" in clash.stderr
+  assert not (tmp_path / 'clash').exists()

@@ -25,8 +25,9 @@ Several Dopamine runs at once, each into its own store under DST:
   fixed-replay convert GAME_DIR DST   every run directory of GAME_DIR (one
       holding checkpoints itself or in replay_logs/, as in the DQN Replay
       Dataset's Pong/1/replay_logs) goes to DST/<run directory's name>/;
-  fixed-replay convert SRC1 SRC2 ... DST   each SRC to DST/<its name>/
-      (the name of its parent for a directory named replay_logs).
+  fixed-replay convert SRC1 SRC2 ... DST   each run (its checkpoints in
+      SRC or SRC/replay_logs) to DST/<SRC's name>/ (the name of its parent
+      for a SRC named replay_logs).
 
 On Ray, each checkpoint is a Ray task (retried if it fails or is lost, one
 progress display for the whole job):
@@ -232,7 +233,10 @@ def several_runs(sources, destination):
       detect_source(sources[0])
       return None
     except CheckpointError:
-      runs = convert.find_runs(sources[0])
+      try:
+        runs = convert.find_runs(sources[0])
+      except (CheckpointError, OSError):
+        runs = None
       if not runs:
         return None  # Converting it as one run names what is wrong.
       return [
@@ -247,9 +251,16 @@ def several_runs(sources, destination):
       f'{destination}: convert them with separate commands'
     )
   return [
-    (source, os.path.join(destination, name))
+    (_checkpoint_dir(source), os.path.join(destination, name))
     for source, name in zip(sources, names, strict=True)
   ]
+
+
+def _checkpoint_dir(source):
+  """A listed run's checkpoints: in SRC, or in SRC/replay_logs."""
+  if _SOURCE.value:
+    return source
+  return convert.run_checkpoint_dir(source) or source
 
 
 def _convert_runs(runs, options):

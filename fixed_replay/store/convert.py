@@ -261,6 +261,21 @@ def convert_sources(
   return store.result(time.perf_counter() - began)
 
 
+def run_checkpoint_dir(run_dir):
+  """Where a run directory's Dopamine checkpoints are: itself or replay_logs/.
+
+  Returns:
+    str, or None if neither holds a complete checkpoint.
+  """
+  for candidate in (storage.join(run_dir, 'replay_logs'), run_dir):
+    try:
+      if checkpoints.scan_checkpoints(candidate)[0]:
+        return candidate
+    except (CheckpointError, OSError):
+      continue  # Not a run (a file, an empty or unreadable directory).
+  return None
+
+
 def find_runs(game_dir):
   """The runs of a game directory of the DQN Replay Dataset's layout.
 
@@ -275,12 +290,7 @@ def find_runs(game_dir):
   """
   runs = {}
   for name in sorted(storage.listdir(game_dir)):
-    run_dir = storage.join(game_dir, name)
-    for candidate in (storage.join(run_dir, 'replay_logs'), run_dir):
-      try:
-        if checkpoints.scan_checkpoints(candidate)[0]:
-          runs[name] = candidate
-          break
-      except CheckpointError:
-        continue
+    found = run_checkpoint_dir(storage.join(game_dir, name))
+    if found is not None:
+      runs[name] = found
   return runs
