@@ -11,10 +11,15 @@ convert`):
 
   local N   worker processes (`--workers=N`), each checkpoint in one
             process, N = 1, 2 (a worker compresses with cores / N threads);
+            the wall time includes spawning the workers (their start-up is
+            also measured alone: N workers started, each running an empty
+            call);
   ray N     a private local Ray with N CPUs (`--ray --workers=N`), one task
-            per checkpoint on one CPU each (one compression thread); the
-            cluster is started before the clock and reused, its start and
-            stop timed apart (`fixed-replay convert --ray` pays them once).
+            per checkpoint on one CPU each (one compression thread). The
+            cluster, whose worker processes start with it, is started
+            before the clock and reused; its start and stop are timed apart
+            and added in the last column, as `fixed-replay convert --ray`
+            pays them once per command.
 
 Frames per second of each against `local 1`, measured in the same run. Every
 store is compared, byte for byte, with the first one.
@@ -35,6 +40,7 @@ import common
 
 from fixed_replay import distributed
 from fixed_replay.store import convert
+from fixed_replay.store import workers as worker_processes
 
 _CHECKPOINTS = flags.DEFINE_integer(
   'checkpoints', 4, 'Checkpoints of the run (links to one checkpoint).'
@@ -88,6 +94,17 @@ def timed(run, work, name, **kwargs):
   return best, frames, digest
 
 
+def pool_startup(workers, store):
+  """Seconds to spawn a conversion pool and run an empty call in each."""
+  began = time.perf_counter()
+  pool, _ = worker_processes.start_pool(workers, [str(store)])
+  try:
+    list(pool.map(time.sleep, [0.0] * workers))
+  finally:
+    pool.shutdown(wait=True)
+  return time.perf_counter() - began
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)
@@ -100,35 +117,45 @@ def main(argv):
     f'{common.GAME.value} ({run}), best of {_REPEATS.value}'
   )
   print(f'{common.load_average()} at start ({os.cpu_count()} CPUs)')
-  results, ray_costs = {}, {}
+  results, ray_costs, pool_costs = {}, {}, {}
   try:
     for workers in _WORKER_COUNTS:
       results[f'local {workers}'] = timed(
         run, work, f'local {workers}', workers=workers
       )
+      pool_costs[workers] = pool_startup(workers, work)
     for workers in _WORKER_COUNTS:
       began = time.perf_counter()
       with distributed.cluster(num_cpus=workers) as info:
         started = time.perf_counter() - began
         results[f'ray {workers}'] = timed(run, work, f'ray {workers}', ray=info)
         stopping = time.perf_counter()
-      ray_costs[workers] = (started, time.perf_counter() - stopping)
+      ray_costs[f'ray {workers}'] = started + time.perf_counter() - stopping
   finally:
     shutil.rmtree(work, ignore_errors=True)
   print(f'{common.load_average()} at end\n')
   base_s, _, base_digest = results['local 1']
-  print(f'{"variant":<10} {"wall s":>8} {"frames/s":>10} {"vs local 1":>11}')
+  print(
+    f'{"variant":<10} {"wall s":>8} {"frames/s":>10} {"vs local 1":>11} '
+    f'{"with Ray start+stop":>20}'
+  )
   for name, (seconds, frames, digest) in results.items():
     same = '' if digest == base_digest else '  DIFFERENT BYTES'
+    total = seconds + ray_costs.get(name, 0.0)
+    with_ray = (
+      f'{total:>8.2f} s {base_s / total:>5.2f}x' if name in ray_costs else ''
+    )
     print(
       f'{name:<10} {seconds:>8.2f} {frames / seconds:>10,.0f} '
-      f'{base_s / seconds:>10.2f}x{same}'
+      f'{base_s / seconds:>10.2f}x {with_ray:>20}{same}'
     )
-  for workers, (started, stopped) in ray_costs.items():
+  for workers, seconds in pool_costs.items():
     print(
-      f'local Ray with {workers} CPU(s): start {started:.1f} s, stop '
-      f'{stopped:.1f} s (not in the wall times above)'
+      f'local pool of {workers}: spawning the workers alone takes '
+      f'{seconds:.1f} s (inside the local wall times)'
     )
+  for name, seconds in ray_costs.items():
+    print(f'{name}: Ray start and stop {seconds:.1f} s')
   digests = {digest for _, _, digest in results.values()}
   print(f'stores identical: {len(digests) == 1}')
 
