@@ -48,7 +48,7 @@ and --replay_dir=DST (or FixedReplayBuffer on the Dopamine files).
 
   fixed-replay convert /data/Pong/1/replay_logs /data/Pong/1/compact
   fixed-replay convert /data/Pong /data/compact/Pong --ray
-  fixed-replay convert gs://rl_unplugged/atari_episodes_ordered/Pong \
+  fixed-replay convert gs://rl_unplugged/atari_episodes_ordered/Pong \\
       /data/pong1 --run=1
 """
 
