@@ -1,9 +1,9 @@
 """Ray for fixed_replay: a private local cluster or a remote one, and tasks.
 
 Commands that spread work over processes or machines (`fixed-replay sweep`,
-and conversion later) share this module; nothing else imports Ray, and this
-module imports it only when `cluster()` is entered, so `import fixed_replay`
-and every other command stay free of it.
+`fixed-replay convert --ray`) share this module; nothing else imports Ray,
+and this module imports it only when `cluster()` is entered, so `import
+fixed_replay` and every other command stay free of it.
 
 * `cluster()` starts an embedded Ray for this process alone, bound to
   127.0.0.1 (no dashboard, a small object store, Ray's own logs kept out of
@@ -39,7 +39,7 @@ _LOCAL_ONLY_ENV = 'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'
 
 
 def _import_ray():
-  return compat.require('ray', purpose='Ray clusters (sweeps)')
+  return compat.require('ray', purpose='Ray clusters (sweeps, conversions)')
 
 
 @contextlib.contextmanager
@@ -203,12 +203,16 @@ class Outcome:
       succeeded later.
     seconds: dict, key -> wall seconds of the successful attempt, from its
       submission to its result.
+    causes: dict, key -> the exception of the last failed attempt (the
+      task's own exception where it raised one), for tasks with a failed
+      attempt.
   """
 
   results: dict = dataclasses.field(default_factory=dict)
   failures: dict = dataclasses.field(default_factory=dict)
   retried: dict = dataclasses.field(default_factory=dict)
   seconds: dict = dataclasses.field(default_factory=dict)
+  causes: dict = dataclasses.field(default_factory=dict)
 
 
 def _call(fn, args):
@@ -397,6 +401,7 @@ def _finish(ray, ref, task, attempt, submitted, outcome, errors):
     result = ray.get(ref)
   except ray.exceptions.RayError as error:
     errors[task.key].append(f'{describe_error(error)}\n{error}')
+    outcome.causes[task.key] = getattr(error, 'cause', None) or error
     return False
   outcome.results[task.key] = result
   outcome.seconds[task.key] = time.monotonic() - submitted

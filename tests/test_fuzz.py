@@ -161,17 +161,20 @@ def _fixed_buffer(directory):
     buffer.close()
 
 
+def summary_or_error(summary, problems, directory, where_key):
+  """An inspection's summary (less where it was read), or its problems."""
+  if problems:
+    raise CheckpointError(directory, '; '.join(str(p) for p in problems))
+  data = summary.to_dict()
+  data.pop(where_key)
+  return data
+
+
 def _inspect(directory):
   summary = inspection.summarize_directory(
     directory, stack_size=4, update_horizon=2, verify=True
   )
-  if summary.all_problems:
-    raise CheckpointError(
-      directory, '; '.join(str(p) for p in summary.all_problems)
-    )
-  data = summary.to_dict()
-  data.pop('directory')
-  return data
+  return summary_or_error(summary, summary.all_problems, directory, 'directory')
 
 
 def _convert(directory, store):

@@ -20,15 +20,40 @@ memory), and each is verified before it is moved into place. Run it again
 after an interruption: converted checkpoints are checked and skipped, the
 rest converted. SRC is never modified.
 
+Several Dopamine runs at once, each into its own store under DST:
+
+  fixed-replay convert GAME_DIR DST   every run directory of GAME_DIR (one
+      holding checkpoints itself or in replay_logs/, as in the DQN Replay
+      Dataset's Pong/1/replay_logs) goes to DST/<run directory's name>/;
+  fixed-replay convert SRC1 SRC2 ... DST   each run (its checkpoints in
+      SRC or SRC/replay_logs) to DST/<SRC's name>/ (the name of its parent
+      for a SRC named replay_logs).
+
+On Ray, each checkpoint is a Ray task (retried if it fails or is lost, one
+progress display for the whole job):
+
+  --ray                 a private Ray on this machine, bound to 127.0.0.1,
+                        with --workers CPUs (default all), stopped at the end;
+  --ray_address=ADDR    a running Ray cluster (auto, HOST:PORT or
+                        ray://HOST:PORT; implies --ray). Its nodes write
+                        into DST themselves: DST must be a directory every
+                        node mounts at the same path (checked: a task on a
+                        node that does not see it fails, naming the node),
+                        and fixed_replay must be installed on every node.
+
+The stores are the same, byte for byte, with or without Ray.
+
 Then train with `replay_buffer_class.memory_class = @CompactReplayBuffer`
 and --replay_dir=DST (or FixedReplayBuffer on the Dopamine files).
 
   fixed-replay convert /data/Pong/1/replay_logs /data/Pong/1/compact
-  fixed-replay convert gs://rl_unplugged/atari_episodes_ordered/Pong \
+  fixed-replay convert /data/Pong /data/compact/Pong --ray
+  fixed-replay convert gs://rl_unplugged/atari_episodes_ordered/Pong \\
       /data/pong1 --run=1
 """
 
 import dataclasses
+import os
 import sys
 
 from absl import app
@@ -81,8 +106,21 @@ _WORKERS = flags.DEFINE_integer(
   'workers',
   None,
   'Processes converting checkpoints at once (default: one per core); 0 '
-  'converts in this process.',
+  'converts in this process. With --ray: the CPUs of the local Ray.',
   lower_bound=0,
+)
+_RAY = flags.DEFINE_boolean(
+  'ray',
+  False,
+  'Convert each checkpoint as a Ray task, on a private Ray on this machine '
+  '(127.0.0.1) unless --ray_address names a cluster.',
+)
+_RAY_ADDRESS = flags.DEFINE_string(
+  'ray_address',
+  None,
+  'A running Ray cluster to convert on: auto, HOST:PORT or ray://HOST:PORT '
+  '(implies --ray). DST must be a directory all its nodes mount at the same '
+  'path.',
 )
 
 _REMOTE_TIMEOUT = cli.define_remote_timeout_flag(__name__)
@@ -115,8 +153,9 @@ _GZIP_LEVEL = flags.DEFINE_integer(
 )
 
 _USAGE = (
-  'usage: fixed-replay convert SRC DST [--source=dopamine|rlu|tfds] '
-  '[--run=N] [--format=compact|dopamine] [--workers=N]'
+  'usage: fixed-replay convert SRC [SRC...] DST [--source=dopamine|rlu|tfds] '
+  '[--run=N] [--format=compact|dopamine] [--workers=N] [--ray] '
+  '[--ray_address=ADDR]'
 )
 
 
@@ -142,21 +181,109 @@ def detect_source(path):
   return kind
 
 
+def _ray():
+  """What --ray and --ray_address ask for (convert.convert's `ray`)."""
+  if _RAY_ADDRESS.value:
+    if _WORKERS.value is not None:
+      raise app.UsageError(
+        '--workers sets the CPUs of the local Ray (--ray); with '
+        "--ray_address the cluster's CPUs decide"
+      )
+    return _RAY_ADDRESS.value
+  if _RAY.value:
+    if _WORKERS.value == 0:
+      raise app.UsageError('--workers=0 converts in this process: not --ray')
+    return True
+  return None
+
+
+def _clevel(kind):
+  if _CLEVEL.value is not None:
+    return _CLEVEL.value
+  return _DEFAULTS.clevel if kind == 'dopamine' else rlu_convert.CLEVEL
+
+
+def _check_dopamine_flags(options):
+  if options.output_format == 'dopamine':
+    raise app.UsageError(
+      "--format=dopamine: SRC is already in Dopamine's format"
+    )
+  if _RUN.value is not None:
+    raise app.UsageError('--run is for RL Unplugged shards (--source=rlu)')
+
+
+def run_name(path):
+  """The store name of a run: its directory's name, above replay_logs/."""
+  parts = [p for p in str(path).rstrip('/').split('/') if p]
+  if len(parts) > 1 and parts[-1] == 'replay_logs':
+    return parts[-2]
+  return parts[-1] if parts else str(path)
+
+
+def several_runs(sources, destination):
+  """[(run, store)] when SRC names several runs, None for a single run.
+
+  Raises:
+    app.UsageError: if two runs would share a store.
+  """
+  if len(sources) == 1:
+    if _SOURCE.value:
+      return None
+    try:
+      detect_source(sources[0])
+      return None
+    except CheckpointError:
+      try:
+        runs = convert.find_runs(sources[0])
+      except (CheckpointError, OSError):
+        runs = None
+      if not runs:
+        return None  # Converting it as one run names what is wrong.
+      return [
+        (run_dir, os.path.join(destination, name))
+        for name, run_dir in runs.items()
+      ]
+  names = [run_name(source) for source in sources]
+  repeated = sorted({name for name in names if names.count(name) > 1})
+  if repeated:
+    raise app.UsageError(
+      f'runs named {repeated} would go into the same store under '
+      f'{destination}: convert them with separate commands'
+    )
+  return [
+    (_checkpoint_dir(source), os.path.join(destination, name))
+    for source, name in zip(sources, names, strict=True)
+  ]
+
+
+def _checkpoint_dir(source):
+  """A listed run's checkpoints: in SRC, or in SRC/replay_logs."""
+  if _SOURCE.value:
+    return source
+  return convert.run_checkpoint_dir(source) or source
+
+
+def _convert_runs(runs, options):
+  for source, _ in runs:
+    kind = _SOURCE.value or detect_source(source)
+    if kind != 'dopamine':
+      raise app.UsageError(
+        f'{source}: several runs at once are for Dopamine checkpoints; '
+        'convert RL Unplugged runs one at a time (--run)'
+      )
+  _check_dopamine_flags(options)
+  options = dataclasses.replace(options, clevel=_clevel('dopamine'))
+  results = convert.convert_runs(runs, options, _WORKERS.value, _ray())
+  return 'dopamine', results
+
+
 def _convert(source, destination, options):
   kind = _SOURCE.value or detect_source(source)
-  clevel = _CLEVEL.value
-  if clevel is None:
-    clevel = _DEFAULTS.clevel if kind == 'dopamine' else rlu_convert.CLEVEL
-  options = dataclasses.replace(options, clevel=clevel)
+  options = dataclasses.replace(options, clevel=_clevel(kind))
   if kind == 'dopamine':
-    if options.output_format == 'dopamine':
-      raise app.UsageError(
-        "--format=dopamine: SRC is already in Dopamine's format"
-      )
-    if _RUN.value is not None:
-      raise app.UsageError('--run is for RL Unplugged shards (--source=rlu)')
+    _check_dopamine_flags(options)
     return kind, convert.convert(
-      source, destination, options, workers=_WORKERS.value
+      source, destination, options, workers=_WORKERS.value, ray=_ray()
     )
   return kind, rlu_convert.convert_rlu(
     source,
@@ -165,12 +292,28 @@ def _convert(source, destination, options):
     run=_RUN.value,
     options=options,
     workers=_WORKERS.value,
+    ray=_ray(),
+  )
+
+
+def _print_result(kind, result, store):
+  rate = result.frames / result.seconds if result.seconds else 0.0
+  print(
+    f'converted {len(result.converted)} checkpoint(s) {result.converted}, '
+    f'{len(result.skipped)} already there {result.skipped}; '
+    f'{result.frames:,} frames in {result.seconds:.1f} s ({rate:,.0f}/s)'
+  )
+  what = {'dopamine': 'gzip', 'rlu': 'RL Unplugged shards', 'tfds': 'TFDS'}
+  print(
+    f'{_FORMAT.value} output {memory.format_bytes(result.store_bytes)} for '
+    f'{memory.format_bytes(result.source_bytes)} of {what[kind]} '
+    f'({result.store_bytes / max(result.source_bytes, 1):.2f}x): {store}'
   )
 
 
 def main(argv):
-  """Converts SRC into DST and prints a summary."""
-  if len(argv) != 3:
+  """Converts SRC into DST (or each run of SRC under DST); prints a summary."""
+  if len(argv) < 3:
     raise app.UsageError(
       f'expected SRC and DST, got {len(argv) - 1} arguments\n{_USAGE}'
     )
@@ -183,23 +326,19 @@ def main(argv):
     output_format=_FORMAT.value,
     gzip_level=_GZIP_LEVEL.value,
   )
+  sources, destination = argv[1:-1], argv[-1]
   try:
-    kind, result = _convert(argv[1], argv[2], options)
+    runs = several_runs(sources, destination)
+    if runs is None:
+      kind, result = _convert(sources[0], destination, options)
+      _print_result(kind, result, destination)
+      return 0
+    kind, results = _convert_runs(runs, options)
   except CheckpointError as error:
     print(f'fixed-replay convert: {error}', file=sys.stderr)
     return 1
-  rate = result.frames / result.seconds if result.seconds else 0.0
-  print(
-    f'converted {len(result.converted)} checkpoint(s) {result.converted}, '
-    f'{len(result.skipped)} already there {result.skipped}; '
-    f'{result.frames:,} frames in {result.seconds:.1f} s ({rate:,.0f}/s)'
-  )
-  what = {'dopamine': 'gzip', 'rlu': 'RL Unplugged shards', 'tfds': 'TFDS'}
-  print(
-    f'{_FORMAT.value} output {memory.format_bytes(result.store_bytes)} for '
-    f'{memory.format_bytes(result.source_bytes)} of {what[kind]} '
-    f'({result.store_bytes / max(result.source_bytes, 1):.2f}x): {argv[2]}'
-  )
+  for (_, store), result in zip(runs, results, strict=True):
+    _print_result(kind, result, store)
   return 0
 
 

@@ -1,6 +1,6 @@
 """Converted checkpoints in Dopamine's own file format (`--format=dopamine`).
 
-The conversion is convert.py's (a worker per checkpoint, a partial
+The conversion is convert.py's (a worker or Ray task per checkpoint, a partial
 directory, verification, a commit, skip-after-check on a rerun); only the
 files differ: those Dopamine's `OutOfGraphReplayBuffer.save` writes, flat in
 DST, so that Dopamine's `load`, batch_rl-style code and FixedReplayBuffer
@@ -31,6 +31,7 @@ from fixed_replay.dataset import dopamine_writer
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.io.gzip_stream import GzipStream
+from fixed_replay.store import compact_output
 from fixed_replay.store import compact_store
 from fixed_replay.store import workers as worker_processes
 
@@ -153,8 +154,6 @@ class DopamineOutput:
 
   def write(self, source, partial, options, threads):
     """Writes the checkpoint's files and manifest into `partial`."""
-    from fixed_replay.store import convert  # convert imports this module.
-
     suffix = source.suffix
     name = lambda element: dopamine_writer.checkpoint_filename(
       partial, element, suffix
@@ -168,7 +167,9 @@ class DopamineOutput:
         threads,
       )
       try:
-        slice_rows = convert.slice_rows(reader.row_shape, reader.dtype, options)
+        slice_rows = compact_output.slice_rows(
+          reader.row_shape, reader.dtype, options
+        )
         for part in reader.frame_slices(slice_rows):
           writer.write(part)
           worker_processes.count_progress(len(part))

@@ -18,6 +18,8 @@ episode order) round 1 does all the work, reading each shard once; round 2
 only checks.
 """
 
+import os
+
 from absl import logging
 
 from fixed_replay.dataset import rlu_shards
@@ -242,6 +244,7 @@ def convert_rlu(
   parts=None,
   recheck=True,
   plan=True,
+  ray=None,
 ):
   """Converts the checkpoints of one RL Unplugged run into a store.
 
@@ -259,6 +262,8 @@ def convert_rlu(
     recheck: bool, verify (and skip) checkpoints the store held before this
       call; False trusts them (a caller that verified them in this session).
     plan: bool; False stops after round 1 (first passes and indexing).
+    ray: as for convert.convert: each checkpoint a Ray task (indexing
+      stays in this process).
 
   Returns:
     convert.ConversionResult.
@@ -269,6 +274,9 @@ def convert_rlu(
   """
   options = options or default_options()
   source = str(source)
+  if ray:  # Ray tasks may run in another directory, or on another node.
+    source = source if storage.is_remote(source) else os.path.abspath(source)
+    store_dir = os.path.abspath(store_dir)
   kind = kind or detect_kind(source)
   if kind is None:
     raise CheckpointError(
@@ -283,4 +291,6 @@ def convert_rlu(
   rounds = _rounds(
     kind, location, parts, str(store_dir), options, recheck, plan
   )
-  return convert.convert_sources(location, store_dir, rounds, options, workers)
+  return convert.convert_sources(
+    location, store_dir, rounds, options, workers, ray
+  )

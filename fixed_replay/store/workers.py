@@ -42,13 +42,13 @@ def _die_with_parent(parent_pid):
     os._exit(1)
 
 
-def initialize(counter, parent_pid, store_dir):
-  """Runs first in every worker: ties it to its parent, takes the lock."""
+def initialize(counter, parent_pid, store_dirs):
+  """Runs first in every worker: ties it to its parent, takes the locks."""
   global _progress_rows, _parent_pid, _workers_lock
   _die_with_parent(parent_pid)
   _parent_pid = parent_pid
   _progress_rows = counter
-  _workers_lock = destination.hold_workers_lock(store_dir)
+  _workers_lock = [destination.hold_workers_lock(d) for d in store_dirs]
 
 
 def parent_alive():
@@ -63,8 +63,13 @@ def count_progress(rows):
       _progress_rows.value += rows
 
 
-def start_pool(num_workers, store_dir):
+def start_pool(num_workers, store_dirs):
   """Starts a process pool of workers and the counter they share.
+
+  Args:
+    num_workers: int.
+    store_dirs: list of str, the stores they write (each worker holds each
+      store's workers' lock for its whole life).
 
   Returns:
     (pool, counter): a ProcessPoolExecutor and a multiprocessing Value.
@@ -75,7 +80,7 @@ def start_pool(num_workers, store_dir):
     num_workers,
     mp_context=context,
     initializer=initialize,
-    initargs=(counter, os.getpid(), store_dir),
+    initargs=(counter, os.getpid(), list(store_dirs)),
   )
   return pool, counter
 

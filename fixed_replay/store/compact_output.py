@@ -1,0 +1,319 @@
+"""Writes one checkpoint as the compact store's files, and checks them.
+
+`CompactOutput` is the output convert.py uses by default (the other is
+dopamine_output.py): it streams a source's frames in slices into blosc2
+blocks (bounded memory, the blocks compressed by a few threads), writes the
+small arrays as .npy, the table of valid rows and a manifest with checksums
+into a partial directory, then reads all of it back against the source
+before the commit. `check_existing` decides whether a stored checkpoint may
+be skipped. The layout is compact_store.py's.
+"""
+
+import concurrent.futures
+import itertools
+import os
+import shutil
+
+import blosc2
+import numpy as np
+
+from fixed_replay.dataset import validity
+from fixed_replay.errors import CheckpointError
+from fixed_replay.store import checkpoint_source
+from fixed_replay.store import compact_store
+from fixed_replay.store import workers as worker_processes
+
+
+def _stored_options(manifest):
+  spec = manifest['observation']
+  return {
+    'block_rows': spec['block_rows'],
+    'codec': spec['codec'],
+    'clevel': spec['clevel'],
+    'stack_size': manifest['valid_rows']['stack_size'],
+    'update_horizon': manifest['valid_rows']['update_horizon'],
+  }
+
+
+def check_existing(directory, files, options):
+  """Verifies an already converted checkpoint before it is skipped.
+
+  Args:
+    directory: str, the stored checkpoint.
+    files: a source (checkpoint_source.py) or CheckpointFiles.
+    options: ConvertOptions.
+
+  Raises:
+    CheckpointError: if it is damaged, was converted from other files or with
+      other options.
+  """
+  source = checkpoint_source.as_source(files)
+  manifest = compact_store.verify_checkpoint(directory).manifest
+  if manifest['source'] != source.description():
+    raise CheckpointError(
+      directory,
+      f'converted from other source files than those of checkpoint '
+      f'{source.suffix} now ({manifest["source"]["files"]}): '
+      'convert into a new directory',
+    )
+  if _stored_options(manifest) != options.stored():
+    raise CheckpointError(
+      directory,
+      f'converted with {_stored_options(manifest)}, now asked for '
+      f'{options.stored()}: use the same options or a new directory',
+    )
+  return manifest
+
+
+def _write_npy(directory, name, array):
+  path = os.path.join(directory, name)
+  with open(path, 'wb') as stream:
+    np.save(stream, array, allow_pickle=False)
+    stream.flush()
+    os.fsync(stream.fileno())
+  return name
+
+
+def slice_rows(row_shape, dtype, options):
+  """Frames read per slice: slice_bytes worth, whole blocks."""
+  block_rows = options.block_rows
+  row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+  rows = max(1, options.slice_bytes // max(row_bytes, 1))
+  return max(block_rows, rows // block_rows * block_rows)
+
+
+def _compress_slices(slices, out, cparams, options, threads):
+  """Compresses frames, slice by slice, into `out`.
+
+  Returns:
+    (offsets, crcs, frames_crc, blocks_crc, num_rows): block offsets in
+    `out` (one more than blocks), each block's CRC-32, the CRC-32 of all the
+    frames and of all the blocks, and the number of frames.
+  """
+  block_rows = options.block_rows
+  # A few tasks per thread and slice: one per 16-frame block cost more in
+  # futures than the blocks' compression on one core.
+  compress = lambda group: [
+    compact_store.compress_block(block, cparams) for block in group
+  ]
+  offsets, crcs = [0], []
+  frames_crc, blocks_crc, num_rows = 0, 0, 0
+  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+    for part in slices:
+      num_rows += len(part)
+      frames_crc = compact_store.crc32(part, frames_crc)
+      blocks = [
+        part[i : i + block_rows] for i in range(0, len(part), block_rows)
+      ]
+      step = max(1, -(-len(blocks) // (4 * threads)))
+      groups = [blocks[i : i + step] for i in range(0, len(blocks), step)]
+      for chunk in itertools.chain.from_iterable(pool.map(compress, groups)):
+        out.write(chunk)
+        offsets.append(offsets[-1] + len(chunk))
+        crcs.append(compact_store.crc32(chunk))
+        blocks_crc = compact_store.crc32(chunk, blocks_crc)
+      worker_processes.count_progress(len(part))
+  return offsets, crcs, frames_crc, blocks_crc, num_rows
+
+
+def _write_frames(reader, directory, options, threads):
+  """Streams a source's frames into blocks; returns the manifest entry."""
+  cparams = compact_store.block_cparams(
+    options.codec,
+    options.clevel,
+    options.block_rows,
+    reader.row_shape,
+    reader.dtype,
+  )
+  slices = reader.frame_slices(
+    slice_rows(reader.row_shape, reader.dtype, options)
+  )
+  with open(os.path.join(directory, compact_store.BLOCKS_FILE), 'wb') as out:
+    offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
+      slices, out, cparams, options, threads
+    )
+    out.flush()
+    os.fsync(out.fileno())
+  _write_npy(
+    directory, compact_store.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
+  )
+  _write_npy(directory, compact_store.CRC_FILE, np.array(crcs, dtype=np.uint32))
+  dtype = np.dtype(reader.dtype)
+  spec = {
+    'file': compact_store.BLOCKS_FILE,
+    'dtype': dtype.str,
+    'row_shape': list(reader.row_shape),
+    'codec': options.codec,
+    'clevel': options.clevel,
+    'filter': 'shuffle' if dtype.itemsize > 1 else 'none',
+    'block_rows': options.block_rows,
+    'num_blocks': len(crcs),
+    'frames_crc32': frames_crc,
+    'library': f'blosc2 {blosc2.__version__}',
+  }
+  blocks_entry = {'bytes': offsets[-1], 'crc32': blocks_crc}
+  return num_rows, spec, blocks_entry
+
+
+def _write_checkpoint(source, directory, options, threads):
+  """Writes every file of one checkpoint into `directory`; returns manifest."""
+  with source.open(threads) as reader:
+    num_rows, frames_spec, blocks_entry = _write_frames(
+      reader, directory, options, threads
+    )
+    meta = reader.finish(num_rows)
+  arrays = meta.arrays
+  written = {
+    name: _write_npy(directory, f'{name}.npy', array)
+    for name, array in arrays.items()
+  }
+  _write_npy(directory, compact_store.INVALID_RANGE_FILE, meta.invalid_range)
+  episode_ends = None
+  if meta.episode_end_indices is not None:
+    episode_ends = _write_npy(
+      directory, compact_store.EPISODE_ENDS_FILE, meta.episode_end_indices
+    )
+  if num_rows >= 2**31:
+    raise CheckpointError(directory, f'{num_rows} rows: too many')
+  valid = validity.valid_rows(
+    arrays['terminal'],
+    0,
+    num_rows,
+    meta.add_count,
+    meta.invalid_range,
+    meta.episode_end_indices,
+    options.stack_size,
+    options.update_horizon,
+  ).astype(np.int32)
+  _write_npy(
+    directory,
+    compact_store.VALID_MASK_FILE,
+    compact_store.pack_valid_rows(valid, num_rows),
+  )
+  names = [
+    compact_store.OFFSETS_FILE,
+    compact_store.CRC_FILE,
+    compact_store.INVALID_RANGE_FILE,
+    compact_store.VALID_MASK_FILE,
+  ] + list(written.values())
+  if episode_ends:
+    names.append(episode_ends)
+  file_entries = {
+    name: compact_store.file_entry(os.path.join(directory, name))
+    for name in names
+  }
+  file_entries[compact_store.BLOCKS_FILE] = blocks_entry
+  manifest = {
+    'format': compact_store.FORMAT,
+    'version': compact_store.VERSION,
+    'suffix': source.suffix,
+    'num_rows': num_rows,
+    'add_count': meta.add_count,
+    'source': meta.description,
+    'observation': frames_spec,
+    'arrays': {
+      name: {
+        'file': written[name],
+        'dtype': array.dtype.str,
+        'row_shape': list(array.shape[1:]),
+      }
+      for name, array in arrays.items()
+    },
+    'valid_rows': {
+      'file': compact_store.VALID_MASK_FILE,
+      'stack_size': options.stack_size,
+      'update_horizon': options.update_horizon,
+      'count': len(valid),
+    },
+    'episode_end_indices': episode_ends,
+    'files': file_entries,
+  }
+  compact_store.write_manifest(directory, manifest)
+  return manifest, arrays, valid
+
+
+def _verify_written(directory, arrays, valid):
+  """Reads a freshly written checkpoint back; raises on any difference."""
+  compact_store.verify_checkpoint(directory, decode=True)
+  opened = compact_store.StoredCheckpoint(directory, verify=False)
+  try:
+    for name, array in arrays.items():
+      stored = opened.arrays[name]
+      # Bytes, not values: NaN rewards must round-trip too.
+      if stored.tobytes() != array.tobytes():
+        raise CheckpointError(directory, f'{name}.npy differs from the source')
+    table = opened.valid_rows_table(
+      opened.manifest['valid_rows']['stack_size'],
+      opened.manifest['valid_rows']['update_horizon'],
+    )
+    if not np.array_equal(table, valid):
+      raise CheckpointError(directory, 'valid_mask.npy differs when read back')
+  finally:
+    opened.close()
+
+
+def fsync_directory(path):
+  descriptor = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(descriptor)
+  finally:
+    os.close(descriptor)
+
+
+class CompactOutput:
+  """The compact store: checkpoint_<suffix>/ directories (compact_store.py)."""
+
+  def final_path(self, store_dir, suffix):
+    return os.path.join(store_dir, compact_store.checkpoint_dirname(suffix))
+
+  def exists(self, store_dir, suffix):
+    return os.path.exists(self.final_path(store_dir, suffix))
+
+  def stored_source(self, store_dir, suffix):
+    """manifest['source'] of a stored checkpoint, or None if absent."""
+    if not self.exists(store_dir, suffix):
+      return None
+    return compact_store.read_manifest(self.final_path(store_dir, suffix))[
+      'source'
+    ]
+
+  def check_existing(self, store_dir, source, options):
+    check_existing(self.final_path(store_dir, source.suffix), source, options)
+
+  def clean(self, store_dir):
+    """Nothing to tidy: partial directories are removed by the caller."""
+
+  def write(self, source, partial, options, threads):
+    """Returns (rows, what verify needs)."""
+    manifest, arrays, valid = _write_checkpoint(
+      source, partial, options, threads
+    )
+    return manifest['num_rows'], (arrays, valid)
+
+  def verify(self, partial, written):
+    _verify_written(partial, *written)
+
+  def commit(self, partial, store_dir, suffix):
+    os.rename(partial, self.final_path(store_dir, suffix))
+
+  def remove(self, store_dir, suffix):
+    """Deletes a stored checkpoint (renamed away first: never half there)."""
+    doomed = os.path.join(store_dir, compact_store.partial_dirname(suffix))
+    os.rename(self.final_path(store_dir, suffix), doomed)
+    fsync_directory(store_dir)
+    shutil.rmtree(doomed)
+
+  def stored_bytes(self, store_dir, suffix):
+    return store_bytes(self.final_path(store_dir, suffix))
+
+  def stored_rows(self, store_dir, suffix):
+    path = self.final_path(store_dir, suffix)
+    return compact_store.read_manifest(path)['num_rows']
+
+
+def store_bytes(directory):
+  """Bytes of the files of a stored checkpoint directory."""
+  return sum(
+    os.path.getsize(os.path.join(directory, name))
+    for name in os.listdir(directory)
+  )

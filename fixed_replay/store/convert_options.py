@@ -1,0 +1,68 @@
+"""What a conversion is asked for (ConvertOptions) and what it did."""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class ConvertOptions:
+  """How checkpoints are stored.
+
+  Attributes:
+    block_rows: int, frames per compressed block. Measured on Breakout
+      (benchmarks/compact_store_benchmark.py): 16 stores ~0.7x gzip's bytes
+      and decodes a random 5-frame window in ~50 us; 32 is smaller, slower.
+    codec: str, a key of compact_store.CODECS.
+    clevel: int, blosc2 compression level (0-9); zstd at 5 compresses ~50k
+      frames/s per core; higher levels cost much more for little.
+    stack_size: int, frames per state, for the table of valid rows.
+    update_horizon: int, n of the n-step return, for that table.
+    slice_bytes: int, uncompressed frame bytes read per step (the worker's
+      memory beyond the small arrays).
+    output_format: str, 'compact' (the compact store) or 'dopamine'
+      (Dopamine's own gzip checkpoint files, dopamine_output.py).
+    gzip_level: int, gzip level of the 'dopamine' output's files. zlib-ng
+      at 2 compresses an Atari frame in ~7 us to ~1.6x the bytes of
+      Dopamine's own level 9, which takes ~70 us (6: ~14 us, 1.4x); see
+      benchmarks/rlu_convert_benchmark.py.
+  """
+
+  block_rows: int = 16
+  codec: str = 'zstd'
+  clevel: int = 5
+  stack_size: int = 4
+  update_horizon: int = 1
+  slice_bytes: int = 64 << 20
+  output_format: str = 'compact'
+  gzip_level: int = 2
+
+  def stored(self):
+    """The options a compact checkpoint records (its format's, not
+    slice_bytes)."""
+    return {
+      'block_rows': self.block_rows,
+      'codec': self.codec,
+      'clevel': self.clevel,
+      'stack_size': self.stack_size,
+      'update_horizon': self.update_horizon,
+    }
+
+
+@dataclasses.dataclass
+class ConversionResult:
+  """What a conversion did.
+
+  Attributes:
+    converted: list of suffixes converted now.
+    skipped: list of suffixes already complete (checked, kept).
+    frames: int, frames converted now.
+    source_bytes: int, bytes of the source files of all stored checkpoints.
+    store_bytes: int, bytes of the store's files for those checkpoints.
+    seconds: float, wall time.
+  """
+
+  converted: list
+  skipped: list
+  frames: int
+  source_bytes: int
+  store_bytes: int
+  seconds: float

@@ -1,0 +1,175 @@
+"""Who converts the pending checkpoints: this process, workers, or Ray.
+
+A runner is a context manager with `run(pending, options)`, where pending
+is a list of Pending (a checkpoint's source, its store, its expected rows);
+it returns once every checkpoint is stored, or raises. All runners call
+checkpoint_commit.convert_checkpoint, so they write the same bytes:
+
+* `InProcess`: one by one in this process (--workers=0);
+* `ProcessPool`: worker processes that die with this one (workers.py);
+* ray_convert.RayRunner: a Ray task per checkpoint, retried when it fails.
+"""
+
+import collections
+import concurrent.futures
+import os
+import time
+
+from absl import logging
+import numpy as np
+
+from fixed_replay import progress
+from fixed_replay.errors import CheckpointError
+from fixed_replay.store import checkpoint_commit
+from fixed_replay.store import workers as worker_processes
+
+_LOG_EVERY_S = 30.0
+
+# One checkpoint to convert: its source, the store it goes to, and the rows
+# it is expected to hold (for progress).
+Pending = collections.namedtuple('Pending', ['source', 'store_dir', 'rows'])
+
+
+def runner(workers=None, ray=None):
+  """The runner for `workers` and `ray` (see convert.convert_runs).
+
+  Args:
+    workers: int or None; processes (or, with a local Ray, CPUs) converting
+      at once; None: one per core; 0: this process (not with Ray).
+    ray: None or False (no Ray), True (a private local Ray), a str (the
+      address of a Ray cluster) or a distributed.ClusterInfo (Ray already
+      connected in this process, e.g. by a notebook or a test).
+
+  Returns:
+    A runner (a context manager with `run(pending, options)`).
+  """
+  if ray is None or ray is False:
+    return InProcess() if workers == 0 else ProcessPool(workers)
+  from fixed_replay.store import ray_convert  # Ray only when asked for.
+
+  return ray_convert.RayRunner(ray, workers)
+
+
+def _format_eta(seconds):
+  seconds = int(seconds)
+  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
+
+
+class FrameProgress:
+  """A tqdm bar at a terminal, a log line every 30 s otherwise."""
+
+  def __init__(self, total):
+    self._total = total
+    self._bar = progress.bar(total, 'converting', unit='frame', unit_scale=True)
+    self._began = time.perf_counter()
+    self._last_log = self._began
+    self._shown = 0
+
+  def update(self, done):
+    self._bar.update(done - self._shown)
+    self._shown = done
+    now = time.perf_counter()
+    if self._bar.disable and now - self._last_log >= _LOG_EVERY_S:
+      self._last_log = now
+      rate = done / max(now - self._began, 1e-9)
+      eta = (self._total - done) / rate if rate else float('inf')
+      logging.info(
+        'Converted %d of %d frames (%.0f%%), %.0f frames/s, ETA %s',
+        done,
+        self._total,
+        100 * done / max(self._total, 1),
+        rate,
+        _format_eta(eta) if np.isfinite(eta) else '?',
+      )
+
+  def close(self):
+    self._bar.close()
+
+
+def log_result(result, store_dir):
+  logging.info(
+    'Converted checkpoint %d (%d rows) into %s in %.1f s',
+    result['suffix'],
+    result['rows'],
+    store_dir,
+    result['seconds'],
+  )
+
+
+class InProcess:
+  """Converts the pending checkpoints one by one in this process."""
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *unused_exc_info):
+    return False
+
+  def run(self, pending, options):
+    bar = FrameProgress(sum(item.rows for item in pending))
+    done = 0
+    try:
+      for item in pending:
+        result = checkpoint_commit.convert_checkpoint(
+          item.source, item.store_dir, options, os.cpu_count() or 1
+        )
+        done += item.rows
+        bar.update(done)
+        log_result(result, item.store_dir)
+    finally:
+      bar.close()
+
+
+class ProcessPool:
+  """Converts the pending checkpoints in worker processes, with progress.
+
+  An interrupt (or any exception but a checkpoint's own failure) kills the
+  workers at once; a failed checkpoint lets the others finish, so that a
+  rerun has less to do.
+  """
+
+  def __init__(self, workers=None):
+    self._workers = workers
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *unused_exc_info):
+    return False
+
+  def run(self, pending, options):
+    count = self._workers or min(len(pending), os.cpu_count() or 1)
+    count = min(count, len(pending))
+    threads = max(1, (os.cpu_count() or 1) // count)
+    bar = FrameProgress(sum(item.rows for item in pending))
+    stores = sorted({item.store_dir for item in pending})
+    pool, counter = worker_processes.start_pool(count, stores)
+    try:
+      futures = {
+        pool.submit(
+          checkpoint_commit.convert_checkpoint,
+          item.source,
+          item.store_dir,
+          options,
+          threads,
+        ): item
+        for item in pending
+      }
+      waiting = set(futures)
+      while waiting:
+        done, waiting = concurrent.futures.wait(
+          waiting, timeout=1.0, return_when=concurrent.futures.FIRST_COMPLETED
+        )
+        bar.update(counter.value)
+        for future in done:
+          log_result(future.result(), futures[future].store_dir)
+    except CheckpointError:
+      pool.shutdown(wait=True, cancel_futures=True)
+      raise
+    except BaseException:
+      worker_processes.kill(pool)
+      pool.shutdown(wait=True, cancel_futures=True)
+      raise
+    finally:
+      pool.shutdown(wait=True)
+      bar.close()
