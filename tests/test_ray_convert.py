@@ -24,6 +24,9 @@ from fixed_replay.store import convert
 from fixed_replay.store import ray_convert
 from fixed_replay.store import rlu_convert
 
+# One local Ray cluster at a time: these tests share one xdist worker.
+pytestmark = pytest.mark.xdist_group('ray')
+
 
 def _wait_gone(processes, timeout=20.0):
   """The processes still alive after `timeout` seconds (killed then)."""
