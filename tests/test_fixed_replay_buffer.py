@@ -165,7 +165,9 @@ def test_capacity_beyond_file_uses_whole_file_and_says_so(dopamine_dir, caplog):
       dopamine_dir[0], replay_capacity=5000, replay_transitions_start_index=100
     )
   assert caplog.text.count('reaches past the 1000 rows') == 1
-  assert all(s.window.num_rows == 900 for s in buffer._active.shards)
+  assert all(
+    buffer.shard(s).window.num_rows == 900 for s in buffer.loaded_suffixes
+  )
 
 
 def test_bad_configurations_are_clear_errors(dopamine_dir, tmp_path):
@@ -210,7 +212,7 @@ def test_memory_budget_refuses_before_allocating(dopamine_dir):
     memory_budget=4 * per_checkpoint,
     prefetch=True,
   )
-  assert not buffer._rolling  # 2 held + 2 prefetched fit.
+  assert not buffer.rolling  # 2 held + 2 prefetched fit.
   buffer.close()
 
 
@@ -238,10 +240,10 @@ def test_rolling_replacement_when_double_buffering_does_not_fit(dopamine_dir):
     seed=2,
     memory_budget=3 * per_checkpoint,
   )
-  rolled = [buffer._rolling]
+  rolled = [buffer.rolling]
   for _ in range(12):
     buffer.reload_buffer()
-    rolled.append(buffer._rolling)
+    rolled.append(buffer.rolling)
     assert len(buffer.loaded_suffixes) == 2
     assert buffer.nbytes <= 3 * per_checkpoint
     buffer.sample_transition_batch(32)
@@ -319,13 +321,13 @@ def test_checkpoint_files_found_once(dopamine_dir):
 def test_reload_without_prefetch_keeps_shared_checkpoints(dopamine_dir):
   """Holding every checkpoint, a reload must not read anything again."""
   buffer = _buffer(dopamine_dir[0], num_buffers_to_load=4, prefetch=True)
-  shards = {s.suffix: s for s in buffer._active.shards}
+  shards = {s: buffer.shard(s) for s in buffer.loaded_suffixes}
   buffer.reload_buffer()
-  assert {s.suffix: s for s in buffer._active.shards} == shards
+  assert {s: buffer.shard(s) for s in buffer.loaded_suffixes} == shards
   partial = _buffer(dopamine_dir[0], num_buffers_to_load=3, seed=5)
-  before = {s.suffix: s for s in partial._active.shards}
+  before = {s: partial.shard(s) for s in partial.loaded_suffixes}
   partial.reload_buffer()
-  for shard in partial._active.shards:
+  for shard in map(partial.shard, partial.loaded_suffixes):
     if shard.suffix in before:
       assert shard is before[shard.suffix]
 
