@@ -44,6 +44,9 @@ class CompactReplayBuffer(core.ReplayCore):
   (frame_sources.BlockFrames).
   """
 
+  # Deliberately spelled out, as FixedReplayBuffer's: gin binds
+  # `CompactReplayBuffer.<name>` against this signature, and the shared
+  # arguments keep FixedReplayBuffer's names, order and defaults.
   def __init__(
     self,
     data_dir,

@@ -40,6 +40,9 @@ select_checkpoints = checkpoint_selection.select_checkpoints
 class FixedReplayBuffer(checkpoint_sets.SetRotation):
   """Samples transitions from Dopamine replay checkpoints on disk."""
 
+  # Deliberately spelled out (also in CompactReplayBuffer and the TF
+  # wrapper): gin binds `FixedReplayBuffer.<name>` against this signature and
+  # Dopamine's JaxFixedReplayBuffer relies on its names.
   def __init__(
     self,
     data_dir,

@@ -24,6 +24,12 @@ from fixed_replay.replay import stacking
 CHUNK = 32
 
 
+def check_rows(shards, which, rows):
+  """Raises ValueError unless every row is valid in its checkpoint's shard."""
+  for i in np.unique(which):
+    shards[i].check_indices(rows[which == i])
+
+
 class ShardFrames:
   """Loaded checkpoint windows, one ReplayShard each; immutable."""
 
@@ -46,9 +52,7 @@ class ShardFrames:
     return self.shards[position]
 
   def check(self, which, rows):
-    """Raises ValueError unless every row is valid in its checkpoint."""
-    for i in np.unique(which):
-      self.shards[i].check_indices(rows[which == i])
+    check_rows(self.shards, which, rows)
 
   def write(self, batch, which, rows):
     """Writes the transitions (positions `which`, file rows `rows`)."""
@@ -102,8 +106,7 @@ class BlockFrames:
     return self._shards[position]
 
   def check(self, which, rows):
-    for i in np.unique(which):
-      self._shards[i].check_indices(rows[which == i])
+    check_rows(self._shards, which, rows)
 
   def write(self, batch, which, rows):
     which = np.asarray(which, dtype=np.int64)
