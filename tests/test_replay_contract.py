@@ -21,32 +21,10 @@ from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.store import convert
 
+# The `store` and `oracles` fixtures.
+pytest_plugins = ('buffer_fixtures',)
+
 BUFFERS = ['fixed', 'compact']
-
-
-@pytest.fixture(scope='module')
-def store(dopamine_dir, tmp_path_factory):
-  """The Dopamine-written checkpoints of conftest, converted once."""
-  directory = tmp_path_factory.mktemp('contract_store')
-  convert.convert(dopamine_dir[0], directory, workers=0)
-  return directory
-
-
-@pytest.fixture(scope='module')
-def oracles(dopamine_dir):
-  """Dopamine buffers loaded from the gzip files, per (suffix, n, gamma)."""
-  directory, capacity, _ = dopamine_dir
-  loaded = {}
-
-  def get(suffix, update_horizon=1, gamma=0.99):
-    key = (suffix, update_horizon, gamma)
-    if key not in loaded:
-      loaded[key] = dopamine_data.load_oracle(
-        directory, suffix, capacity, update_horizon=update_horizon, gamma=gamma
-      )
-    return loaded[key]
-
-  return get
 
 
 def _make(kind, gzip_dir, store_dir, **kwargs):

@@ -17,6 +17,7 @@ import numpy as np
 from fixed_replay import progress
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import subsample as subsample_lib
+from fixed_replay.dataset import validity
 from fixed_replay.replay import memory_budget as memory
 from fixed_replay.replay import shard as shard_lib
 
@@ -133,7 +134,7 @@ class WindowLoader:
       verify=self._verify,
     )
     # Only now, every file checked, may samplers see these rows.
-    valid_rows = shard_lib.window_valid_rows(
+    valid_rows = validity.window_valid_rows(
       window, s['stack_size'], s['update_horizon']
     )
     if kept is not None:  # Only the rows of the episodes kept.

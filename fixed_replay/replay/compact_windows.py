@@ -12,6 +12,7 @@ from absl import logging
 import numpy as np
 
 from fixed_replay.dataset import subsample as subsample_lib
+from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay import frame_sources
 from fixed_replay.replay import memory_budget as memory
@@ -215,7 +216,7 @@ def _valid_rows(stored, window, s):
   if (window.start, window.num_rows) == (0, stored.num_rows):
     rows = stored.valid_rows_table(stack_size, horizon)
   if rows is None:
-    rows = shard_lib.window_valid_rows(window, stack_size, horizon)
+    rows = validity.window_valid_rows(window, stack_size, horizon)
   if s['subsample'] in subsample_lib.EPISODE_METHODS:
     rows = subsample_lib.keep_rows(
       rows,

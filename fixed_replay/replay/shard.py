@@ -21,20 +21,6 @@ transition_elements = transitions.transition_elements
 empty_batch = transitions.empty_batch
 
 
-def window_valid_rows(window, stack_size, update_horizon):
-  """The file rows of `window` whose stack and n-step future stay inside."""
-  return validity.valid_rows(
-    window.store['terminal'],
-    window.start,
-    window.num_file_rows,
-    window.add_count,
-    window.invalid_range,
-    window.episode_end_indices,
-    stack_size,
-    update_horizon,
-  )
-
-
 class ReplayShard:
   """Rows of one checkpoint, sampled with Dopamine's transition semantics."""
 
@@ -55,7 +41,9 @@ class ReplayShard:
     self.window = window
     self.suffix = window.suffix
     if valid_rows is None:
-      valid_rows = window_valid_rows(window, stack_size, update_horizon)
+      valid_rows = validity.window_valid_rows(
+        window, stack_size, update_horizon
+      )
     self.valid_rows = valid_rows
     self._writer = transitions.TransitionWriter(
       window.store,
