@@ -157,40 +157,13 @@ class CompactReplayBuffer(core.ReplayCore):
       replay_file_end_index,
       self._data_dir,
     )
-    stored = []
-    try:
-      windows = []
-      for directory in selected.values():
-        stored.append(compact_store.StoredCheckpoint(directory, verify=verify))
-        compact_windows.check_matches(
-          stored[-1],
-          self._observation_shape,
-          self._observation_dtype,
-          self._extra_names,
-        )
-        windows.append(
-          compact_windows.plan_window(
-            stored[-1],
-            replay_transitions_start_index,
-            replay_capacity,
-            subsample,
-            subsample_fraction,
-            self._data_dir,
-          )
-        )
-      self._publish(
-        compact_windows.open_windows(
-          self._window_settings(workers, prefetch_batches),
-          stored,
-          windows,
-          memory_budget,
-          cache_bytes,
-        )
+    settings = self._window_settings(workers, prefetch_batches)
+    settings.update(start=replay_transitions_start_index, verify=verify)
+    self._publish(
+      compact_windows.open_store(
+        list(selected.values()), settings, memory_budget, cache_bytes
       )
-    except BaseException:
-      for checkpoint in stored:
-        checkpoint.close()
-      raise
+    )
 
   def _window_settings(self, workers, prefetch_batches):
     elements = self.get_transition_elements()
@@ -205,6 +178,7 @@ class CompactReplayBuffer(core.ReplayCore):
       subsample_fraction=self._subsample_fraction,
       seed=self._seed,
       data_dir=self._data_dir,
+      replay_capacity=self._replay_capacity,
       batch_bytes=sum(
         np.dtype(e.type).itemsize * int(np.prod(e.shape)) for e in elements
       ),

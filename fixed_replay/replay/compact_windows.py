@@ -20,6 +20,7 @@ from fixed_replay.replay import samplers
 from fixed_replay.replay import shard as shard_lib
 from fixed_replay.replay import transitions
 from fixed_replay.store import block_cache
+from fixed_replay.store import compact_store
 
 DEFAULT_CACHE_BYTES = 256 << 20
 
@@ -44,8 +45,48 @@ def check_matches(stored, observation_shape, observation_dtype, extra_names):
     )
 
 
-def plan_window(stored, start, capacity, subsample, fraction, data_dir):
+def open_store(directories, settings, budget, cache):
+  """Opens the checkpoints in `directories` as one BlockFrames.
+
+  Args:
+    directories: list of the selected checkpoints' directories.
+    settings: dict, open_windows' buffer_settings plus `start`
+      (replay_transitions_start_index), `replay_capacity` and `verify`.
+    budget: int, bytes the buffer may hold.
+    cache: int or None, bytes of decoded blocks wanted.
+
+  Returns:
+    frame_sources.BlockFrames; its files are closed again if opening fails.
+
+  Raises:
+    CheckpointError, MemoryError, ValueError: see open_windows.
+  """
+  s = settings
+  stored = []
+  try:
+    windows = []
+    for directory in directories:
+      stored.append(
+        compact_store.StoredCheckpoint(directory, verify=s['verify'])
+      )
+      check_matches(
+        stored[-1],
+        s['observation_shape'],
+        s['observation_dtype'],
+        s['extra_names'],
+      )
+      windows.append(_plan_window(stored[-1], s))
+    return open_windows(s, stored, windows, budget, cache)
+  except BaseException:
+    for checkpoint in stored:
+      checkpoint.close()
+    raise
+
+
+def _plan_window(stored, s):
   """(start, count) of the rows used of one stored checkpoint."""
+  start, capacity, data_dir = s['start'], s['replay_capacity'], s['data_dir']
+  subsample, fraction = s['subsample'], s['subsample_fraction']
   if start >= stored.num_rows:
     raise ValueError(
       f'replay_transitions_start_index={start} is beyond the '
