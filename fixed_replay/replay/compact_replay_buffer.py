@@ -8,9 +8,9 @@ FixedReplayBuffer, nothing is loaded in sets: every minibatch is drawn
 uniformly over all valid transitions of all selected checkpoints, and
 
 * each transition is exactly the one Dopamine's `OutOfGraphReplayBuffer`,
-  loaded with the whole gzip file, returns for that file row (the same
-  ReplayShard transition math, run once over a minibatch mixing any
-  checkpoints; only the frames come from another place);
+  loaded with the whole gzip file, returns for that file row (the replay
+  core's transition math, transitions.py, run once over a minibatch mixing
+  any checkpoints; only the frames come from another place);
 * frames stay compressed on disk, decoded a block at a time into a cache
   bounded in bytes; the small per-row arrays (action, reward, terminal: 9
   bytes) and the valid rows (int32) are held in memory, so memory is ~13

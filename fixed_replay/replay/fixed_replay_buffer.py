@@ -2,7 +2,7 @@
 
 Keeps the contract of batch_rl's `FixedReplayBuffer` and Dopamine's
 `JaxFixedReplayBuffer` (same arguments, `reload_buffer`, `reload_data`), with
-three differences a researcher can rely on:
+these differences a researcher can rely on:
 
 * Only the window [replay_transitions_start_index, + replay_capacity) of each
   checkpoint is decompressed and held, and it is read by streaming.
@@ -18,6 +18,10 @@ three differences a researcher can rely on:
 
 `subsample` and `subsample_fraction` choose among the published meanings of
 "x% of the data" (see fixed_replay/dataset/subsample.py).
+
+The class only chooses the checkpoints (checkpoint_selection.py) and how
+their windows are read (checkpoint_loading.py); holding sets in turn is
+checkpoint_sets.py's, sampling the replay core's (core.py).
 """
 
 import sys
