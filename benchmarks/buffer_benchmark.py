@@ -107,7 +107,7 @@ def load_window_ours(directory, count, verify=True):
     prefetch=False,
     verify_checksums=verify,
   )
-  return buffer._active.shards[0].window.store
+  return buffer.shard(0).window.store
 
 
 def _link_run(directory, num_checkpoints):
@@ -156,7 +156,7 @@ def hold_checkpoints(run, num_buffers):
   buffer = FixedReplayBuffer(
     str(run), None, num_buffers_to_load=num_buffers, prefetch=False
   )
-  return sum(s.window.nbytes for s in buffer._active.shards)
+  return sum(buffer.shard(s).window.nbytes for s in buffer.loaded_suffixes)
 
 
 def try_five(run):

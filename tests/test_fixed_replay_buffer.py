@@ -1,12 +1,15 @@
-"""FixedReplayBuffer against Dopamine's own full-buffer sampling."""
+"""What FixedReplayBuffer adds to the contract: sets of checkpoints in RAM.
 
-import hashlib
+The transitions themselves are checked against Dopamine in
+test_replay_contract.py.
+"""
+
 import logging
-import os
 
 import dopamine_data
-import numpy as np
 import pytest
+from replay_oracle import as_dict
+from replay_oracle import assert_equals_oracle
 
 from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
@@ -22,150 +25,15 @@ def _buffer(directory, **kwargs):
   )
 
 
-def _as_dict(buffer, batch):
-  names = [e.name for e in buffer.get_transition_elements(len(batch[0]))]
-  return dict(zip(names, batch, strict=True))
-
-
-def _assert_equals_oracle(batch, oracles):
-  """Each transition equals Dopamine's for the same checkpoint and file row."""
-  for suffix in np.unique(batch['suffix']):
-    members = batch['suffix'] == suffix
-    oracle = oracles[int(suffix)]
-    expected = oracle.sample_transition_batch(
-      int(members.sum()), indices=batch['indices'][members]
-    )
-    names = [e.name for e in oracle.get_transition_elements(int(members.sum()))]
-    for name, array in zip(names, expected, strict=True):
-      assert batch[name].dtype == array.dtype, name
-      np.testing.assert_array_equal(
-        batch[name][members], array, err_msg=f'{name} of checkpoint {suffix}'
-      )
-
-
-@pytest.mark.parametrize(
-  'replay_capacity, start, update_horizon',
-  [
-    (1_000_000, 0, 1),  # Whole files, circular as in Dopamine.
-    (1_000_000, 0, 3),
-    (250, 0, 1),  # Window at the start of each file.
-    (300, 400, 3),  # In the middle, across some cursors.
-    (200, 800, 5),  # At the end of each file.
-    (2000, 650, 2),  # Larger than what is left: clipped to the end.
-  ],
-)
-def test_transitions_equal_dopamine(
-  dopamine_dir, replay_capacity, start, update_horizon
-):
-  directory, capacity, writers = dopamine_dir
-  oracles = {
-    s: dopamine_data.load_oracle(
-      directory, s, capacity, update_horizon=update_horizon, gamma=0.9
-    )
-    for s in writers
-  }
-  buffer = _buffer(
-    directory,
-    replay_capacity=replay_capacity,
-    replay_transitions_start_index=start,
-    update_horizon=update_horizon,
-    gamma=0.9,
-  )
-  window_end = min(start + replay_capacity, capacity)
-  seen = 0
-  for _ in range(8):
-    batch = _as_dict(buffer, buffer.sample_transition_batch(512))
-    _assert_equals_oracle(batch, oracles)
-    for suffix in np.unique(batch['suffix']):
-      rows = batch['indices'][batch['suffix'] == suffix]
-      assert all(
-        oracles[int(suffix)].is_valid_transition(int(i))
-        for i in np.unique(rows)
-      )
-      if replay_capacity < capacity:
-        # Neither the stack nor the n-step future leaves the window.
-        assert rows.min() - 3 >= start
-        assert rows.max() + update_horizon < window_end
-    seen += len(batch['indices'])
-  assert seen == 8 * 512
-
-
-def test_every_valid_row_matches_dopamine(dopamine_dir):
-  """All valid rows of a whole file, not just a sample."""
-  directory, capacity, writers = dopamine_dir
-  buffer = _buffer(directory, update_horizon=3, gamma=0.99)
-  for suffix in writers:
-    oracle = dopamine_data.load_oracle(
-      directory, suffix, capacity, update_horizon=3
-    )
-    rows = np.array(
-      [i for i in range(capacity) if oracle.is_valid_transition(i)]
-    )
-    # The file's invalid_range was written for horizon 1; rows whose 3-step
-    # future crosses the cursor are left out by us (Dopamine would stitch).
-    stitched = set(((oracle.cursor() - 3 + np.arange(2)) % capacity).tolist())
-    ours = buffer.shard(suffix).valid_rows
-    assert set(rows.tolist()) - set(ours.tolist()) <= stitched
-    batch = _as_dict(
-      buffer,
-      buffer.sample_transition_batch(len(ours), indices=ours, suffixes=suffix),
-    )
-    _assert_equals_oracle(batch, {suffix: oracle})
-
-
-def test_minibatches_mix_checkpoints_uniformly(dopamine_dir):
-  directory, _, writers = dopamine_dir
-  buffer = _buffer(directory)
-  counts = {s: buffer.shard(s).num_valid for s in writers}
-  suffixes = np.concatenate(
-    [
-      _as_dict(buffer, buffer.sample_transition_batch(256))['suffix']
-      for _ in range(40)
-    ]
-  )
-  share = {s: np.mean(suffixes == s) for s in writers}
-  expected = {s: c / sum(counts.values()) for s, c in counts.items()}
-  for s in writers:
-    assert abs(share[s] - expected[s]) < 0.02, (share, expected)
-  one_batch = _as_dict(buffer, buffer.sample_transition_batch(64))['suffix']
-  assert len(np.unique(one_batch)) > 1
-
-
-def test_one_checkpoint_per_minibatch_option(dopamine_dir):
-  buffer = _buffer(dopamine_dir[0], mix_checkpoints=False)
-  drawn = set()
-  for _ in range(20):
-    suffixes = _as_dict(buffer, buffer.sample_transition_batch(32))['suffix']
-    assert len(np.unique(suffixes)) == 1
-    drawn.add(int(suffixes[0]))
-  assert len(drawn) > 1
-
-
-def test_same_seed_same_batches(dopamine_dir):
-  first = _buffer(dopamine_dir[0], seed=3).sample_transition_batch(32)
-  second = _buffer(dopamine_dir[0], seed=3).sample_transition_batch(32)
-  third = _buffer(dopamine_dir[0], seed=4).sample_transition_batch(32)
-  for a, b in zip(first, second, strict=True):
-    np.testing.assert_array_equal(a, b)
-  assert not np.array_equal(first[-2], third[-2])
-
-
-def test_suffix_zero_is_a_checkpoint(dopamine_dir):
-  buffer = _buffer(dopamine_dir[0], replay_suffix=0)
-  assert buffer.loaded_suffixes == [0]
-  batch = _as_dict(buffer, buffer.sample_transition_batch(16))
-  assert set(batch['suffix']) == {0}
-  buffer.reload_buffer()  # A fixed suffix stays loaded.
-  assert buffer.loaded_suffixes == [0]
-
-
 def test_capacity_beyond_file_uses_whole_file_and_says_so(dopamine_dir, caplog):
   with caplog.at_level(logging.INFO):
     buffer = _buffer(
       dopamine_dir[0], replay_capacity=5000, replay_transitions_start_index=100
     )
   assert caplog.text.count('reaches past the 1000 rows') == 1
-  assert all(s.window.num_rows == 900 for s in buffer._active.shards)
+  assert all(
+    buffer.shard(s).window.num_rows == 900 for s in buffer.loaded_suffixes
+  )
 
 
 def test_bad_configurations_are_clear_errors(dopamine_dir, tmp_path):
@@ -210,7 +78,7 @@ def test_memory_budget_refuses_before_allocating(dopamine_dir):
     memory_budget=4 * per_checkpoint,
     prefetch=True,
   )
-  assert not buffer._rolling  # 2 held + 2 prefetched fit.
+  assert not buffer.rolling  # 2 held + 2 prefetched fit.
   buffer.close()
 
 
@@ -238,10 +106,10 @@ def test_rolling_replacement_when_double_buffering_does_not_fit(dopamine_dir):
     seed=2,
     memory_budget=3 * per_checkpoint,
   )
-  rolled = [buffer._rolling]
+  rolled = [buffer.rolling]
   for _ in range(12):
     buffer.reload_buffer()
-    rolled.append(buffer._rolling)
+    rolled.append(buffer.rolling)
     assert len(buffer.loaded_suffixes) == 2
     assert buffer.nbytes <= 3 * per_checkpoint
     buffer.sample_transition_batch(32)
@@ -251,67 +119,6 @@ def test_rolling_replacement_when_double_buffering_does_not_fit(dopamine_dir):
   buffer.close()
 
 
-def test_dataset_is_read_only(dopamine_dir, tmp_path):
-  directory = dopamine_dir[0]
-
-  def digest():
-    return {
-      name: hashlib.sha256(
-        open(os.path.join(directory, name), 'rb').read()
-      ).hexdigest()
-      for name in sorted(os.listdir(directory))
-    }
-
-  before = digest()
-  buffer = _buffer(directory)
-  buffer.save(str(directory), 0)
-  buffer.save(str(tmp_path), 0)
-  buffer.load(str(directory), 0)
-  with pytest.raises(NotImplementedError, match='read-only'):
-    buffer.add(np.zeros((84, 84), np.uint8), 0, 0.0, False)
-  assert digest() == before
-  assert os.listdir(tmp_path) == []
-
-
-def test_invalid_indices_are_refused(dopamine_dir):
-  buffer = _buffer(dopamine_dir[0], replay_suffix=0)
-  with pytest.raises(ValueError, match=r'Rows \[1\] of checkpoint 0'):
-    buffer.sample_transition_batch(2, indices=[1, 500])
-  with pytest.raises(ValueError, match='say which'):
-    _buffer(dopamine_dir[0]).sample_transition_batch(1, indices=[500])
-
-
-def test_jax_sample_api(dopamine_dir):
-  buffer = _buffer(dopamine_dir[0], batch_size=8)
-  element, metadata = buffer.sample(with_sample_metadata=True)
-  assert element.state.shape == (8, 84, 84, 4)
-  assert element.next_state.shape == (8, 84, 84, 4)
-  assert element.is_terminal.dtype == bool and element.reward.shape == (8,)
-  assert metadata.keys.shape == (8,)
-  assert buffer.sample(size=3).action.shape == (3,)
-
-
-def test_extra_storage_types_are_returned(tmp_path):
-  from dopamine.tf.replay_memory import circular_replay_buffer
-
-  extra = [circular_replay_buffer.ReplayElement('logits', (3,), np.float32)]
-  writer = dopamine_data.make_buffer(300, extra_storage_types=extra)
-  frames, _ = dopamine_data.pong_frames(280)
-  rng = np.random.default_rng(0)
-  for i in range(280):
-    writer.add(
-      frames[i], 1, 0.5, i % 50 == 49, rng.random(3).astype(np.float32)
-    )
-  writer.save(str(tmp_path), 0)
-  buffer = _buffer(tmp_path, replay_suffix=0, extra_storage_types=extra)
-  batch = _as_dict(buffer, buffer.sample_transition_batch(64))
-  oracle = dopamine_data.load_oracle(
-    tmp_path, 0, 300, extra_storage_types=extra
-  )
-  _assert_equals_oracle(batch, {0: oracle})
-  assert 'logits' in batch
-
-
 def test_checkpoint_files_found_once(dopamine_dir):
   assert len(checkpoints.find_checkpoints(dopamine_dir[0])) == 4
 
@@ -319,13 +126,13 @@ def test_checkpoint_files_found_once(dopamine_dir):
 def test_reload_without_prefetch_keeps_shared_checkpoints(dopamine_dir):
   """Holding every checkpoint, a reload must not read anything again."""
   buffer = _buffer(dopamine_dir[0], num_buffers_to_load=4, prefetch=True)
-  shards = {s.suffix: s for s in buffer._active.shards}
+  shards = {s: buffer.shard(s) for s in buffer.loaded_suffixes}
   buffer.reload_buffer()
-  assert {s.suffix: s for s in buffer._active.shards} == shards
+  assert {s: buffer.shard(s) for s in buffer.loaded_suffixes} == shards
   partial = _buffer(dopamine_dir[0], num_buffers_to_load=3, seed=5)
-  before = {s.suffix: s for s in partial._active.shards}
+  before = {s: partial.shard(s) for s in partial.loaded_suffixes}
   partial.reload_buffer()
-  for shard in partial._active.shards:
+  for shard in map(partial.shard, partial.loaded_suffixes):
     if shard.suffix in before:
       assert shard is before[shard.suffix]
 
@@ -351,12 +158,12 @@ def test_dopamine_labs_jax_fixed_replay_buffer_runs_on_ours(dopamine_dir):
       assert (window.start, window.num_rows) == (400, 300)
     element, metadata = buffer.sample(with_sample_metadata=True)
     assert element.state.shape == (16, 84, 84, 4)
-    batch = _as_dict(buffer, buffer.sample_transition_batch(64))
+    batch = as_dict(buffer, buffer.sample_transition_batch(64))
     oracles = {
       s: dopamine_data.load_oracle(directory, s, capacity)
       for s in buffer.loaded_suffixes
     }
-    _assert_equals_oracle(batch, oracles)
+    assert_equals_oracle(batch, oracles.__getitem__)
     buffer.reload_data()  # Dopamine's reload: its num_buffers_to_load.
     assert len(buffer.loaded_suffixes) == 2
   finally:

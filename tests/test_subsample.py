@@ -14,16 +14,11 @@ from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import subsample
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
-from fixed_replay.store import convert
+
+# The `store` fixture (a compact store of conftest's checkpoints).
+pytest_plugins = ('buffer_fixtures',)
 
 SUFFIXES = (0, 1, 3, 7)
-
-
-@pytest.fixture(scope='module')
-def store(dopamine_dir, tmp_path_factory):
-  directory = tmp_path_factory.mktemp('subsample_compact')
-  convert.convert(dopamine_dir[0], directory, workers=0)
-  return directory
 
 
 @pytest.fixture(scope='module')

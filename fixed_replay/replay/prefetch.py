@@ -1,17 +1,21 @@
-"""Minibatches prepared ahead in a background thread.
+"""Minibatches prepared ahead in background threads.
 
 `BatchPrefetcher` runs `sample_fn` (and an optional `transform`, e.g. moving
-the batch to the accelerator) in one daemon thread and keeps up to `depth`
+the batch to the accelerator) in a daemon thread and keeps up to `depth`
 results in a bounded queue, so that a training step finds its minibatch
 ready while the previous update runs (JAX releases the GIL while it
-computes, and so do most of the buffer's numpy/numba gathers).
+computes, and so do most of the buffer's numpy/numba gathers). Given one
+sampling function per thread (each with its own random stream), several
+threads fill the one queue: CompactReplayBuffer's block decoding runs
+outside the GIL on every core.
 
 It also measures what is left of the cost: `wait_seconds` is the time
 `get()` spent blocked because no batch was ready, which is the share of a
 training step spent waiting on the buffer.
 
-Batches come out in the order `sample_fn` produced them, so with a seeded
-buffer the stream is the one sampling in the foreground would give, except
+With one thread, batches come out in the order `sample_fn` produced them, so
+with a seeded buffer the stream is the one sampling in the foreground would
+give, except
 that `paused()` (held while the buffer swaps in new data) discards batches
 drawn before the swap.
 """
@@ -43,8 +47,8 @@ class _Failure:
     self.error = error
 
 
-def _produce(prefetcher_ref, batches, lock, stop):
-  """The producer loop; holds the prefetcher only while sampling.
+def _produce(prefetcher_ref, number, batches, lock, stop):
+  """Producer `number`'s loop; holds the prefetcher only while sampling.
 
   Holding it weakly lets an abandoned prefetcher (and the buffer its
   sample_fn reaches) be garbage collected, which ends this thread.
@@ -58,7 +62,7 @@ def _produce(prefetcher_ref, batches, lock, stop):
         if stop.is_set():
           return
         generation = prefetcher._generation
-        item = prefetcher._transform(prefetcher._sample_fn())
+        item = prefetcher._transform(prefetcher._sample_fns[number]())
     except Exception as error:  # noqa: BLE001  (re-raised by get())
       item = _Failure(error)
     del prefetcher
@@ -75,39 +79,48 @@ def _produce(prefetcher_ref, batches, lock, stop):
 
 
 class BatchPrefetcher:
-  """Produces `transform(sample_fn())` ahead of time in a background thread."""
+  """Produces `transform(sample_fn())` ahead of time in background threads."""
 
   def __init__(self, sample_fn, depth=2, transform=None, name='prefetch'):
-    """Starts the producer thread.
+    """Starts the producer threads.
 
     Args:
-      sample_fn: callable returning one batch; called only from the producer
-        thread, never while `paused()` is held.
+      sample_fn: callable returning one batch, or a sequence of them (one
+        thread each); called only from the producer threads, never while
+        `paused()` is held.
       depth: int >= 1, batches kept ready.
       transform: callable or None, applied to each batch in the producer
         thread (e.g. jax.device_put).
-      name: str, the thread's name.
+      name: str, the threads' name (numbered when there are several).
 
     Raises:
       ValueError: if depth < 1.
     """
     if depth < 1:
       raise ValueError(f'depth must be at least 1, got {depth}')
-    self._sample_fn = sample_fn
+    fns = list(sample_fn) if not callable(sample_fn) else [sample_fn]
+    self._sample_fns = fns
     self._transform = transform or (lambda batch: batch)
     self._queue = queue.Queue(maxsize=depth)
-    self._lock = threading.Lock()  # Held while sampling.
+    # One lock a thread, held while it samples; paused() takes them all.
+    self._locks = [threading.Lock() for _ in fns]
     self._stop = threading.Event()
     self._generation = 0
+    self._failure = None
     self.wait_seconds = 0.0
     self.batches = 0
-    self._thread = threading.Thread(
-      target=_produce,
-      args=(weakref.ref(self), self._queue, self._lock, self._stop),
-      name=name,
-      daemon=True,
-    )
-    self._thread.start()
+    self._threads = [
+      threading.Thread(
+        target=_produce,
+        args=(weakref.ref(self), n, self._queue, lock, self._stop),
+        name=name if len(fns) == 1 else f'{name}_{n}',
+        daemon=True,
+      )
+      for n, lock in enumerate(self._locks)
+    ]
+    self._thread = self._threads[0]
+    for thread in self._threads:
+      thread.start()
     _LIVE.add(self)
 
   def get(self):
@@ -117,6 +130,8 @@ class BatchPrefetcher:
       RuntimeError: if the prefetcher is closed.
       Exception: whatever sample_fn or transform raised, in the producer.
     """
+    if self._failure is not None:  # A producer failed: every call says so.
+      raise self._failure
     began = time.perf_counter()
     while True:
       if self._stop.is_set():
@@ -124,7 +139,7 @@ class BatchPrefetcher:
       try:
         generation, item = self._queue.get(timeout=0.1)
       except queue.Empty:
-        if not self._thread.is_alive() and self._queue.empty():
+        if not self.running and self._queue.empty():
           raise RuntimeError('the prefetch thread has stopped') from None
         continue
       if generation == self._generation or isinstance(item, _Failure):
@@ -132,6 +147,7 @@ class BatchPrefetcher:
     self.wait_seconds += time.perf_counter() - began
     self.batches += 1
     if isinstance(item, _Failure):
+      self._failure = item.error
       raise item.error
     return item
 
@@ -144,7 +160,9 @@ class BatchPrefetcher:
     Yields:
       None.
     """
-    with self._lock:
+    with contextlib.ExitStack() as held:
+      for lock in self._locks:
+        held.enter_context(lock)
       self._generation += 1
       yield
       # Everything queued now was drawn before the change. A batch still
@@ -160,23 +178,24 @@ class BatchPrefetcher:
 
   @property
   def running(self):
-    """Whether the producer thread is alive."""
-    return self._thread.is_alive()
+    """Whether a producer thread is alive."""
+    return any(thread.is_alive() for thread in self._threads)
 
   def close(self, timeout=10.0):
-    """Stops the producer thread and drops the batches it prepared.
+    """Stops the producer threads and drops the batches they prepared.
 
     Args:
       timeout: float, seconds to wait for a sample in progress to finish.
     """
     self._stop.set()
-    self._thread.join(timeout)
-    if self._thread.is_alive():
-      logging.warning(
-        'Prefetch thread %s did not stop within %.1f s',
-        self._thread.name,
-        timeout,
-      )
+    for thread in self._threads:
+      thread.join(timeout)
+      if thread.is_alive():
+        logging.warning(
+          'Prefetch thread %s did not stop within %.1f s',
+          thread.name,
+          timeout,
+        )
     with contextlib.suppress(queue.Empty):
       while True:
         self._queue.get_nowait()

@@ -26,6 +26,8 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
   transition dict has one more entry than Dopamine's: `suffix`.
   """
 
+  # Deliberately spelled out: batch_rl's and Dopamine's argument order, for
+  # positional callers and `WrappedFixedReplayBuffer.<name>` gin bindings.
   def __init__(
     self,
     data_dir,
@@ -93,12 +95,8 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
     )
     chosen = {k: v for k, v in chosen.items() if v is not None}
     memory_class = memory_class or replay_buffer_class()
-    memory = wrapped_memory or memory_class(
-      data_dir,
-      observation_shape=observation_shape,
-      stack_size=stack_size,
-      update_horizon=update_horizon,
-      gamma=gamma,
+    # The element signature, passed alike to the buffer and to Dopamine.
+    signature = dict(
       extra_storage_types=extra_storage_types,
       observation_dtype=observation_dtype,
       terminal_dtype=terminal_dtype,
@@ -106,6 +104,14 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       action_dtype=action_dtype,
       reward_shape=reward_shape,
       reward_dtype=reward_dtype,
+    )
+    memory = wrapped_memory or memory_class(
+      data_dir,
+      observation_shape=observation_shape,
+      stack_size=stack_size,
+      update_horizon=update_horizon,
+      gamma=gamma,
+      **signature,
       **chosen,
       **memory_kwargs,
     )
@@ -119,13 +125,7 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       gamma=gamma,
       wrapped_memory=memory,
       max_sample_attempts=max_sample_attempts,
-      extra_storage_types=extra_storage_types,
-      observation_dtype=observation_dtype,
-      terminal_dtype=terminal_dtype,
-      action_shape=action_shape,
-      action_dtype=action_dtype,
-      reward_shape=reward_shape,
-      reward_dtype=reward_dtype,
+      **signature,
     )
 
   def reload_buffer(self, num_buffers=None):

@@ -1,0 +1,210 @@
+"""A replay core that holds random sets of checkpoints in turn, batch_rl's way.
+
+`SetRotation` holds `num_buffers_to_load` checkpoints at a time (windows in
+RAM, frame_sources.ShardFrames) and swaps in a new random set at each
+`reload_buffer()`. With prefetching the next set loads in a background
+thread while training samples the current one; when the budget cannot hold
+both sets, the new checkpoints are rolled in one at a time instead. Without
+prefetching, a reload that cannot hold both frees the outgoing checkpoints
+first, and samplers in other threads wait for the new set: they never see an
+empty one.
+"""
+
+import concurrent.futures
+import threading
+import time
+
+from absl import logging
+
+from fixed_replay.replay import core
+from fixed_replay.replay import frame_sources
+from fixed_replay.replay import memory_budget as memory
+
+
+class SetRotation(core.ReplayCore):
+  """ReplayCore over a rotating set of checkpoints loaded into RAM."""
+
+  def _start_sets(self, loader, sets, num_buffers, budget, prefetch):
+    """Loads the first set (in the foreground) and starts prefetching.
+
+    Args:
+      loader: checkpoint_loading.WindowLoader of the selected checkpoints.
+      sets: checkpoint_selection.RandomSets drawing the sets.
+      num_buffers: int, checkpoints held at a time.
+      budget: int, bytes the loaded windows may take.
+      prefetch: bool, load the next set in the background.
+
+    Raises:
+      MemoryError: if the first set cannot fit, before reading it.
+    """
+    self._loader = loader
+    self._sets = sets
+    self._num_buffers_to_load = num_buffers
+    self._budget = budget
+    # Used while a reload without prefetch has freed the outgoing set and
+    # the new one is not in yet: samplers wait instead of seeing nothing.
+    self._swapped_in = threading.Condition()
+    self._swapping = False
+    self._source = frame_sources.ShardFrames([])
+    self._executor = concurrent.futures.ThreadPoolExecutor(
+      max_workers=1, thread_name_prefix='fixed_replay_prefetch'
+    )
+    self._pending = None  # Future of the next set (or of a rolling refresh).
+    self.rolling = False  # Whether the last refresh replaces one at a time.
+    first = sets.draw(num_buffers)
+    memory.check_fits(
+      loader.set_bytes(first),
+      budget,
+      f'Loading {len(first)} checkpoint(s) {first}',
+    )
+    self._publish(loader.load_shards(first, parallel=True))
+    self._prefetch = prefetch and len(sets.suffixes) > num_buffers
+    if self._prefetch:
+      self._start_refresh()
+
+  def _publish(self, shards):
+    """Makes `shards` the set samplers draw from (one assignment)."""
+    source = frame_sources.ShardFrames(shards)
+    if not source.table.total:
+      raise ValueError(
+        f'Checkpoints {source.table.suffixes} of {self._data_dir} hold no '
+        f'valid transition for stack_size={self._stack_size}, '
+        f'update_horizon={self._update_horizon} in their windows'
+      )
+    with self._swapped_in:
+      self._source = source
+      self._swapping = False
+      self._swapped_in.notify_all()
+
+  def _current(self):
+    """The current set; waits while a reload has nothing to show yet."""
+    source = self._source
+    if source.table.total:
+      return source
+    with self._swapped_in:
+      while self._swapping:
+        self._swapped_in.wait()
+      if not self._source.table.total:
+        raise RuntimeError(
+          f'No checkpoint of {self._data_dir} is loaded: the last reload '
+          'failed'
+        )
+      return self._source
+
+  def _start_refresh(self):
+    """Starts loading a new random set in the background."""
+    suffixes = self._sets.draw(self._num_buffers_to_load)
+    current = self._source
+    set_bytes = self._loader.set_bytes
+    new_bytes = set_bytes([s for s in suffixes if s not in current.by_suffix])
+    held = set_bytes(current.table.suffixes)
+    self.rolling = held + new_bytes > self._budget
+    if self.rolling:
+      largest = max(set_bytes([s]) for s in suffixes)
+      memory.check_fits(
+        held + largest,
+        self._budget,
+        'Replacing one loaded checkpoint at a time',
+      )
+      logging.info(
+        'Double-buffering %s would need %s (budget %s): replacing '
+        'checkpoints one at a time instead.',
+        suffixes,
+        memory.format_bytes(held + new_bytes),
+        memory.format_bytes(self._budget),
+      )
+      self._pending = self._executor.submit(self._roll_in, suffixes)
+    else:
+      self._pending = self._executor.submit(
+        self._loader.load_shards, suffixes, False, current.shards
+      )
+
+  def _roll_in(self, suffixes):
+    """Replaces loaded shards one at a time by those of `suffixes`."""
+    for suffix in suffixes:
+      if suffix in self._source.by_suffix:
+        continue
+      new_shard = self._loader.load_shard(suffix)
+      shards = list(self._source.shards)
+      outgoing = next(
+        i for i, s in enumerate(shards) if s.suffix not in suffixes
+      )
+      shards[outgoing] = new_shard
+      self._publish(shards)
+    return None
+
+  def reload_buffer(self, num_buffers=None):
+    """Swaps in a new random set of checkpoints.
+
+    With prefetching, the set loaded in the background since the last call is
+    swapped in at once (waiting only if it is not ready yet) and the next set
+    starts loading. Without it, the new set is loaded now.
+
+    Args:
+      num_buffers: int or None, checkpoints to hold (default
+        num_buffers_to_load).
+    """
+    if self._replay_suffix is not None:
+      return
+    if num_buffers is not None:
+      num_buffers = self._sets.available(num_buffers)
+    if num_buffers is not None and num_buffers != self._num_buffers_to_load:
+      self._num_buffers_to_load = num_buffers
+      self._cancel_pending()
+    began = time.perf_counter()
+    if self._prefetch and self._pending is not None:
+      # A load that failed (a damaged file) raises here, once.
+      pending, self._pending = self._pending, None
+      shards = pending.result()
+      if shards is not None:
+        self._publish(shards)
+    else:
+      self._reload_now(self._sets.draw(self._num_buffers_to_load))
+    logging.info(
+      'Swapped in checkpoints %s after waiting %.2f s',
+      self._source.table.suffixes,
+      time.perf_counter() - began,
+    )
+    if self._prefetch:
+      self._start_refresh()
+
+  def _reload_now(self, suffixes):
+    """Loads `suffixes` in the foreground (no prefetch) and swaps them in."""
+    current = self._source
+    kept = [s for s in current.shards if s.suffix in suffixes]
+    incoming = [s for s in suffixes if s not in current.by_suffix]
+    set_bytes = self._loader.set_bytes
+    memory.check_fits(
+      set_bytes(suffixes), self._budget, f'Loading checkpoints {suffixes}'
+    )
+    if set_bytes(current.table.suffixes + incoming) > self._budget:
+      with self._swapped_in:
+        self._swapping = True
+        self._source = frame_sources.ShardFrames(kept)
+    try:
+      self._publish(
+        self._loader.load_shards(suffixes, parallel=True, reuse=kept)
+      )
+    finally:
+      with self._swapped_in:
+        self._swapping = False
+        self._swapped_in.notify_all()
+
+  def reload_data(self):
+    """Dopamine JAX name for reloading: a new set unless one suffix is fixed."""
+    self.reload_buffer(self._num_buffers_to_load)
+
+  def _cancel_pending(self):
+    if self._pending is not None:
+      self._pending.cancel()
+      try:
+        self._pending.result()
+      except concurrent.futures.CancelledError:
+        pass
+      self._pending = None
+
+  def close(self):
+    """Stops background loading."""
+    self._cancel_pending()
+    self._executor.shutdown(wait=True)
+    super().close()

@@ -1,0 +1,276 @@
+"""Opening the selected checkpoints of a compact store as one BlockFrames.
+
+Plans each checkpoint's window (replay_capacity rows from
+replay_transitions_start_index, subsampled), checks the whole selection
+against the memory budget before reading anything, then reads the small
+arrays (action, reward, terminal: 9 bytes a row) of every window end to end,
+builds the valid-row table (int32, precomputed in the store for whole files)
+and sizes the block cache with what the budget leaves.
+"""
+
+from absl import logging
+import numpy as np
+
+from fixed_replay.dataset import subsample as subsample_lib
+from fixed_replay.dataset import validity
+from fixed_replay.errors import CheckpointError
+from fixed_replay.replay import frame_sources
+from fixed_replay.replay import memory_budget as memory
+from fixed_replay.replay import samplers
+from fixed_replay.replay import shard as shard_lib
+from fixed_replay.replay import transitions
+from fixed_replay.store import block_cache
+from fixed_replay.store import compact_store
+
+DEFAULT_CACHE_BYTES = 256 << 20
+
+
+def check_matches(stored, observation_shape, observation_dtype, extra_names):
+  """Raises CheckpointError unless the store holds what was asked for."""
+  frames = stored.frames
+  if frames.row_shape != observation_shape:
+    raise CheckpointError(
+      frames.path,
+      f'frames of shape {frames.row_shape}, expected {observation_shape}',
+    )
+  if frames.dtype != observation_dtype:
+    raise CheckpointError(
+      frames.path,
+      f'frames of dtype {frames.dtype}, expected {observation_dtype}',
+    )
+  missing = set(extra_names) - set(stored.arrays)
+  if missing:
+    raise CheckpointError(
+      stored.directory, f'no stored element(s) {sorted(missing)}'
+    )
+
+
+def open_store(directories, settings, budget, cache):
+  """Opens the checkpoints in `directories` as one BlockFrames.
+
+  Args:
+    directories: list of the selected checkpoints' directories.
+    settings: dict, open_windows' buffer_settings plus `start`
+      (replay_transitions_start_index), `replay_capacity` and `verify`.
+    budget: int, bytes the buffer may hold.
+    cache: int or None, bytes of decoded blocks wanted.
+
+  Returns:
+    frame_sources.BlockFrames; its files are closed again if opening fails.
+
+  Raises:
+    CheckpointError, MemoryError, ValueError: see open_windows.
+  """
+  s = settings
+  stored = []
+  try:
+    windows = []
+    for directory in directories:
+      stored.append(
+        compact_store.StoredCheckpoint(directory, verify=s['verify'])
+      )
+      check_matches(
+        stored[-1],
+        s['observation_shape'],
+        s['observation_dtype'],
+        s['extra_names'],
+      )
+      windows.append(_plan_window(stored[-1], s))
+    return open_windows(s, stored, windows, budget, cache)
+  except BaseException:
+    for checkpoint in stored:
+      checkpoint.close()
+    raise
+
+
+def _plan_window(stored, s):
+  """(start, count) of the rows used of one stored checkpoint."""
+  start, capacity, data_dir = s['start'], s['replay_capacity'], s['data_dir']
+  subsample, fraction = s['subsample'], s['subsample_fraction']
+  if start >= stored.num_rows:
+    raise ValueError(
+      f'replay_transitions_start_index={start} is beyond the '
+      f'{stored.num_rows} rows of checkpoint {stored.suffix}'
+    )
+  count = memory.window_rows(stored.num_rows, start, capacity)
+  if subsample == 'first_rows':
+    count = subsample_lib.first_rows_count(
+      count, fraction, f'checkpoint {stored.suffix} of {data_dir}'
+    )
+  return start, count
+
+
+def _check_same_layout(stored, names, data_dir):
+  """Raises CheckpointError unless all checkpoints store alike arrays."""
+  block_rows = {s.frames.block_rows for s in stored}
+  if len(block_rows) != 1:
+    raise CheckpointError(
+      data_dir,
+      f'checkpoints stored with different block sizes {sorted(block_rows)}',
+    )
+  first = stored[0].arrays
+  for other in stored[1:]:
+    for name in names:
+      theirs, ours = other.arrays[name], first[name]
+      if (theirs.dtype, theirs.shape[1:]) != (ours.dtype, ours.shape[1:]):
+        raise CheckpointError(
+          other.directory,
+          f'{name} of {theirs.dtype}{theirs.shape[1:]}, but checkpoint '
+          f'{stored[0].suffix} has {ours.dtype}{ours.shape[1:]}',
+        )
+
+
+def _read_small_arrays(stored, windows, names):
+  """Every window's small arrays end to end: (arrays, offsets)."""
+  counts = np.array([count for _, count in windows], dtype=np.int64)
+  offsets = np.cumsum(counts) - counts
+  first = stored[0].arrays
+  arrays = {
+    name: np.empty(
+      (int(counts.sum()),) + first[name].shape[1:], first[name].dtype
+    )
+    for name in names
+  }
+  for checkpoint, (start, count), offset in zip(
+    stored, windows, offsets, strict=True
+  ):
+    for name, array in arrays.items():
+      checkpoint.read_rows_into(name, start, array[offset : offset + count])
+  return arrays, offsets
+
+
+def _fixed_bytes(stored, windows, names):
+  """Bytes of everything but the cache: small arrays, tables, indexes."""
+  total = 0
+  for checkpoint, (_, count) in zip(stored, windows, strict=True):
+    row_bytes = sum(
+      checkpoint.arrays[n].itemsize
+      * int(np.prod(checkpoint.arrays[n].shape[1:]))
+      for n in names
+    )
+    total += count * (row_bytes + np.dtype(np.int32).itemsize)
+    total += checkpoint.frames.nbytes
+  return total
+
+
+def open_windows(buffer_settings, stored, windows, budget, cache):
+  """Builds the BlockFrames of `stored` checkpoints' `windows`.
+
+  Args:
+    buffer_settings: dict with stack_size, update_horizon, gamma,
+      observation_shape, observation_dtype, extra_names, subsample,
+      subsample_fraction, seed, data_dir, batch_bytes, workers (threads
+      that may hold a batch) and prefetch_batches.
+    stored: list of compact_store.StoredCheckpoint, matching the request.
+    windows: list of (start, count), one per checkpoint.
+    budget: int, bytes the buffer may hold.
+    cache: int or None, bytes of decoded blocks wanted (None: the default).
+
+  Returns:
+    frame_sources.BlockFrames.
+
+  Raises:
+    CheckpointError: if the checkpoints are stored unlike each other.
+    MemoryError: if the selection does not fit in `budget`.
+    ValueError: if no window holds a valid transition.
+  """
+  s = buffer_settings
+  names = ['action', 'reward', 'terminal'] + s['extra_names']
+  _check_same_layout(stored, names, s['data_dir'])
+  block_rows = stored[0].frames.block_rows
+  block_bytes = (
+    block_rows
+    * s['observation_dtype'].itemsize
+    * int(np.prod(s['observation_shape']))
+  )
+  workers = s['workers']
+  per_transition = (s['stack_size'] + s['update_horizon'] - 2) // block_rows + 3
+  min_slots = (workers + 1) * frame_sources.CHUNK * per_transition
+  fixed = (
+    _fixed_bytes(stored, windows, names)
+    + (s['prefetch_batches'] + workers) * s['batch_bytes']
+  )
+  what = (
+    f'{len(stored)} checkpoint(s) of {s["data_dir"]} '
+    f'({sum(c for _, c in windows):,} rows)'
+  )
+  memory.check_fits(fixed + min_slots * block_bytes, budget, what)
+  wanted = DEFAULT_CACHE_BYTES if cache is None else cache
+  num_slots = max(min_slots, min(wanted, budget - fixed) // block_bytes)
+  blocks = block_cache.BlockCache(
+    num_slots,
+    (block_rows,) + s['observation_shape'],
+    s['observation_dtype'],
+  )
+  arrays, offsets = _read_small_arrays(stored, windows, names)
+  views = [
+    stored_checkpoint.window(
+      start, count, arrays={n: a[o : o + count] for n, a in arrays.items()}
+    )
+    for stored_checkpoint, (start, count), o in zip(
+      stored, windows, offsets, strict=True
+    )
+  ]
+  valid = [_valid_rows(c, w, s) for c, w in zip(stored, views, strict=True)]
+  table = samplers.ValidRowTable.concatenate(
+    [c.suffix for c in stored], valid, dtype=np.int32
+  )
+  if not table.total:
+    raise ValueError(
+      f'{what} hold no valid transition for stack_size='
+      f'{s["stack_size"]}, update_horizon={s["update_horizon"]}'
+    )
+  shards = [
+    shard_lib.ReplayShard(
+      window,
+      s['stack_size'],
+      s['update_horizon'],
+      s['gamma'],
+      valid_rows=rows,
+    )
+    for window, rows in zip(views, table.valid_rows, strict=True)
+  ]
+  writer = transitions.TransitionWriter(
+    arrays,
+    transitions.RowLayout(views),
+    s['stack_size'],
+    s['update_horizon'],
+    s['gamma'],
+  )
+  logging.info(
+    'CompactReplayBuffer over %s: %d valid transitions; %s mapped and '
+    'indexed, cache of %d blocks (%s), budget %s',
+    what,
+    table.total,
+    memory.format_bytes(fixed),
+    num_slots,
+    memory.format_bytes(blocks.nbytes),
+    memory.format_bytes(budget),
+  )
+  return frame_sources.BlockFrames(stored, shards, table, writer, blocks, fixed)
+
+
+def _valid_rows(stored, window, s):
+  """The window's valid rows: the store's table for a whole file."""
+  stack_size, horizon = s['stack_size'], s['update_horizon']
+  rows = None
+  if (window.start, window.num_rows) == (0, stored.num_rows):
+    rows = stored.valid_rows_table(stack_size, horizon)
+  if rows is None:
+    rows = validity.window_valid_rows(window, stack_size, horizon)
+  if s['subsample'] in subsample_lib.EPISODE_METHODS:
+    rows = subsample_lib.keep_rows(
+      rows,
+      window,
+      s['subsample'],
+      s['subsample_fraction'],
+      subsample_lib.episode_rng(s['seed'], stored.suffix),
+    )
+  if not len(rows):
+    logging.warning(
+      'Checkpoint %d has no valid transition in rows [%d, %d)',
+      stored.suffix,
+      window.start,
+      window.start + window.num_rows,
+    )
+  return rows

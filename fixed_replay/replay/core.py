@@ -1,0 +1,291 @@
+"""The read-only replay core every buffer of this library is built on.
+
+`ReplayCore` owns what a buffer over a fixed dataset does whatever holds its
+data: the argument checks, the element signature, Dopamine's
+`sample_transition_batch` and the JAX `sample()`, the read-only
+`add`/`save`/`load`, suffix lookups and the optional batch prefetcher. It is
+composed from two parts, in the spirit of Dopamine's JAX replay (a buffer
+given its sampling distribution) and TorchRL's storage/sampler split:
+
+* the *draw* (samplers.py): which valid transitions a minibatch holds;
+* a *frame source* (frame_sources.py): the loaded checkpoints' valid-row
+  table and whatever writes their transitions into a batch (windows in
+  RAM, a compact store's block cache, or any other source that offers
+  `table`, `shard`, `check`, `write`, `num_rows`, `nbytes` and `close`).
+
+A subclass chooses the checkpoints, builds the source and publishes it with
+`_publish`; it may publish a new one at any time (one assignment: samplers
+see the old source or the new one, never a mix).
+"""
+
+import functools
+
+import numpy as np
+
+from fixed_replay.dataset import subsample as subsample_lib
+from fixed_replay.replay import arguments
+from fixed_replay.replay import prefetch
+from fixed_replay.replay import samplers
+from fixed_replay.replay import transitions
+
+
+def _sample_into(source, draw, rng, elements):
+  """One minibatch drawn and written (a prefetch thread's work)."""
+  which, rows = draw(source.table, rng, elements[0].shape[0])
+  batch = transitions.empty_batch(elements)
+  source.write(batch, which, rows)
+  return batch
+
+
+class ReplayCore:
+  """Samples a fixed dataset with Dopamine's buffer API; never writes."""
+
+  def __init__(self, settings):
+    """Checks and keeps the arguments every buffer shares.
+
+    Args:
+      settings: dict, the subclass constructor's arguments (its `locals()`);
+        names it does not have keep their defaults.
+
+    Raises:
+      ValueError: on inconsistent arguments.
+    """
+    arguments.check(settings)
+    reward_shape = tuple(settings.get('reward_shape', ()))
+    if reward_shape != () and settings['update_horizon'] > 1:
+      raise ValueError('n-step returns need scalar rewards (reward_shape=())')
+    subsample_lib.check_arguments(
+      settings.get('subsample'), settings.get('subsample_fraction')
+    )
+    extra = list(settings.get('extra_storage_types') or [])
+    self._data_dir = str(settings['data_dir'])
+    replay_suffix = settings['replay_suffix']
+    self._replay_suffix = None if replay_suffix is None else int(replay_suffix)
+    self._observation_shape = tuple(settings['observation_shape'])
+    self._observation_dtype = np.dtype(settings['observation_dtype'])
+    self._stack_size = settings['stack_size']
+    self._update_horizon = settings['update_horizon']
+    self._gamma = settings['gamma']
+    self._batch_size = settings['batch_size']
+    self._replay_capacity = settings['replay_capacity']
+    self._subsample = settings.get('subsample')
+    self._subsample_fraction = settings.get('subsample_fraction')
+    self._seed = settings['seed']
+    self._extra_names = [e.name for e in extra]
+    self._element_signature = dict(
+      observation_shape=self._observation_shape,
+      stack_size=self._stack_size,
+      observation_dtype=settings['observation_dtype'],
+      terminal_dtype=settings['terminal_dtype'],
+      action_shape=tuple(settings['action_shape']),
+      action_dtype=settings['action_dtype'],
+      reward_shape=reward_shape,
+      reward_dtype=settings['reward_dtype'],
+      extra_storage_types=extra,
+    )
+    self._elements_by_batch_size = {}
+    self._draw = samplers.drawer(settings['mix_checkpoints'])
+    self._rng = np.random.default_rng(self._seed)
+    self._source = None
+    self._batches = None  # BatchPrefetcher of default-size batches.
+    self._batch_threads = None  # (seed sequence, threads, depth) to start.
+
+  # --------------------------------------------------------- for subclasses
+
+  def _publish(self, source):
+    """Makes `source` the one samplers read (one assignment)."""
+    self._source = source
+
+  def _current(self):
+    """The source to sample from now (a subclass may wait for one)."""
+    return self._source
+
+  def _prefetch_batches(self, seed_sequence, num_threads, depth):
+    """Default-size batches will be prepared by `num_threads` threads.
+
+    They start with the first sample; each draws from its own generator
+    (spawned from `seed_sequence`) over the source published then, which
+    must stay the buffer's source.
+    """
+    self._batch_threads = (seed_sequence, num_threads, depth)
+
+  def _start_batch_threads(self):
+    seed_sequence, num_threads, depth = self._batch_threads
+    source, elements = self._current(), self.get_transition_elements()
+    # Bound to the source, not to the buffer: an abandoned buffer can be
+    # collected, and then its prefetcher and threads end.
+    fns = [
+      functools.partial(
+        _sample_into, source, self._draw, np.random.default_rng(seq), elements
+      )
+      for seq in seed_sequence.spawn(1)[0].spawn(num_threads)
+    ]
+    self._batches = prefetch.BatchPrefetcher(
+      fns, depth=depth, name=f'{type(self).__name__}_prefetch'
+    )
+
+  def close(self):
+    """Stops the batch threads and closes the source."""
+    if self._batches is not None:
+      self._batches.close()
+      self._batches = None
+    self._batch_threads = None
+    if self._source is not None:
+      self._source.close()
+
+  # ------------------------------------------------------------ properties
+
+  @property
+  def batch_size(self):
+    return self._batch_size
+
+  @property
+  def replay_capacity(self):
+    """Rows used per checkpoint (a window may hold fewer, see the log)."""
+    return self._replay_capacity
+
+  @property
+  def loaded_suffixes(self):
+    """Suffixes of the checkpoints currently sampled from."""
+    return list(self._source.table.suffixes)
+
+  @property
+  def add_count(self):
+    """Rows currently sampled from (Dopamine agents compare it to a minimum)."""
+    return np.array(self._source.num_rows)
+
+  @property
+  def num_valid_transitions(self):
+    return self._source.table.total
+
+  @property
+  def nbytes(self):
+    """Bytes the loaded data holds (see the subclass)."""
+    return self._source.nbytes
+
+  def get_transition_elements(self, batch_size=None):
+    """Dopamine's transition signature plus `suffix` (see transitions.py)."""
+    batch_size = self._batch_size if batch_size is None else batch_size
+    if batch_size not in self._elements_by_batch_size:  # Built once per size.
+      self._elements_by_batch_size[batch_size] = tuple(
+        transitions.transition_elements(batch_size, **self._element_signature)
+      )
+    return self._elements_by_batch_size[batch_size]
+
+  def shard(self, suffix=None):
+    """The ReplayShard of checkpoint `suffix` (None: the only one)."""
+    source = self._source
+    return source.shard(source.table.position_of(suffix))
+
+  def is_valid_transition(self, index, suffix=None):
+    """Whether file row `index` of checkpoint `suffix` may be sampled."""
+    return self.shard(suffix).is_valid_transition(index)
+
+  # -------------------------------------------------------------- sampling
+
+  def sample_index_batch(self, batch_size=None):
+    """Draws (suffixes, file rows) of batch_size valid transitions."""
+    batch_size = self._batch_size if batch_size is None else batch_size
+    table = self._current().table
+    which, rows = self._draw(table, self._rng, batch_size)
+    return table.suffix_array[which], rows
+
+  def sample_transition_batch(
+    self, batch_size=None, indices=None, suffixes=None
+  ):
+    """Returns a batch of transitions, as Dopamine's buffer does.
+
+    Args:
+      batch_size: int or None (default batch size).
+      indices: optional file rows to return instead of sampling.
+      suffixes: checkpoint of each index (needed with `indices` when more
+        than one checkpoint is loaded; an int applies to all).
+
+    Returns:
+      tuple of arrays in the order of get_transition_elements(batch_size).
+
+    Raises:
+      ValueError: if an index is not a valid transition of its checkpoint.
+      CheckpointError: if the data turns out damaged (names file and rows).
+    """
+    if indices is None:
+      batch_size = self._batch_size if batch_size is None else batch_size
+      if self._batch_threads is not None and batch_size == self._batch_size:
+        if self._batches is None:
+          self._start_batch_threads()
+        batch = self._batches.get()
+      else:
+        # One source for the whole call: a background swap cannot pull the
+        # checkpoints away between drawing rows and reading them.
+        batch = _sample_into(
+          self._current(),
+          self._draw,
+          self._rng,
+          self.get_transition_elements(batch_size),
+        )
+    else:
+      source = self._current()
+      rows = np.asarray(indices, dtype=np.int64).reshape(-1)
+      which = source.table.positions(suffixes, len(rows))
+      source.check(which, rows)
+      batch = transitions.empty_batch(self.get_transition_elements(len(rows)))
+      source.write(batch, which, rows)
+    elements = self.get_transition_elements(len(batch['indices']))
+    return tuple(batch[e.name] for e in elements)
+
+  def sample(self, size=None, with_sample_metadata=False):
+    """Dopamine 4.x JAX replay API: a batched `ReplayElement`.
+
+    Args:
+      size: int or None (default batch size).
+      with_sample_metadata: bool, also return `SampleMetadata` whose keys are
+        the sampled file rows.
+
+    Returns:
+      elements.ReplayElement with state, action, reward, next_state,
+      is_terminal and episode_end, or (element, metadata).
+    """
+    # Imported here: JAX is only needed by JAX agents.
+    from dopamine.jax.replay_memory import elements
+    from dopamine.jax.replay_memory import samplers as jax_samplers
+
+    names = [e.name for e in self.get_transition_elements(size)]
+    batch = dict(zip(names, self.sample_transition_batch(size), strict=False))
+    is_terminal = batch['terminal'].astype(bool)
+    element = elements.ReplayElement(
+      state=batch['state'],
+      action=batch['action'],
+      reward=batch['reward'],
+      next_state=batch['next_state'],
+      is_terminal=is_terminal,
+      episode_end=is_terminal,
+    )
+    if with_sample_metadata:
+      return element, jax_samplers.SampleMetadata(keys=batch['indices'])
+    return element
+
+  # ------------------------------------------------------ read-only dataset
+
+  def reload_buffer(self, num_buffers=None):
+    """Nothing to swap unless the subclass loads checkpoints in sets."""
+    del num_buffers
+
+  def reload_data(self):
+    """Dopamine JAX's name for reload_buffer."""
+    self.reload_buffer()
+
+  def add(self, *args, **kwargs):
+    """The dataset is read-only: transitions are never added."""
+    del args, kwargs
+    raise NotImplementedError(
+      f'{type(self).__name__} is read-only: offline agents must not add '
+      'transitions to the dataset.'
+    )
+
+  def save(self, checkpoint_dir, iteration_number):
+    """Does nothing: the dataset on disk is the buffer's state."""
+    del checkpoint_dir, iteration_number
+
+  def load(self, checkpoint_dir, suffix):
+    """Does nothing: data comes from `data_dir`, never from a checkpoint."""
+    del checkpoint_dir, suffix

@@ -1,0 +1,153 @@
+"""Where the frames of sampled transitions come from.
+
+A frame source is what a ReplayCore samples from: the valid-row table of its
+checkpoints (`table`) and a `write(batch, which, rows)` that writes the
+transitions at those (checkpoint position, file row) pairs. Two exist:
+
+* `ShardFrames`: checkpoint windows decompressed into RAM, one ReplayShard
+  each (FixedReplayBuffer); the transition math runs once per checkpoint.
+* `BlockFrames`: a compact store (CompactReplayBuffer): the small arrays of
+  every window end to end in RAM, the frames decoded a block at a time into
+  a bounded cache; the transition math runs once over a minibatch mixing any
+  checkpoints, and the stacks are gathered from the cache.
+
+Another source (say, frames decoded from RL Unplugged records) plugs in by
+offering the same few members.
+"""
+
+import numpy as np
+
+from fixed_replay.replay import samplers
+from fixed_replay.replay import stacking
+
+# Transitions whose blocks are pinned together; bounds a batch's cache use.
+CHUNK = 32
+
+
+def check_rows(shards, which, rows):
+  """Raises ValueError unless every row is valid in its checkpoint's shard."""
+  for i in np.unique(which):
+    shards[i].check_indices(rows[which == i])
+
+
+class ShardFrames:
+  """Loaded checkpoint windows, one ReplayShard each; immutable."""
+
+  def __init__(self, shards):
+    self.shards = tuple(shards)
+    self.table = samplers.ValidRowTable(
+      [s.suffix for s in self.shards], [s.valid_rows for s in self.shards]
+    )
+    self.by_suffix = {s.suffix: s for s in self.shards}
+
+  @property
+  def num_rows(self):
+    return sum(s.window.num_rows for s in self.shards)
+
+  @property
+  def nbytes(self):
+    return sum(s.nbytes for s in self.shards)
+
+  def shard(self, position):
+    return self.shards[position]
+
+  def check(self, which, rows):
+    check_rows(self.shards, which, rows)
+
+  def write(self, batch, which, rows):
+    """Writes the transitions (positions `which`, file rows `rows`)."""
+    if len(self.shards) == 1:
+      self.shards[0].write_transitions(rows, batch, np.arange(len(rows)))
+      return
+    for i in np.unique(which):
+      destinations = np.flatnonzero(which == i)
+      self.shards[i].write_transitions(rows[destinations], batch, destinations)
+
+  def close(self):
+    """Nothing to close: the windows are plain arrays."""
+
+
+class BlockFrames:
+  """Windows of a compact store, frames read through a block cache."""
+
+  def __init__(self, stored, shards, table, writer, cache, fixed_bytes):
+    """Keeps the parts (see compact_windows.open_windows).
+
+    Args:
+      stored: list of compact_store.StoredCheckpoint, in table order.
+      shards: list of ReplayShard describing each window (frames unheld),
+        their valid rows views of the table's.
+      table: samplers.ValidRowTable of the windows.
+      writer: transitions.TransitionWriter over the small arrays of every
+        window end to end.
+      cache: block_cache.BlockCache of decoded frame blocks.
+      fixed_bytes: int, bytes held beside the cache (arrays, tables, the
+        ready batches of the budget).
+    """
+    self._stored = stored
+    self._shards = shards
+    self.table = table
+    self._writer = writer
+    self.cache = cache
+    self._fixed_bytes = fixed_bytes
+    self._block_rows = cache.block_rows
+    self._key_stride = max(s.frames.num_blocks for s in stored) + 1
+
+  @property
+  def num_rows(self):
+    return sum(s.window.num_rows for s in self._shards)
+
+  @property
+  def nbytes(self):
+    """Bytes this source may hold: small arrays, tables, cache, batches."""
+    return self._fixed_bytes + self.cache.nbytes
+
+  def shard(self, position):
+    return self._shards[position]
+
+  def check(self, which, rows):
+    check_rows(self._shards, which, rows)
+
+  def write(self, batch, which, rows):
+    which = np.asarray(which, dtype=np.int64)
+    for start in range(0, len(rows), CHUNK):
+      stop = min(start + CHUNK, len(rows))
+      self._write_chunk(batch, which[start:stop], rows[start:stop], start)
+
+  def _load_block(self, key, out):
+    i, block = divmod(key, self._key_stride)
+    self._stored[i].frames.read_block(block, out)
+
+  def _write_chunk(self, batch, which, rows, offset):
+    count = len(rows)
+    destinations = np.arange(offset, offset + count)
+    state, next_state = self._writer.write_parts(
+      which, rows, batch, destinations
+    )
+    # File rows of the frames of both states, and the blocks holding them.
+    both = np.concatenate([which, which])
+    frame_rows = self._writer.layout.file_rows_of(
+      both, np.concatenate([state, next_state])
+    )
+    blocks = frame_rows // self._block_rows
+    keys = both[:, None] * self._key_stride + blocks
+    unique, inverse = np.unique(keys, return_inverse=True)
+    slots = self.cache.acquire(unique, self._load_block)
+    try:
+      arena_rows = slots[inverse.reshape(keys.shape)] * self._block_rows + (
+        frame_rows - blocks * self._block_rows
+      )
+      frames = self.cache.frames()
+      stacking.gather_stacks(
+        frames, arena_rows[:count], batch['state'], destinations
+      )
+      stacking.gather_stacks(
+        frames, arena_rows[count:], batch['next_state'], destinations
+      )
+    finally:
+      self.cache.release(slots)
+
+  def close(self):
+    """Closes the store's files."""
+    for stored in self._stored:
+      stored.close()

@@ -1,0 +1,256 @@
+"""The contract every buffer keeps, checked against Dopamine's own buffer.
+
+Each test runs over FixedReplayBuffer (the gzip checkpoints of conftest) and
+CompactReplayBuffer (the same checkpoints converted): both must return, for
+any valid (checkpoint, file row), exactly the transition Dopamine's
+`OutOfGraphReplayBuffer` loaded with the whole file returns. What differs
+between them (loading in sets, the block cache, the store's checks) is
+tested in test_fixed_replay_buffer.py and test_compact_replay_buffer.py.
+"""
+
+import hashlib
+import os
+
+import dopamine_data
+import numpy as np
+import pytest
+from replay_oracle import as_dict
+from replay_oracle import assert_equals_oracle
+
+from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
+from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.store import convert
+
+# The `store` and `oracles` fixtures.
+pytest_plugins = ('buffer_fixtures',)
+
+BUFFERS = ['fixed', 'compact']
+
+
+def _make(kind, gzip_dir, store_dir, **kwargs):
+  kwargs.setdefault('seed', 0)
+  kwargs.setdefault('prefetch', False)
+  suffix = kwargs.pop('replay_suffix', None)
+  if kind == 'fixed':
+    kwargs.setdefault('num_buffers_to_load', 4)
+    return FixedReplayBuffer(str(gzip_dir), suffix, **kwargs)
+  return CompactReplayBuffer(str(store_dir), suffix, **kwargs)
+
+
+@pytest.fixture(params=BUFFERS)
+def make(request, dopamine_dir):
+  """make(**kwargs): the buffer under test over conftest's checkpoints."""
+  built = []
+
+  def build(**kwargs):
+    store_dir = (
+      request.getfixturevalue('store') if request.param == 'compact' else None
+    )
+    built.append(_make(request.param, dopamine_dir[0], store_dir, **kwargs))
+    return built[-1]
+
+  yield build
+  for buffer in built:
+    buffer.close()
+
+
+@pytest.mark.parametrize(
+  'replay_capacity, start, update_horizon, file_start, file_end',
+  [
+    (1_000_000, 0, 1, 0, None),  # Whole files, circular as in Dopamine.
+    (1_000_000, 0, 3, 0, None),
+    (250, 0, 1, 0, None),  # The first K rows of each checkpoint (1%/10%).
+    (300, 400, 3, 1, 3),  # Rows in the middle; checkpoints 1 and 3 only.
+    (200, 800, 5, 0, None),  # At the end of each file.
+    (2000, 650, 2, 2, None),  # Larger than what is left: clipped.
+  ],
+)
+def test_transitions_equal_dopamine(
+  make,
+  dopamine_dir,
+  oracles,
+  replay_capacity,
+  start,
+  update_horizon,
+  file_start,
+  file_end,
+):
+  _, capacity, writers = dopamine_dir
+  selected = sorted(writers)[file_start:file_end]
+  buffer = make(
+    replay_capacity=replay_capacity,
+    replay_transitions_start_index=start,
+    update_horizon=update_horizon,
+    gamma=0.9,
+    replay_file_start_index=file_start,
+    replay_file_end_index=file_end,
+  )
+  assert sorted(buffer.loaded_suffixes) == selected
+  window_end = min(start + replay_capacity, capacity)
+  for _ in range(4):
+    batch = as_dict(buffer, buffer.sample_transition_batch(500))
+    assert set(batch['suffix']) <= set(selected)
+    assert_equals_oracle(batch, lambda s, n=update_horizon: oracles(s, n, 0.9))
+    for suffix in np.unique(batch['suffix']):
+      oracle = oracles(int(suffix), update_horizon, 0.9)
+      rows = np.unique(batch['indices'][batch['suffix'] == suffix])
+      assert all(oracle.is_valid_transition(int(i)) for i in rows)
+    if replay_capacity < capacity:
+      # Neither the stack nor the n-step future leaves the window.
+      assert batch['indices'].min() - 3 >= start
+      assert batch['indices'].max() + update_horizon < window_end
+
+
+@pytest.mark.parametrize('update_horizon', [1, 3])
+def test_every_valid_row_equals_dopamine(
+  make, dopamine_dir, oracles, update_horizon
+):
+  """All valid rows of all four whole files (incl. circular wrap-around)."""
+  _, capacity, writers = dopamine_dir
+  buffer = make(update_horizon=update_horizon, gamma=0.9)
+  for suffix in writers:
+    oracle = oracles(suffix, update_horizon, 0.9)
+    ours = buffer.shard(suffix).valid_rows
+    dopamine_valid = [
+      i for i in range(capacity) if oracle.is_valid_transition(i)
+    ]
+    # Rows whose n-step future crosses the cursor are left out by us (the
+    # file's invalid_range was written for horizon 1; Dopamine would stitch).
+    stitched = set(
+      (
+        (oracle.cursor() - update_horizon + np.arange(update_horizon))
+        % capacity
+      ).tolist()
+    )
+    assert set(ours.tolist()) <= set(dopamine_valid)
+    assert set(dopamine_valid) - set(ours.tolist()) <= stitched
+    batch = as_dict(
+      buffer,
+      buffer.sample_transition_batch(indices=ours, suffixes=suffix),
+    )
+    assert_equals_oracle(batch, lambda s, n=update_horizon: oracles(s, n, 0.9))
+
+
+def test_minibatches_mix_checkpoints_uniformly(make, dopamine_dir):
+  _, _, writers = dopamine_dir
+  buffer = make()
+  counts = {s: buffer.shard(s).num_valid for s in writers}
+  suffixes = np.concatenate(
+    [
+      as_dict(buffer, buffer.sample_transition_batch(256))['suffix']
+      for _ in range(40)
+    ]
+  )
+  expected = {s: c / sum(counts.values()) for s, c in counts.items()}
+  for s in writers:
+    assert abs(np.mean(suffixes == s) - expected[s]) < 0.02
+  one_batch = as_dict(buffer, buffer.sample_transition_batch(64))['suffix']
+  assert len(np.unique(one_batch)) > 1
+
+
+def test_one_checkpoint_per_minibatch_option(make):
+  buffer = make(mix_checkpoints=False)
+  drawn = set()
+  for _ in range(20):
+    suffixes = as_dict(buffer, buffer.sample_transition_batch(32))['suffix']
+    assert len(np.unique(suffixes)) == 1
+    drawn.add(int(suffixes[0]))
+  assert len(drawn) > 1
+
+
+def test_same_seed_same_batches(make):
+  first = make(seed=3).sample_transition_batch(32)
+  second = make(seed=3).sample_transition_batch(32)
+  third = make(seed=4).sample_transition_batch(32)
+  for a, b in zip(first, second, strict=True):
+    np.testing.assert_array_equal(a, b)
+  assert not np.array_equal(first[7], third[7])
+
+
+def test_invalid_indices_are_refused(make):
+  with pytest.raises(ValueError, match=r'Rows \[1\] of checkpoint 0'):
+    make(replay_suffix=0).sample_transition_batch(2, indices=[1, 500])
+  buffer = make()
+  with pytest.raises(ValueError, match='say which'):
+    buffer.sample_transition_batch(1, indices=[500])
+  with pytest.raises(ValueError, match=r'\[5\] are not loaded'):
+    buffer.sample_transition_batch(1, indices=[500], suffixes=5)
+
+
+def test_suffix_zero_is_a_checkpoint(make):
+  buffer = make(replay_suffix=0)
+  assert buffer.loaded_suffixes == [0]
+  assert set(as_dict(buffer, buffer.sample_transition_batch(16))['suffix']) == {
+    0
+  }
+  buffer.reload_buffer()  # A fixed suffix stays loaded.
+  buffer.reload_data()
+  assert buffer.loaded_suffixes == [0]
+
+
+def test_dopamine_and_jax_api(make):
+  buffer = make(batch_size=8)
+  element, metadata = buffer.sample(with_sample_metadata=True)
+  assert element.state.shape == element.next_state.shape == (8, 84, 84, 4)
+  assert element.is_terminal.dtype == bool and element.reward.shape == (8,)
+  assert metadata.keys.shape == (8,)
+  assert buffer.sample(size=3).action.shape == (3,)
+  assert buffer.is_valid_transition(500, suffix=1)
+  assert not buffer.is_valid_transition(1, suffix=0)
+  assert int(buffer.add_count) == 4 * 1000
+  assert buffer.num_valid_transitions == sum(
+    buffer.shard(s).num_valid for s in buffer.loaded_suffixes
+  )
+  suffixes, rows = buffer.sample_index_batch(64)
+  for suffix, row in zip(suffixes, rows, strict=True):
+    assert buffer.is_valid_transition(row, suffix=suffix)
+
+
+def test_dataset_is_read_only(make, dopamine_dir, tmp_path):
+  buffer = make()
+  directory = dopamine_dir[0]
+
+  def digest():
+    return {
+      name: hashlib.sha256(
+        open(os.path.join(directory, name), 'rb').read()
+      ).hexdigest()
+      for name in sorted(os.listdir(directory))
+    }
+
+  before = digest()
+  buffer.save(str(directory), 0)
+  buffer.save(str(tmp_path), 0)
+  buffer.load(str(directory), 0)
+  with pytest.raises(NotImplementedError, match='read-only'):
+    buffer.add(np.zeros((84, 84), np.uint8), 0, 0.0, False)
+  assert digest() == before
+  assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize('kind', BUFFERS)
+def test_extra_storage_types_are_returned(kind, tmp_path):
+  from dopamine.tf.replay_memory import circular_replay_buffer
+
+  extra = [circular_replay_buffer.ReplayElement('logits', (3,), np.float32)]
+  writer = dopamine_data.make_buffer(300, extra_storage_types=extra)
+  frames, _ = dopamine_data.pong_frames(280)
+  rng = np.random.default_rng(0)
+  for i in range(280):
+    writer.add(
+      frames[i], 1, 0.5, i % 50 == 49, rng.random(3).astype(np.float32)
+    )
+  os.mkdir(tmp_path / 'gzip')
+  writer.save(str(tmp_path / 'gzip'), 0)
+  if kind == 'compact':
+    convert.convert(tmp_path / 'gzip', tmp_path / 'store', workers=0)
+  buffer = _make(
+    kind, tmp_path / 'gzip', tmp_path / 'store', extra_storage_types=extra
+  )
+  batch = as_dict(buffer, buffer.sample_transition_batch(64))
+  oracle = dopamine_data.load_oracle(
+    tmp_path / 'gzip', 0, 300, extra_storage_types=extra
+  )
+  assert_equals_oracle(batch, lambda s: oracle)
+  assert 'logits' in batch
+  buffer.close()
