@@ -20,31 +20,6 @@ from fixed_replay.store import compact_store
 from fixed_replay.store import convert
 
 
-@pytest.fixture(scope='module')
-def store(dopamine_dir, tmp_path_factory):
-  """The Dopamine-written checkpoints of conftest, converted once."""
-  directory = tmp_path_factory.mktemp('compact')
-  convert.convert(dopamine_dir[0], directory, workers=0)
-  return directory
-
-
-@pytest.fixture(scope='module')
-def oracles(dopamine_dir):
-  """Dopamine buffers loaded from the gzip files, per (suffix, horizon)."""
-  directory, capacity, _ = dopamine_dir
-  loaded = {}
-
-  def get(suffix, update_horizon=1, gamma=0.99):
-    key = (suffix, update_horizon, gamma)
-    if key not in loaded:
-      loaded[key] = dopamine_data.load_oracle(
-        directory, suffix, capacity, update_horizon=update_horizon, gamma=gamma
-      )
-    return loaded[key]
-
-  return get
-
-
 def _buffer(store, **kwargs):
   kwargs.setdefault('seed', 0)
   kwargs.setdefault('prefetch', False)

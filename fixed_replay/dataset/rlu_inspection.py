@@ -14,8 +14,8 @@ from absl import logging
 import numpy as np
 
 from fixed_replay import progress
-from fixed_replay.dataset import inspection
 from fixed_replay.dataset import rlu_shards
+from fixed_replay.dataset import summaries
 from fixed_replay.errors import CheckpointError
 
 _DECODE_ROWS = 1024
@@ -40,7 +40,7 @@ class CheckpointEpisodes:
   episodes: int = 0
   steps: int = 0
   terminal: int = 0
-  returns: inspection.EpisodeStats = None
+  returns: summaries.EpisodeStats = None
 
 
 @dataclasses.dataclass
@@ -128,7 +128,7 @@ def summarize_run(kind, location, parts, open_part, verify=False):
         _read_part(open_part, part, verify, scratch, found, summary)
       except CheckpointError as error:
         summary.parts[-1].ok = False
-        summary.problems.append(inspection.Problem(error.path, error.problem))
+        summary.problems.append(summaries.Problem(error.path, error.problem))
       bar.update(part.num_bytes)
   finally:
     bar.close()
@@ -144,10 +144,10 @@ def summarize_run(kind, location, parts, open_part, verify=False):
     entry.returns = entry.returns or []
     entry.returns.append(episode_return)
   for entry in by_checkpoint.values():
-    entry.returns = inspection.EpisodeStats.from_returns(entry.returns)
+    entry.returns = summaries.EpisodeStats.from_returns(entry.returns)
   summary.checkpoints = [by_checkpoint[c] for c in sorted(by_checkpoint)]
   if not found and not summary.problems:
-    summary.problems.append(inspection.Problem(location, 'holds no episode'))
+    summary.problems.append(summaries.Problem(location, 'holds no episode'))
   return summary
 
 
@@ -179,9 +179,7 @@ def format_table(summary):
     )
   episodes = sum(e.episodes for e in summary.checkpoints)
   steps = sum(e.steps for e in summary.checkpoints)
-  total = inspection.EpisodeStats.combine(
-    e.returns for e in summary.checkpoints
-  )
+  total = summaries.EpisodeStats.combine(e.returns for e in summary.checkpoints)
   rows.append(
     (
       'total',
@@ -206,7 +204,7 @@ def format_table(summary):
     for r in table
   ]
   mode = 'every frame decoded' if summary.verified else 'frames not decoded'
-  size = inspection.format_bytes(sum(p.num_bytes for p in summary.parts))
+  size = progress.format_bytes(sum(p.num_bytes for p in summary.parts))
   title = (
     f'{summary.location} (RL Unplugged {summary.kind}, {size}, {mode}; '
     'terminal: episodes ending with discount 0)'
