@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from fixed_replay import progress
-from fixed_replay.cli import inspect as inspect_cli
+from fixed_replay.cli import tables
 from fixed_replay.dataset import inspection
 
 OBSERVATION_SHAPE = (84, 84)
@@ -300,7 +300,7 @@ def test_every_problem_is_collected(copy):
     function(paths[-1])
   summary = inspection.summarize_directory(copy, verify=True)
   assert sorted(p.path for p in summary.all_problems) == sorted(paths)
-  report = inspect_cli.format_problems(summary)
+  report = tables.format_problems(summary)
   assert all(path in report for path in paths)
   # Suffix 5 lost its terminal and reward data, but the headers and
   # add_count still say what it holds.

@@ -31,10 +31,10 @@ from absl import app
 from absl import flags
 
 from fixed_replay import cli
+from fixed_replay.cli import tables
 from fixed_replay.dataset import inspection
 from fixed_replay.dataset import rlu_inspection
 from fixed_replay.errors import CheckpointError
-from fixed_replay.progress import format_bytes
 from fixed_replay.store import rlu_convert
 from fixed_replay.store import rlu_source
 from fixed_replay.store import store_inspection
@@ -77,112 +77,7 @@ _USAGE = (
 )
 
 
-def _format_returns(episodes):
-  if episodes is None or not episodes.count:
-    return '-'
-  return (
-    f'{episodes.min_return:.4g} / {episodes.mean_return:.4g} / '
-    f'{episodes.max_return:.4g}'
-  )
-
-
-def _value(value):
-  if value is None:
-    return '-'
-  if isinstance(value, bool):
-    return 'yes' if value else 'no'
-  return str(value)
-
-
-def _observation(summary):
-  if summary.observation_shape is None:
-    return '-'
-  shape = 'x'.join(str(n) for n in summary.observation_shape) or 'scalar'
-  return f'{shape} {summary.observation_dtype}'
-
-
-_COLUMNS = (
-  'suffix',
-  'status',
-  'rows',
-  'add_count',
-  'cursor',
-  'full',
-  'valid',
-  'episodes',
-  'return min / mean / max',
-  'observation',
-  'disk',
-  'data',
-)
-
-
-def _row(summary):
-  episodes = summary.episodes
-  return (
-    str(summary.suffix),
-    summary.status,
-    _value(summary.rows),
-    _value(summary.add_count),
-    _value(summary.cursor),
-    _value(summary.is_full),
-    _value(summary.num_valid),
-    _value(episodes.count if episodes else None),
-    _format_returns(episodes),
-    _observation(summary),
-    format_bytes(summary.disk_bytes),
-    format_bytes(summary.data_bytes),
-  )
-
-
-def format_table(summary):
-  """Returns a text table: one line per suffix, then the totals."""
-  lines = [_row(s) for s in summary.checkpoints]
-  episodes = summary.episodes
-  lines.append(
-    (
-      'total',
-      f'{summary.num_complete}/{len(summary.checkpoints)} complete',
-      str(summary.total('rows')),
-      '',
-      '',
-      '',
-      str(summary.total('num_valid')),
-      str(episodes.count),
-      _format_returns(episodes),
-      '',
-      format_bytes(summary.total('disk_bytes')),
-      format_bytes(summary.total('data_bytes')),
-    )
-  )
-  table = [_COLUMNS] + lines
-  widths = [max(len(r[i]) for r in table) for i in range(len(_COLUMNS))]
-  text = [
-    '  '.join(
-      c.ljust(w) if i == 1 or i >= 8 else c.rjust(w)
-      for i, (c, w) in enumerate(zip(r, widths, strict=True))
-    ).rstrip()
-    for r in table
-  ]
-  mode = 'verified' if summary.verified else 'headers only, not verified'
-  title = (
-    f'{summary.directory} (stack_size={summary.stack_size}, '
-    f'update_horizon={summary.update_horizon}, {mode})'
-  )
-  return '\n'.join([title] + text)
-
-
-def format_problems(summary):
-  """Returns one line per problem, each naming its file ('' when none)."""
-  problems = summary.all_problems
-  if not problems:
-    return ''
-  lines = [f'{len(problems)} problem(s):']
-  lines += [f'  {p}' for p in problems]
-  return '\n'.join(lines)
-
-
-def _report(summary, table, problems):
+def _report(summary, table):
   if _JSON.value:
     print(json.dumps(summary.to_dict(), indent=2))
   else:
@@ -190,7 +85,7 @@ def _report(summary, table, problems):
   sys.stdout.flush()
   if summary.ok:
     return 0
-  print(problems(summary), file=sys.stderr)
+  print(tables.format_problems(summary), file=sys.stderr)
   return 1
 
 
@@ -207,9 +102,7 @@ def _inspect_run(directory, kind):
     lambda part: rlu_source.open_part(kind, location, part),
     verify=_VERIFY.value,
   )
-  return _report(
-    summary, rlu_inspection.format_table, rlu_inspection.format_problems
-  )
+  return _report(summary, tables.format_run_table)
 
 
 def main(argv):
@@ -237,7 +130,7 @@ def main(argv):
       update_horizon=_UPDATE_HORIZON.value,
       verify=_VERIFY.value,
     )
-  return _report(summary, format_table, format_problems)
+  return _report(summary, tables.format_table)
 
 
 if __name__ == '__main__':

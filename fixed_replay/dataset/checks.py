@@ -4,9 +4,9 @@ The gzip CRC tells that a file is what its writer wrote; these checks tell
 that what was written makes sense together: `add_count`, `invalid_range` and
 `episode_end_indices` against the rows of the `$store$_` arrays, array
 lengths and shapes, the type and size of the pickled set, integer ranges.
-Each check raises a `CheckpointError` naming the file; the reader lets the
-first one through, while `convert` and `inspect` collect them all with
-`Collector`.
+Each check raises a `CheckpointError` naming the file; the reader
+(checkpoints.py) lets the first one through, while `convert` and `inspect`
+collect them all with `Collector` (audit.py).
 """
 
 import numpy as np

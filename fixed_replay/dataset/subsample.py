@@ -180,16 +180,7 @@ def plan_window(window, stack_size, update_horizon, method, fraction, rng):
     every kept row's frame stack and n-step future (the given window when
     they wrap around a circular file), and the kept rows.
   """
-  valid = validity.valid_rows(
-    window.store['terminal'],
-    window.start,
-    window.num_file_rows,
-    window.add_count,
-    window.invalid_range,
-    window.episode_end_indices,
-    stack_size,
-    update_horizon,
-  )
+  valid = validity.window_valid_rows(window, stack_size, update_horizon)
   kept = keep_rows(valid, window, method, fraction, rng)
   low = int(kept[0]) - (stack_size - 1)
   high = int(kept[-1]) + update_horizon + 1

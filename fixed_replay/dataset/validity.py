@@ -86,3 +86,17 @@ def valid_rows(
     for ahead in range(update_horizon):
       valid &= ~np.roll(cut, -ahead)  # cut at row i + ahead.
   return rows[valid]
+
+
+def window_valid_rows(window, stack_size, update_horizon):
+  """valid_rows of a checkpoints.CheckpointWindow (its terminal flags)."""
+  return valid_rows(
+    window.store['terminal'],
+    window.start,
+    window.num_file_rows,
+    window.add_count,
+    window.invalid_range,
+    window.episode_end_indices,
+    stack_size,
+    update_horizon,
+  )

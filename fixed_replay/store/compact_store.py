@@ -55,6 +55,7 @@ crc32 = manifest_lib.crc32
 checkpoint_dirname = manifest_lib.checkpoint_dirname
 partial_dirname = manifest_lib.partial_dirname
 is_partial_dirname = manifest_lib.is_partial_dirname
+partial_suffix = manifest_lib.partial_suffix
 file_entry = manifest_lib.file_entry
 read_manifest = manifest_lib.read_manifest
 write_manifest = manifest_lib.write_manifest

@@ -27,7 +27,7 @@ VALID_MASK_FILE = 'valid_mask.npy'
 INVALID_RANGE_FILE = 'invalid_range.npy'
 EPISODE_ENDS_FILE = 'episode_end_indices.npy'
 _CHECKPOINT_DIR = re.compile(r'^checkpoint_(?P<suffix>\d+)$')
-_PARTIAL_DIR = re.compile(r'^\.checkpoint_\d+\.partial-\d+$')
+_PARTIAL_DIR = re.compile(r'^\.checkpoint_(?P<suffix>\d+)\.partial-\d+$')
 _VERIFY_READ_BYTES = 16 << 20
 MANIFEST_CRC_KEY = 'manifest_crc32'
 # Entries every manifest has, and their types (checked before any is used).
@@ -73,7 +73,13 @@ def partial_dirname(suffix):
 
 def is_partial_dirname(name):
   """Whether `name` is a checkpoint being (or left half) written."""
-  return bool(_PARTIAL_DIR.match(name))
+  return partial_suffix(name) is not None
+
+
+def partial_suffix(name):
+  """The suffix of a partial checkpoint directory's name, or None."""
+  match = _PARTIAL_DIR.match(name)
+  return int(match['suffix']) if match else None
 
 
 def file_entry(path):

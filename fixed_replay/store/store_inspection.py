@@ -12,7 +12,6 @@ frames, the block and rows).
 """
 
 import os
-import re
 
 import numpy as np
 
@@ -20,8 +19,6 @@ from fixed_replay.dataset import summaries
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import compact_store
-
-_PARTIAL = re.compile(r'^\.checkpoint_(?P<suffix>\d+)\.partial-\d+$')
 
 
 def is_store(directory):
@@ -35,7 +32,7 @@ def is_store(directory):
       os.path.join(path, compact_store.MANIFEST)
     ):
       return True
-    if _PARTIAL.match(name):
+    if compact_store.is_partial_dirname(name):
       return True
   return False
 
@@ -148,9 +145,9 @@ def summarize_store(store_dir, stack_size=4, update_horizon=1, verify=False):
     found = {}
   partial = {}
   for name in os.listdir(store_dir) if os.path.isdir(store_dir) else []:
-    match = _PARTIAL.match(name)
-    if match:
-      partial[int(match['suffix'])] = name
+    suffix = compact_store.partial_suffix(name)
+    if suffix is not None:
+      partial[suffix] = name
   for suffix in sorted(set(found) | set(partial)):
     if suffix in found:
       summary.checkpoints.append(

@@ -102,28 +102,15 @@ class FixedReplayRunner(run_experiment.Runner):
       max_steps_per_episode: int or None, cap on an evaluation episode.
       clip_rewards: bool, clip the rewards the agent sees to [-1, 1].
     """
+    passed = dict(locals())  # First: the arguments and nothing else.
+    given = {
+      name: passed[name]
+      for name in _RUNNER_ARGUMENTS
+      if passed[name] is not _RUNNER_DEFAULT
+    }
     self._loss_tap = reporting.LossTap()
     self._iteration = 0
     self._eval_bar = None
-    given = {
-      name: value
-      for name, value in zip(
-        _RUNNER_ARGUMENTS,
-        (
-          create_environment_fn,
-          checkpoint_file_prefix,
-          logging_file_prefix,
-          log_every_n,
-          num_iterations,
-          training_steps,
-          evaluation_steps,
-          max_steps_per_episode,
-          clip_rewards,
-        ),
-        strict=True,
-      )
-      if value is not _RUNNER_DEFAULT
-    }
     # What was passed fails before the agent loads its data; Runner.*
     # bindings are checked as Dopamine's Runner took them, below.
     arguments.check(given)
