@@ -20,7 +20,6 @@ import os
 import pathlib
 import resource
 import shutil
-import sys
 import time
 
 from absl import app
@@ -31,6 +30,7 @@ import numpy as np
 # Imported before anything may import Dopamine or TensorFlow: it sets them up
 # (legacy Keras, the `baselines` placeholder; see fixed_replay/compat.py).
 import fixed_replay  # noqa: F401
+from fixed_replay import progress
 
 BENCHMARK_DIR = pathlib.Path(__file__).resolve().parent
 DATA_DIR = BENCHMARK_DIR / 'data'
@@ -46,18 +46,6 @@ MAX_ACTION_REPEAT = 6
 # as terminal.
 MAX_EPISODE_STEPS = 27_000
 GIB = 1 << 30
-
-
-def _progress_bar(total, desc):
-  from tqdm import tqdm
-
-  return tqdm(
-    total=total,
-    desc=desc,
-    unit='row',
-    unit_scale=True,
-    disable=not sys.stderr.isatty(),
-  )
 
 
 def checkpoint_dir(rows, data_dir=DATA_DIR, game=DEFAULT_GAME):
@@ -115,7 +103,9 @@ def _fill_buffer(buffer, rows, seed, game):
   num_actions = env.action_space.n
   target = rows - 1
   episodes = env_steps = 0
-  with _progress_bar(target, f'Playing {game}') as bar:
+  with progress.bar(
+    target, f'Playing {game}', unit='row', unit_scale=True
+  ) as bar:
     while buffer.add_count < target:
       if target - buffer.add_count < STACK_SIZE:
         raise RuntimeError(

@@ -1,5 +1,6 @@
 """Progress for people at a terminal; log lines in logs and CI."""
 
+import os
 import sys
 import time
 
@@ -7,17 +8,41 @@ from absl import logging
 import tqdm
 
 
-def bar(total, desc, unit='it', unit_scale=False):
-  """Returns a tqdm bar shown only when stderr is a terminal."""
+def bar(total, desc, unit='it', unit_scale=False, show=None):
+  """Returns a tqdm bar on stderr.
+
+  Args:
+    total: number of units the job has (None: unknown).
+    desc: str, what is being done.
+    unit: str, what is counted.
+    unit_scale: bool, show 12.3k instead of 12345.
+    show: bool, whether to draw it; None: only when stderr is a terminal
+      (a bar in a log file is noise: callers log lines instead).
+  """
   return tqdm.tqdm(
     total=total,
     desc=desc,
     unit=unit,
     unit_scale=unit_scale,
-    disable=not sys.stderr.isatty(),
+    disable=not (sys.stderr.isatty() if show is None else show),
     dynamic_ncols=True,
     leave=False,
   )
+
+
+def format_bytes(num_bytes):
+  """Formats a byte count in decimal units: '512 B', '49.00 kB', '7.06 GB'.
+
+  Decimal, as disk sizes are quoted; None (unknown) is '-'.
+  """
+  if num_bytes is None:
+    return '-'
+  value = float(num_bytes)
+  for unit in ('B', 'kB', 'MB', 'GB', 'TB'):
+    if abs(value) < 1000 or unit == 'TB':
+      break
+    value /= 1000
+  return f'{int(value)} B' if unit == 'B' else f'{value:.2f} {unit}'
 
 
 def format_duration(seconds):
@@ -115,6 +140,61 @@ class TaskBoard:
       return None
     elapsed = time.monotonic() - self._began
     return elapsed * (1.0 - fraction) / progressed
+
+  def close(self):
+    self._bar.close()
+
+
+class FilesProgress:
+  """Progress through a list of files: a bar, or a log line per file.
+
+  The bar counts bytes, not files: one observation file weighs as much as
+  all the others of its checkpoint together.
+  """
+
+  def __init__(self, sizes, desc='verifying', show=None):
+    """Starts reporting.
+
+    Args:
+      sizes: dict of path to size in bytes, the files to go through.
+      desc: str, what is done to each file, e.g. 'verifying'.
+      show: bool, draw a bar on stderr; None: only when stderr is a
+        terminal (otherwise each file is logged).
+    """
+    self._sizes = sizes
+    self._desc = desc
+    self._total = sum(sizes.values())
+    self._done_files = 0
+    self._done_bytes = 0
+    self._bar = bar(self._total, desc, unit='B', unit_scale=True, show=show)
+
+  @property
+  def has_bar(self):
+    """Whether a bar is drawn (log lines would break it)."""
+    return not self._bar.disable
+
+  def start(self, path):
+    """Reports that work on `path` begins."""
+    if self.has_bar:
+      self._bar.set_postfix_str(os.path.basename(path))
+      return
+    logging.info(
+      '%s file %d/%d (%s of %s done): %s (%s)',
+      self._desc.capitalize(),
+      self._done_files + 1,
+      len(self._sizes),
+      format_bytes(self._done_bytes),
+      format_bytes(self._total),
+      path,
+      format_bytes(self._sizes.get(path, 0)),
+    )
+
+  def done(self, path):
+    """Reports that `path` is done."""
+    size = self._sizes.get(path, 0)
+    self._done_files += 1
+    self._done_bytes += size
+    self._bar.update(size)
 
   def close(self):
     self._bar.close()

@@ -1,4 +1,4 @@
-"""Shared fixtures: checkpoints written by Dopamine itself."""
+"""Shared fixtures: checkpoints written by Dopamine itself, and oracles."""
 
 import os
 import sys
@@ -38,6 +38,51 @@ def dopamine_dir(tmp_path_factory):
     ),
   }
   return directory, capacity, writers
+
+
+@pytest.fixture(scope='session')
+def store(dopamine_dir, tmp_path_factory):
+  """dopamine_dir's checkpoints converted once into a compact store.
+
+  Shared: a test that damages files damages a copy.
+  """
+  from fixed_replay.store import convert
+
+  directory = tmp_path_factory.mktemp('compact')
+  convert.convert(dopamine_dir[0], directory, workers=0)
+  return directory
+
+
+@pytest.fixture(scope='session')
+def oracles(dopamine_dir):
+  """get(suffix, update_horizon=1, gamma=0.99): Dopamine's own buffer.
+
+  Each is loaded from dopamine_dir's files with Dopamine's `load`, once.
+  """
+  directory, capacity, _ = dopamine_dir
+  loaded = {}
+
+  def get(suffix, update_horizon=1, gamma=0.99):
+    key = (suffix, update_horizon, gamma)
+    if key not in loaded:
+      loaded[key] = dopamine_data.load_oracle(
+        directory, suffix, capacity, update_horizon=update_horizon, gamma=gamma
+      )
+    return loaded[key]
+
+  return get
+
+
+# Rows per CartPole checkpoint of cartpole_dir.
+CARTPOLE_ROWS = 700
+
+
+@pytest.fixture(scope='session')
+def cartpole_dir(tmp_path_factory):
+  """Two CartPole checkpoints written by Dopamine's buffer (random play)."""
+  directory = tmp_path_factory.mktemp('cartpole')
+  dopamine_data.write_cartpole_run(directory, CARTPOLE_ROWS)
+  return str(directory)
 
 
 # RL Unplugged runs for the conversion tests: (checkpoint, episode) per record

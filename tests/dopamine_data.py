@@ -139,3 +139,37 @@ def write_published_checkpoint(directory, suffix, capacity, index=0, seed=0):
   assert buffer.add_count == target
   buffer.save(str(directory), suffix)
   return buffer
+
+
+CARTPOLE_SHAPE = (4, 1)
+
+
+def write_cartpole_run(directory, rows, num_checkpoints=2, seed=0):
+  """Writes checkpoints 0..n-1 of random CartPole play with Dopamine's buffer.
+
+  One buffer of `rows` rows (stack 1, float64 observations, as Dopamine's
+  CartPole configs) is saved after every `rows` adds.
+  """
+  from dopamine.discrete_domains import gym_lib
+
+  env = gym_lib.create_gym_environment('CartPole', 'v0')
+  rng = np.random.default_rng(seed)
+  env.environment.reset(seed=seed)
+  buffer = circular_replay_buffer.OutOfGraphReplayBuffer(
+    observation_shape=CARTPOLE_SHAPE,
+    stack_size=1,
+    replay_capacity=rows,
+    batch_size=32,
+    observation_dtype=np.float64,
+    checkpoint_duration=10**9,
+  )
+  observation = env.reset()
+  for suffix in range(num_checkpoints):
+    for _ in range(rows):
+      action = int(rng.integers(2))
+      next_observation, reward, terminal, _ = env.step(action)
+      buffer.add(
+        np.reshape(observation, CARTPOLE_SHAPE), action, reward, terminal
+      )
+      observation = env.reset() if terminal else next_observation
+    buffer.save(str(directory), suffix)

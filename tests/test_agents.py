@@ -13,7 +13,6 @@ from dopamine.discrete_domains import atari_lib
 from dopamine.discrete_domains import gym_lib
 from dopamine.tf.agents.dqn import dqn_agent
 from dopamine.tf.agents.rainbow import rainbow_agent
-from dopamine.tf.replay_memory import circular_replay_buffer
 import gin
 import numpy as np
 import pytest
@@ -64,34 +63,6 @@ def _clean_gin():
   gin.clear_config()
   yield
   gin.clear_config()
-
-
-@pytest.fixture(scope='module')
-def cartpole_dir(tmp_path_factory):
-  """Two CartPole checkpoints written by Dopamine's buffer (random play)."""
-  directory = tmp_path_factory.mktemp('cartpole')
-  env = gym_lib.create_gym_environment('CartPole', 'v0')
-  rng = np.random.default_rng(0)
-  env.environment.reset(seed=0)
-  buffer = circular_replay_buffer.OutOfGraphReplayBuffer(
-    observation_shape=CARTPOLE_SHAPE,
-    stack_size=CARTPOLE_STACK,
-    replay_capacity=CARTPOLE_ROWS,
-    batch_size=32,
-    observation_dtype=np.float64,
-    checkpoint_duration=10**9,
-  )
-  observation = env.reset()
-  for suffix in range(2):
-    for _ in range(CARTPOLE_ROWS):
-      action = int(rng.integers(2))
-      next_observation, reward, terminal, _ = env.step(action)
-      buffer.add(
-        np.reshape(observation, CARTPOLE_SHAPE), action, reward, terminal
-      )
-      observation = env.reset() if terminal else next_observation
-    buffer.save(str(directory), suffix)
-  return str(directory)
 
 
 def _parse(config, bindings=()):

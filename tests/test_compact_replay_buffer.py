@@ -22,9 +22,6 @@ from fixed_replay.replay.wrapped_fixed_replay_buffer import (
 )
 from fixed_replay.store import compact_store
 
-# The `store` and `oracles` fixtures.
-pytest_plugins = ('buffer_fixtures',)
-
 
 def _buffer(store, **kwargs):
   kwargs.setdefault('seed', 0)

@@ -11,15 +11,6 @@ from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.store import compact_store
-from fixed_replay.store import convert
-
-
-@pytest.fixture(scope='module')
-def store(dopamine_dir, tmp_path_factory):
-  """The Dopamine-written checkpoints of conftest, converted once."""
-  directory = tmp_path_factory.mktemp('store')
-  convert.convert(dopamine_dir[0], directory, workers=0)
-  return directory
 
 
 def _copy_checkpoint(store, suffix, tmp_path):

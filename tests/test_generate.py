@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import file_names
 from fixed_replay.dataset import generate
 from fixed_replay.dataset import policies
 from fixed_replay.errors import CheckpointError
@@ -31,10 +32,8 @@ _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _names(directory, suffix):
   """The `{name}` parts of the files of one suffix."""
-  ending = f'_ckpt.{suffix}.gz'
-  return sorted(
-    n[: -len(ending)] for n in os.listdir(directory) if n.endswith(ending)
-  )
+  parsed = filter(None, map(file_names.parse, os.listdir(directory)))
+  return sorted(name for name, s in parsed if s == suffix)
 
 
 def _dopamine_load(directory, suffix, environment, rows):

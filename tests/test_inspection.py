@@ -13,6 +13,8 @@ import dopamine_data
 import numpy as np
 import pytest
 
+from fixed_replay import progress
+from fixed_replay.cli import tables
 from fixed_replay.dataset import inspection
 
 OBSERVATION_SHAPE = (84, 84)
@@ -186,9 +188,10 @@ def test_sizes(written):
     assert checkpoint.data_bytes > CAPACITY * 84 * 84
     assert checkpoint.observation_shape == OBSERVATION_SHAPE
     assert checkpoint.observation_dtype == 'uint8'
-  assert inspection.format_bytes(512) == '512 B'
-  assert inspection.format_bytes(49_000) == '49.0 kB'
-  assert inspection.format_bytes(7_056_000_000) == '7.06 GB'
+  assert progress.format_bytes(512) == '512 B'
+  assert progress.format_bytes(49_000) == '49.00 kB'
+  assert progress.format_bytes(7_056_000_000) == '7.06 GB'
+  assert progress.format_bytes(None) == '-'
 
 
 def _truncate(path):
@@ -297,7 +300,7 @@ def test_every_problem_is_collected(copy):
     function(paths[-1])
   summary = inspection.summarize_directory(copy, verify=True)
   assert sorted(p.path for p in summary.all_problems) == sorted(paths)
-  report = inspection.format_problems(summary)
+  report = tables.format_problems(summary)
   assert all(path in report for path in paths)
   # Suffix 5 lost its terminal and reward data, but the headers and
   # add_count still say what it holds.
@@ -320,9 +323,8 @@ def test_cli_table_and_json(written):
   assert lines[-1].split()[:3] == ['total', '3/3', 'complete']
   summary = inspection.summarize_directory(directory)
   disk, data = summary.total('disk_bytes'), summary.total('data_bytes')
-  assert lines[-1].endswith(
-    f'{inspection.format_bytes(disk)}  {inspection.format_bytes(data)}'
-  )
+  sizes = f'{progress.format_bytes(disk)} {progress.format_bytes(data)}'
+  assert lines[-1].split()[-4:] == sizes.split()
   assert lines[-1].endswith(' MB') and 1e6 < disk < data
 
   result = _cli(directory, '--json', '--verify')

@@ -21,8 +21,7 @@ from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.store import convert
 
-# The `store` and `oracles` fixtures.
-pytest_plugins = ('buffer_fixtures',)
+# The `store` and `oracles` fixtures come from conftest.py.
 
 BUFFERS = ['fixed', 'compact']
 

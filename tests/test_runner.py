@@ -8,12 +8,12 @@ import pickle
 import subprocess
 import sys
 
+import dopamine_data
 import fixed_replay  # noqa: F401
 from dopamine.discrete_domains import gym_lib
 from dopamine.metrics import collector_dispatcher
 from dopamine.metrics import statistics_instance
 from dopamine.tf.agents.dqn import dqn_agent
-from dopamine.tf.replay_memory import circular_replay_buffer
 import gin
 import numpy as np
 import pytest
@@ -50,29 +50,12 @@ def replay_run(tmp_path_factory):
   """A run directory whose replay_logs/ holds two CartPole checkpoints.
 
   Written by Dopamine's OutOfGraphReplayBuffer from random play in
-  Dopamine's CartPole environment.
+  Dopamine's CartPole environment (dopamine_data.write_cartpole_run).
   """
   run_dir = tmp_path_factory.mktemp('cartpole_data')
   replay_logs = run_dir / 'replay_logs'
   replay_logs.mkdir()
-  environment = gym_lib.create_gym_environment('CartPole')
-  rng = np.random.default_rng(0)
-  for suffix in (0, 1):
-    buffer = circular_replay_buffer.OutOfGraphReplayBuffer(
-      observation_shape=(4, 1),
-      stack_size=1,
-      replay_capacity=CAPACITY,
-      batch_size=32,
-      observation_dtype=np.float64,
-      checkpoint_duration=10**9,
-    )
-    observation = environment.reset()
-    for _ in range(CAPACITY):
-      action = int(rng.integers(2))
-      next_observation, reward, terminal, _ = environment.step(action)
-      buffer.add(np.reshape(observation, (4, 1)), action, reward, terminal)
-      observation = environment.reset() if terminal else next_observation
-    buffer.save(str(replay_logs), suffix)
+  dopamine_data.write_cartpole_run(replay_logs, CAPACITY)
   return run_dir
 
 

@@ -6,7 +6,6 @@ the definition; the transitions at every kept row must equal Dopamine's
 `sample_transition_batch(indices=...)` of the whole file.
 """
 
-import dopamine_data
 import numpy as np
 import pytest
 
@@ -15,18 +14,7 @@ from fixed_replay.dataset import subsample
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
-# The `store` fixture (a compact store of conftest's checkpoints).
-pytest_plugins = ('buffer_fixtures',)
-
 SUFFIXES = (0, 1, 3, 7)
-
-
-@pytest.fixture(scope='module')
-def oracles(dopamine_dir):
-  directory, capacity, _ = dopamine_dir
-  return {
-    s: dopamine_data.load_oracle(directory, s, capacity) for s in SUFFIXES
-  }
 
 
 def _fixed(directory, **kwargs):
@@ -99,7 +87,7 @@ def test_first_episodes_are_the_oldest_and_exact(
   )
   for suffix in SUFFIXES:
     expected, num_episodes = _first_episodes_rows(
-      oracles[suffix],
+      oracles(suffix),
       _episode_ends(directory, suffix),
       whole.shard(suffix).valid_rows,
       fraction,
@@ -107,8 +95,8 @@ def test_first_episodes_are_the_oldest_and_exact(
     assert num_episodes >= 2, suffix
     np.testing.assert_array_equal(ours.shard(suffix).valid_rows, expected)
     np.testing.assert_array_equal(compact.shard(suffix).valid_rows, expected)
-    _assert_rows_equal_dopamine(ours, suffix, expected, oracles[suffix])
-    _assert_rows_equal_dopamine(compact, suffix, expected, oracles[suffix])
+    _assert_rows_equal_dopamine(ours, suffix, expected, oracles(suffix))
+    _assert_rows_equal_dopamine(compact, suffix, expected, oracles(suffix))
   # Only the rows the kept episodes need were read where none wrap around
   # the file (checkpoint 0 is not full: its oldest rows come first).
   assert ours.shard(0).window.num_rows < whole.shard(0).window.num_rows
@@ -135,7 +123,7 @@ def test_random_episodes_keep_whole_episodes_and_are_exact(
     episodes = [
       sorted(set(e) & set(valid.tolist()))
       for e in _episodes_in_writing_order(
-        oracles[suffix], _episode_ends(directory, suffix)
+        oracles(suffix), _episode_ends(directory, suffix)
       )
     ]
     episodes = [e for e in episodes if e]
@@ -148,8 +136,8 @@ def test_random_episodes_keep_whole_episodes_and_are_exact(
     np.testing.assert_array_equal(again.shard(suffix).valid_rows, kept)
     np.testing.assert_array_equal(compact.shard(suffix).valid_rows, kept)
     differs |= not np.array_equal(other_seed.shard(suffix).valid_rows, kept)
-    _assert_rows_equal_dopamine(ours, suffix, kept, oracles[suffix])
-    _assert_rows_equal_dopamine(compact, suffix, kept, oracles[suffix])
+    _assert_rows_equal_dopamine(ours, suffix, kept, oracles(suffix))
+    _assert_rows_equal_dopamine(compact, suffix, kept, oracles(suffix))
   assert differs
 
 

@@ -12,6 +12,7 @@ import traceback
 
 from absl import app
 from absl import flags
+from absl import logging
 
 SUBCOMMANDS = {
   'demo': 'The main job: writes small Atari and CartPole datasets, checks '
@@ -53,6 +54,17 @@ def apply_remote_timeout(flag):
     from fixed_replay.io import remote
 
     remote.set_timeout(flag.value)
+
+
+def take_flags_only(argv):
+  """Starts a subcommand that takes flags only: INFO logs, no positionals.
+
+  Raises:
+    app.UsageError: naming the positional arguments given.
+  """
+  if len(argv) > 1:
+    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
+  logging.set_verbosity(logging.INFO)
 
 
 def _usage():

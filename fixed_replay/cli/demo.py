@@ -26,9 +26,12 @@ from absl import flags
 from absl import logging
 
 import fixed_replay
+from fixed_replay.cli import tables
 from fixed_replay.dataset import generate
 from fixed_replay.dataset import inspection
 
+# Several flags share `generate`'s and `train`'s names on purpose, with the
+# demo's small defaults: a process defines one subcommand's flags only.
 _OUTPUT_DIR = flags.DEFINE_string(
   'output_dir', 'demo_output', 'Where the demo writes its datasets and results.'
 )
@@ -252,9 +255,9 @@ def main(argv):
   output_dir = _OUTPUT_DIR.value
   data_dir = _atari_dataset(output_dir)
   summary = inspection.summarize_directory(data_dir, verify=True)
-  print(inspection.format_table(summary))
+  print(tables.format_table(summary))
   if not summary.ok:
-    print(inspection.format_problems(summary))
+    print(tables.format_problems(summary))
     return 1
   _sample(data_dir)
   from fixed_replay.training import plotting

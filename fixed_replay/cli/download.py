@@ -22,8 +22,8 @@ from absl import app
 from absl import flags
 
 from fixed_replay.dataset import download
-from fixed_replay.dataset import inspection
 from fixed_replay.errors import CheckpointError
+from fixed_replay.progress import format_bytes
 from fixed_replay.store import rlu_convert
 from fixed_replay.store import rlu_download
 
@@ -97,8 +97,8 @@ def main(argv):
   print(
     f'downloaded {len(result.downloaded)} shard(s), '
     f'{len(result.skipped)} already there; '
-    f'{inspection.format_bytes(result.bytes)} in {result.seconds:.1f} s '
-    f'({inspection.format_bytes(rate)}/s)'
+    f'{format_bytes(result.bytes)} in {result.seconds:.1f} s '
+    f'({format_bytes(rate)}/s)'
   )
   if result.conversion is not None:
     print(

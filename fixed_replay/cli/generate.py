@@ -10,10 +10,9 @@ on stdout; progress and per-checkpoint log lines go to stderr. E.g.
 
 import json
 
-from absl import app
 from absl import flags
-from absl import logging
 
+from fixed_replay import cli
 from fixed_replay.dataset import generate
 
 _OUTPUT_DIR = flags.DEFINE_string(
@@ -114,9 +113,7 @@ _PROGRESS = flags.DEFINE_bool(
 
 
 def main(argv):
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {" ".join(argv[1:])}')
-  logging.set_verbosity(logging.INFO)
+  cli.take_flags_only(argv)
   summary = generate.generate_dataset(
     _OUTPUT_DIR.value,
     environment=_ENVIRONMENT.value,

@@ -31,6 +31,7 @@ from absl import app
 from absl import flags
 
 from fixed_replay import cli
+from fixed_replay.cli import tables
 from fixed_replay.dataset import inspection
 from fixed_replay.dataset import rlu_inspection
 from fixed_replay.errors import CheckpointError
@@ -76,7 +77,7 @@ _USAGE = (
 )
 
 
-def _report(summary, table, problems):
+def _report(summary, table):
   if _JSON.value:
     print(json.dumps(summary.to_dict(), indent=2))
   else:
@@ -84,7 +85,7 @@ def _report(summary, table, problems):
   sys.stdout.flush()
   if summary.ok:
     return 0
-  print(problems(summary), file=sys.stderr)
+  print(tables.format_problems(summary), file=sys.stderr)
   return 1
 
 
@@ -101,9 +102,7 @@ def _inspect_run(directory, kind):
     lambda part: rlu_source.open_part(kind, location, part),
     verify=_VERIFY.value,
   )
-  return _report(
-    summary, rlu_inspection.format_table, rlu_inspection.format_problems
-  )
+  return _report(summary, tables.format_run_table)
 
 
 def main(argv):
@@ -131,7 +130,7 @@ def main(argv):
       update_horizon=_UPDATE_HORIZON.value,
       verify=_VERIFY.value,
     )
-  return _report(summary, inspection.format_table, inspection.format_problems)
+  return _report(summary, tables.format_table)
 
 
 if __name__ == '__main__':

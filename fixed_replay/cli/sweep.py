@@ -20,7 +20,8 @@ ones are tried again. Then `fixed-replay report BASE_DIR`.
 
 from absl import app
 from absl import flags
-from absl import logging
+
+from fixed_replay import cli
 
 _BASE_DIR = flags.DEFINE_string(
   'base_dir', None, 'Directory of the sweep (one subdirectory per trial).'
@@ -91,9 +92,7 @@ def _seeds():
 
 def main(argv):
   """Plans the sweep from the flags, runs what is left, prints a summary."""
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  logging.set_verbosity(logging.INFO)
+  cli.take_flags_only(argv)
   # Neither Ray nor TensorFlow is imported here: trials import them in
   # their own processes, and Ray only starts when a trial is left to run.
   from fixed_replay.training import sweep

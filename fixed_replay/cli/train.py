@@ -20,7 +20,6 @@ import sys
 
 from absl import app
 from absl import flags
-from absl import logging
 
 from fixed_replay import cli
 from fixed_replay.errors import CheckpointError
@@ -67,9 +66,7 @@ REQUIRED_FLAGS = ('base_dir', 'replay_dir')
 
 def main(argv):
   """Creates the runner from the flags and runs the experiment."""
-  if len(argv) > 1:
-    raise app.UsageError(f'unexpected arguments: {argv[1:]}')
-  logging.set_verbosity(logging.INFO)
+  cli.take_flags_only(argv)
   cli.apply_remote_timeout(_REMOTE_TIMEOUT)
   # Imported here so that --help does not wait for TensorFlow and JAX.
   from fixed_replay.training import run_experiment

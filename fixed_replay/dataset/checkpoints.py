@@ -1,33 +1,33 @@
 """Finds Dopamine replay checkpoints in a directory and reads row windows.
 
-A checkpoint with suffix N is a set of files `{name}_ckpt.N.gz`: the
-`$store$_` arrays (observation, action, reward, terminal, plus any extra
-storage elements), `add_count`, `invalid_range` and, from newer Dopamine,
-`episode_end_indices` (a pickled set). See ../shared/reference for the layout.
+A checkpoint with suffix N is a set of files `{name}_ckpt.N.gz` (see
+file_names.py): the `$store$_` arrays, `add_count`, `invalid_range` and,
+from newer Dopamine, `episode_end_indices` (a pickled set, see
+episode_ends.py). Reading raises the first problem found; audit.py reads
+the same files collecting them all.
 """
 
 import dataclasses
-import io
-import pickle
-import re
 
 from absl import logging
 import numpy as np
 
 from fixed_replay.dataset import checks
+from fixed_replay.dataset import file_names
+from fixed_replay.dataset.audit import check_run  # noqa: F401 - public here
+from fixed_replay.dataset.episode_ends import read_episode_end_indices
+from fixed_replay.dataset.file_names import EPISODE_END_INDICES
+from fixed_replay.dataset.file_names import REQUIRED_EXTRA_FILES
+from fixed_replay.dataset.file_names import REQUIRED_STORE_ELEMENTS
+from fixed_replay.dataset.file_names import STORE_PREFIX
+from fixed_replay.dataset.file_names import checkpoint_filename
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 from fixed_replay.io import npy_stream
 from fixed_replay.io import remote
-from fixed_replay.io.gzip_stream import GzipStream
 
-STORE_PREFIX = '$store$_'
-REQUIRED_STORE_ELEMENTS = ('observation', 'action', 'reward', 'terminal')
-REQUIRED_EXTRA_FILES = ('add_count', 'invalid_range')
-EPISODE_END_INDICES = 'episode_end_indices'
 # Files Dopamine's checkpointing may leave that this reader does not use.
 _IGNORED_NAMES = frozenset(['sum_tree'])
-_FILE_PATTERN = re.compile(r'^(?P<name>.+)_ckpt\.(?P<suffix>\d+)\.gz$')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,11 +59,6 @@ class CheckpointFiles:
     return paths
 
 
-def checkpoint_filename(directory, name, suffix):
-  """Returns the path Dopamine uses for element `name` of checkpoint suffix."""
-  return storage.join(directory, f'{name}_ckpt.{suffix}.gz')
-
-
 def scan_checkpoints(data_dir):
   """Sorts the checkpoint files of a directory into complete and incomplete.
 
@@ -86,9 +81,9 @@ def scan_checkpoints(data_dir):
     )
   names_by_suffix = {}
   for entry in storage.listdir(data_dir):
-    match = _FILE_PATTERN.match(entry)
-    if match and match['name'] not in _IGNORED_NAMES:
-      names_by_suffix.setdefault(int(match['suffix']), set()).add(match['name'])
+    parsed = file_names.parse(entry)
+    if parsed and parsed[0] not in _IGNORED_NAMES:
+      names_by_suffix.setdefault(parsed[1], set()).add(parsed[0])
   required = [STORE_PREFIX + e for e in REQUIRED_STORE_ELEMENTS]
   required += list(REQUIRED_EXTRA_FILES)
 
@@ -97,7 +92,7 @@ def scan_checkpoints(data_dir):
     names = names_by_suffix[suffix]
     missing = [n for n in required if n not in names]
     if missing:
-      incomplete[suffix] = [f'{n}_ckpt.{suffix}.gz' for n in missing]
+      incomplete[suffix] = [file_names.file_name(n, suffix) for n in missing]
       continue
     path = lambda name, s=suffix: checkpoint_filename(data_dir, name, s)
     store_paths = {
@@ -163,57 +158,6 @@ def find_checkpoints(data_dir, wanted=None):
 def checkpoint_suffixes(data_dir):
   """Returns the sorted suffixes of the complete checkpoints in data_dir."""
   return list(find_checkpoints(data_dir))
-
-
-class _IndexSetUnpickler(pickle.Unpickler):
-  """Unpickles a set of integers and nothing else.
-
-  Dopamine pickles `episode_end_indices` (a set of numpy int64 scalars); a
-  dataset may come from anywhere, so no other object may be constructed.
-  """
-
-  _ALLOWED = {
-    ('builtins', 'set'),
-    ('builtins', 'frozenset'),
-    ('builtins', 'int'),
-    ('numpy', 'dtype'),
-    ('numpy.core.multiarray', 'scalar'),
-    ('numpy._core.multiarray', 'scalar'),
-    ('numpy', 'int64'),
-  }
-
-  def find_class(self, module, name):
-    if (module, name) in self._ALLOWED:
-      return super().find_class(module, name)
-    raise pickle.UnpicklingError(f'{module}.{name} is not allowed')
-
-
-def read_episode_end_indices(path, num_rows=None):
-  """Reads Dopamine's pickled episode_end_indices set as sorted int64 rows.
-
-  Args:
-    path: str.
-    num_rows: int or None, rows of the checkpoint's arrays: bounds what the
-      file may inflate to (checked before unpickling) and the rows it names.
-
-  Raises:
-    CheckpointError: if the file is damaged, too big, or not a set of ints
-      naming rows of the arrays.
-  """
-  limit = checks.episode_ends_byte_limit(
-    checks.MAX_ROWS if num_rows is None else num_rows
-  )
-  with GzipStream(path) as stream:
-    data = stream.read_remaining(limit)
-  try:
-    values = _IndexSetUnpickler(io.BytesIO(data)).load()
-  except Exception as error:  # noqa: BLE001 - any damage in the pickle.
-    raise CheckpointError(
-      path,
-      f'episode_end_indices is not a pickled set of ints: '
-      f'{type(error).__name__}: {error}'[:300],
-    ) from error
-  return checks.episode_ends(path, values, num_rows)
 
 
 @dataclasses.dataclass
@@ -418,64 +362,3 @@ def _window(files, start, num_file_rows, store, bookkeeping):
     invalid_range=invalid_range,
     episode_end_indices=episode_ends,
   )
-
-
-def check_run(found):
-  """Checks the headers and bookkeeping of every checkpoint of a run.
-
-  Reads only headers and the small files; collects every problem instead of
-  stopping at the first (convert reports them all before converting).
-
-  Args:
-    found: dict of suffix to CheckpointFiles.
-
-  Returns:
-    (rows, errors): dict of suffix to rows of the checkpoints that passed,
-    and the list of CheckpointError found (each naming its file).
-  """
-  collector = checks.Collector()
-  rows_by_suffix, layouts = {}, {}
-  for suffix, files in found.items():
-    headers = {}
-    for name, path in files.store_paths.items():
-      header = collector.attempt(path, npy_stream.read_npy_header, path)
-      if header is not None:
-        headers[name] = header
-    errors = checks.store_header_errors(files, headers)
-    for error in errors:
-      collector.add(error)
-    if errors or len(headers) != len(files.store_paths):
-      continue
-    layouts[suffix] = {
-      n: (h.row_shape, str(h.dtype)) for n, h in headers.items()
-    }
-    rows = headers['observation'].num_rows
-    if _bookkeeping_checked(files, rows, collector):
-      rows_by_suffix[suffix] = rows
-  paths = {suffix: found[suffix].store_paths for suffix in layouts}
-  for error in checks.same_layout(paths, layouts):
-    collector.add(error)
-  bad = {str(error.path) for error in collector.errors}
-  rows_by_suffix = {
-    suffix: rows
-    for suffix, rows in rows_by_suffix.items()
-    if not bad & set(map(str, found[suffix].all_paths()))
-  }
-  return rows_by_suffix, collector.errors
-
-
-def _bookkeeping_checked(files, rows, collector):
-  """Checks add_count, invalid_range, episode_end_indices; True if all pass."""
-  path = files.add_count_path
-  count = collector.attempt(
-    path, lambda: checks.add_count(path, npy_stream.read_rows(path))
-  )
-  path = files.invalid_range_path
-  collector.attempt(
-    path,
-    lambda: checks.invalid_range(path, npy_stream.read_rows(path), rows, count),
-  )
-  if files.episode_end_indices_path:
-    path = files.episode_end_indices_path
-    collector.attempt(path, read_episode_end_indices, path, rows)
-  return not any(collector.failed(p) for p in files.all_paths())

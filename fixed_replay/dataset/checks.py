@@ -4,15 +4,16 @@ The gzip CRC tells that a file is what its writer wrote; these checks tell
 that what was written makes sense together: `add_count`, `invalid_range` and
 `episode_end_indices` against the rows of the `$store$_` arrays, array
 lengths and shapes, the type and size of the pickled set, integer ranges.
-Each check raises a `CheckpointError` naming the file; the reader lets the
-first one through, while `convert` and `inspect` collect them all with
-`Collector`.
+Each check raises a `CheckpointError` naming the file; the reader
+(checkpoints.py) lets the first one through, while `convert` and `inspect`
+collect them all with `Collector` (audit.py).
 """
 
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import CheckpointProblems
+from fixed_replay.errors import RemoteError
 
 # Dopamine's transition signature returns indices as int32.
 MAX_ROWS = 2**31 - 1
@@ -239,9 +240,16 @@ class Collector:
     errors: list of CheckpointError, in the order found.
   """
 
-  def __init__(self):
+  def __init__(self, stop_on_remote=False):
+    """Creates an empty collector.
+
+    Args:
+      stop_on_remote: bool, let a RemoteError through: when the storage is
+        unreachable, trying every other file only repeats that.
+    """
     self.errors = []
     self._failed = set()
+    self._stop_on_remote = stop_on_remote
 
   def add(self, error):
     self.errors.append(error)
@@ -261,6 +269,8 @@ class Collector:
     try:
       return function(*args)
     except CheckpointError as error:
+      if self._stop_on_remote and isinstance(error, RemoteError):
+        raise
       self.add(error)
       self._failed.add(str(path))
       return None

@@ -1,11 +1,11 @@
 """Writes Dopamine replay checkpoint files without holding the arrays.
 
 Dopamine's `OutOfGraphReplayBuffer.save` writes `{name}_ckpt.{suffix}.gz`
-files: gzip of `np.save` output for the `$store$_` arrays, `add_count` and
-`invalid_range`, gzip of a pickle for `episode_end_indices`; its `load`
-reads them back with `gzip.GzipFile` and `np.load` / `pickle.load`. Holding
-a 1M-row checkpoint to call `save` takes 7 GB; this module writes the same
-files from row slices.
+files (file_names.py names them): gzip of `np.save` output for the
+`$store$_` arrays, `add_count` and `invalid_range`, gzip of a pickle for
+`episode_end_indices`; its `load` reads them back with `gzip.GzipFile` and
+`np.load` / `pickle.load`. Holding a 1M-row checkpoint to call `save` takes
+7 GB; this module writes the same files from row slices.
 
 `GzipNpyWriter` does not know the number of rows, which the `.npy` header
 states first, until it is closed. So the file is two gzip members (RFC 1952
@@ -32,11 +32,6 @@ _HEADER_BYTES = 128  # Of the .npy header: room for any shape of rows.
 _PICKLE_PROTOCOL = 4
 # zlib-ng compresses Atari frames ~3x faster than zlib at the same level.
 _zlib = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND]
-
-
-def checkpoint_filename(directory, name, suffix):
-  """Dopamine's file name for element `name` of checkpoint `suffix`."""
-  return os.path.join(directory, f'{name}_ckpt.{suffix}.gz')
 
 
 def gzip_bytes(data, level):

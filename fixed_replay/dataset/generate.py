@@ -14,18 +14,16 @@ terminal)`, exactly as Dopamine's agents store them:
 * an episode cut at max_steps_per_episode is stored as terminal, like the
   published data.
 
-Like batch_rl's logged replay buffer, the buffer (capacity checkpoint_rows)
-is dumped whenever `add_count % checkpoint_rows == cursor`, cursor being
+The buffer (capacity checkpoint_rows) is dumped whenever
+`add_count % checkpoint_rows == cursor` (see replay_dumps.py), cursor being
 checkpoint_rows - 1 by default (the published layout: invalid_range
 [998, 999, 0, 1, 2] for 1000 rows). Dump k becomes checkpoint suffix k, so
 checkpoint 0 holds add_count = cursor rows (not full) and later ones are full
-buffers whose rows continue the previous checkpoint's. Unlike batch_rl, the
-dump also happens when the target falls inside an episode's padding rows, so
-every checkpoint has exactly the chosen cursor.
+buffers whose rows continue the previous checkpoint's.
 
-Files are written with Dopamine's own `save()` into a staging directory
-inside output_dir and then moved to their final names, so an interrupted run
-never leaves a half-written file under a checkpoint name. The published
+Files are written with Dopamine's own `save()`, staged inside output_dir so
+that an interrupted run never leaves a half-written file under a checkpoint
+name. The published
 dataset has no `episode_end_indices` files; `write_episode_end_indices=True`
 keeps the one newer Dopamine writes. save() compresses at gzip level 9: about
 2 s per 10,000 Atari rows (minutes for a 1M-row checkpoint); the time of each
@@ -34,78 +32,32 @@ checkpoint is logged. Rows past add_count of a partial checkpoint are zero.
 
 import dataclasses
 import os
-import re
 import time
 
 from absl import logging
 import numpy as np
-import tqdm
 
 from fixed_replay import progress as progress_lib
+from fixed_replay.dataset import environments
+from fixed_replay.dataset import file_names
 from fixed_replay.dataset import policies
+from fixed_replay.dataset import replay_dumps
 
 # Dopamine (and with it TensorFlow) is imported inside the functions that need
 # it, so that importing this module and `fixed-replay generate --help` are
 # fast.
 
-ENVIRONMENTS = ('atari', 'cartpole')
 POLICIES = ('random', 'scripted', 'agent')
-# Dopamine's Runner default and the published data's cut (27k agent steps =
-# 108k frames; ALE's v5 games end at 100k frames first, as terminal).
-ATARI_MAX_STEPS_PER_EPISODE = 27000
-# Runner.max_steps_per_episode in Dopamine's CartPole gin configs.
-CARTPOLE_MAX_STEPS_PER_EPISODE = 200
-STAGING_PREFIX = '.staging.'
-# Large enough that Dopamine's save() never deletes an older checkpoint.
-_NEVER_DELETE = 2**62
-_CHECKPOINT_FILE = re.compile(r'^.+_ckpt\.\d+\.gz$')
-# Moved last, so that a suffix looks complete only once its arrays are there.
-_BOOKKEEPING_NAMES = ('add_count', 'invalid_range', 'episode_end_indices')
-
-
-@dataclasses.dataclass(frozen=True)
-class EnvironmentSpec:
-  """How one environment's observations are stored.
-
-  Attributes:
-    observation_shape: tuple, shape of one stored observation.
-    observation_dtype: numpy dtype of the stored observations.
-    stack_size: int, frames per state (Dopamine pads stack_size - 1 rows).
-    max_steps_per_episode: int, default episode cut.
-  """
-
-  observation_shape: tuple
-  observation_dtype: type
-  stack_size: int
-  max_steps_per_episode: int
-
-
-# Dopamine's NATURE_DQN_* and gym_lib.CARTPOLE_* gin constants.
-ENVIRONMENT_SPECS = {
-  'atari': EnvironmentSpec((84, 84), np.uint8, 4, ATARI_MAX_STEPS_PER_EPISODE),
-  'cartpole': EnvironmentSpec(
-    (4, 1), np.float64, 1, CARTPOLE_MAX_STEPS_PER_EPISODE
-  ),
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class CheckpointSummary:
-  """One written checkpoint.
-
-  Attributes:
-    suffix: int.
-    add_count: int, rows ever added (padding included) when it was dumped.
-    episodes: int, episodes that ended since the previous checkpoint.
-    mean_return: float or None, their mean undiscounted, unclipped return.
-    save_seconds: float, time spent in Dopamine's save() and moving files.
-  """
-
-  suffix: int
-  add_count: int
-  episodes: int
-  mean_return: float
-  save_seconds: float
+# Callers import these from here (they lived here before environments.py and
+# replay_dumps.py were split off).
+ATARI_MAX_STEPS_PER_EPISODE = environments.ATARI_MAX_STEPS_PER_EPISODE
+CARTPOLE_MAX_STEPS_PER_EPISODE = environments.CARTPOLE_MAX_STEPS_PER_EPISODE
+ENVIRONMENTS = environments.ENVIRONMENTS
+ENVIRONMENT_SPECS = environments.ENVIRONMENT_SPECS
+EnvironmentSpec = environments.EnvironmentSpec
+create_environment = environments.create_environment
+CheckpointSummary = replay_dumps.CheckpointSummary
+STAGING_PREFIX = replay_dumps.STAGING_PREFIX
 
 
 @dataclasses.dataclass
@@ -147,38 +99,6 @@ class DatasetSummary:
     return self.checkpoints[-1].add_count / max(self.generation_seconds, 1e-9)
 
 
-def _mean_or_none(values):
-  return float(np.mean(values)) if values else None
-
-
-def create_environment(environment, game='Pong', sticky_actions=True):
-  """Creates a Dopamine environment.
-
-  Args:
-    environment: str, 'atari' or 'cartpole'.
-    game: str, Atari game name (ignored for CartPole).
-    sticky_actions: bool, Machado et al.'s sticky actions (Atari only).
-
-  Returns:
-    Dopamine's AtariPreprocessing or GymPreprocessing environment.
-  """
-  if environment == 'atari':
-    from dopamine.discrete_domains import atari_lib
-
-    return atari_lib.create_atari_environment(
-      game, sticky_actions=sticky_actions
-    )
-  from dopamine.discrete_domains import gym_lib
-
-  # CartPole-v0's 200-step time limit is not a terminal in Dopamine's wrapper
-  # (game_over = terminated and not truncated); max_steps_per_episode cuts.
-  return gym_lib.create_gym_environment('CartPole', 'v0')
-
-
-def _action_meanings(env):
-  return list(env.environment.unwrapped.get_action_meanings())
-
-
 def make_policy(
   policy,
   env,
@@ -217,7 +137,9 @@ def make_policy(
   if policy == 'random':
     return policies.RandomPolicy(num_actions, rng, action_repeat)
   if policy == 'scripted':
-    meanings = _action_meanings(env) if environment == 'atari' else None
+    meanings = (
+      environments.action_meanings(env) if environment == 'atari' else None
+    )
     base = policies.make_scripted_policy(environment, game, meanings)
   elif policy == 'agent':
     if not agent_checkpoint_dir:
@@ -237,7 +159,7 @@ def _check_output_dir(output_dir):
     taken = sorted(
       name
       for name in os.listdir(output_dir)
-      if _CHECKPOINT_FILE.match(name) or name.startswith(STAGING_PREFIX)
+      if file_names.FILE_PATTERN.match(name) or name.startswith(STAGING_PREFIX)
     )
     if taken:
       shown = ', '.join(taken[:3]) + (', ...' if len(taken) > 3 else '')
@@ -269,140 +191,6 @@ def _check_arguments(
     raise ValueError(f'cursor must be in [0, {checkpoint_rows}), got {cursor}')
   if max_steps < 1:
     raise ValueError(f'max_steps_per_episode must be >= 1, got {max_steps}')
-
-
-class _CheckpointWriter:
-  """Dumps a Dopamine replay buffer at the scheduled add counts.
-
-  Dump k happens when add_count == first_dump + k * checkpoint_rows and is
-  written with the buffer's own save() into output_dir/.staging.k, whose files
-  are then moved to output_dir.
-  """
-
-  def __init__(
-    self,
-    output_dir,
-    checkpoint_rows,
-    cursor,
-    num_checkpoints,
-    keep_episode_end_indices,
-  ):
-    self._output_dir = output_dir
-    self._rows = checkpoint_rows
-    self._first_dump = cursor if cursor > 0 else checkpoint_rows
-    self._num_checkpoints = num_checkpoints
-    self._keep_episode_end_indices = keep_episode_end_indices
-    self.buffer = None
-    self.written = []
-    self.episode_returns = []
-    self.episode_lengths = []
-    self._episodes_at_last_dump = 0
-
-  @property
-  def total_rows(self):
-    """add_count at the last dump."""
-    return self._first_dump + (self._num_checkpoints - 1) * self._rows
-
-  @property
-  def done(self):
-    return len(self.written) == self._num_checkpoints
-
-  def after_row(self):
-    """Called by the buffer after each row it writes, padding included."""
-    add_count = int(self.buffer.add_count)
-    due = self._first_dump + len(self.written) * self._rows
-    if add_count == due and not self.done:
-      self._dump(add_count)
-
-  def _dump(self, add_count):
-    suffix = len(self.written)
-    start = time.time()
-    staging = os.path.join(self._output_dir, f'{STAGING_PREFIX}{suffix}')
-    os.makedirs(staging)
-    self.buffer.save(staging, suffix)
-    names = sorted(
-      os.listdir(staging),
-      key=lambda n: (n.split('_ckpt.')[0] in _BOOKKEEPING_NAMES, n),
-    )
-    for name in names:
-      source = os.path.join(staging, name)
-      if name.startswith('episode_end_indices_ckpt.') and not (
-        self._keep_episode_end_indices
-      ):
-        os.remove(source)  # The published layout has no such file.
-      else:
-        os.replace(source, os.path.join(self._output_dir, name))
-    os.rmdir(staging)
-    returns = self.episode_returns[self._episodes_at_last_dump :]
-    self._episodes_at_last_dump = len(self.episode_returns)
-    summary = CheckpointSummary(
-      suffix=suffix,
-      add_count=add_count,
-      episodes=len(returns),
-      mean_return=_mean_or_none(returns),
-      save_seconds=time.time() - start,
-    )
-    self.written.append(summary)
-    logging.info(
-      'Wrote checkpoint %d/%d to %s: add_count %d, %d rows, %d episodes '
-      'ended since the last checkpoint (mean return %s), saved in %.1f s',
-      suffix + 1,
-      self._num_checkpoints,
-      self._output_dir,
-      add_count,
-      min(add_count, self._rows),
-      len(returns),
-      'n/a' if summary.mean_return is None else f'{summary.mean_return:.2f}',
-      summary.save_seconds,
-    )
-
-
-def _make_buffer(spec, checkpoint_rows, writer):
-  """A real Dopamine OutOfGraphReplayBuffer that reports every row written."""
-  from dopamine.tf.replay_memory import circular_replay_buffer
-
-  class _ReportingReplayBuffer(circular_replay_buffer.OutOfGraphReplayBuffer):
-    """Dopamine's buffer, calling writer.after_row() after each row.
-
-    add() writes the episode-start padding and the row in one call; hooking
-    the per-row _add_transition lets a dump land exactly on its add_count
-    even inside the padding. Only private attributes are added, so save()
-    writes exactly the files Dopamine's own buffer writes.
-    """
-
-    def __init__(self, on_row, **kwargs):
-      self._on_row = on_row
-      super().__init__(**kwargs)
-
-    def _create_storage(self):
-      super()._create_storage()
-      # Dopamine allocates with np.empty, so the rows past add_count of a
-      # partial checkpoint would hold leftover memory: files would differ
-      # between runs. np.zeros is allocated lazily, like np.empty.
-      self._store = {
-        name: np.zeros(array.shape, array.dtype)
-        for name, array in self._store.items()
-      }
-
-    def _add_transition(self, transition):
-      super()._add_transition(transition)
-      self._on_row()
-
-  return _ReportingReplayBuffer(
-    writer.after_row,
-    observation_shape=spec.observation_shape,
-    stack_size=spec.stack_size,
-    replay_capacity=checkpoint_rows,
-    batch_size=32,
-    observation_dtype=spec.observation_dtype,
-    checkpoint_duration=_NEVER_DELETE,
-  )
-
-
-def _progress_bar(total, enabled):
-  if enabled:
-    return progress_lib.bar(total, 'generate', unit='row', unit_scale=True)
-  return tqdm.tqdm(total=total, disable=True)
 
 
 def _play(env, policy, buffer, writer, spec, max_steps, bar):
@@ -540,14 +328,14 @@ def generate_dataset(
     gin_files=gin_files,
     gin_bindings=gin_bindings,
   )
-  writer = _CheckpointWriter(
+  writer = replay_dumps.CheckpointWriter(
     output_dir,
     checkpoint_rows,
     cursor,
     num_checkpoints,
     write_episode_end_indices,
   )
-  writer.buffer = _make_buffer(spec, checkpoint_rows, writer)
+  writer.buffer = replay_dumps.make_buffer(spec, checkpoint_rows, writer)
   logging.info(
     'Generating %d checkpoints of %d rows (cursor %d) in %s: %s, policy %s, '
     'seed %d',
@@ -560,7 +348,10 @@ def generate_dataset(
     seed,
   )
   generation_start = time.time()
-  with _progress_bar(writer.total_rows, progress) as bar:
+  show = None if progress else False
+  with progress_lib.bar(
+    writer.total_rows, 'generate', unit='row', unit_scale=True, show=show
+  ) as bar:
     agent_steps = _play(
       env, behaviour, writer.buffer, writer, spec, max_steps, bar
     )

@@ -14,8 +14,8 @@ from absl import logging
 import numpy as np
 
 from fixed_replay import progress
-from fixed_replay.dataset import inspection
 from fixed_replay.dataset import rlu_shards
+from fixed_replay.dataset import summaries
 from fixed_replay.errors import CheckpointError
 
 _DECODE_ROWS = 1024
@@ -40,7 +40,7 @@ class CheckpointEpisodes:
   episodes: int = 0
   steps: int = 0
   terminal: int = 0
-  returns: inspection.EpisodeStats = None
+  returns: summaries.EpisodeStats = None
 
 
 @dataclasses.dataclass
@@ -57,6 +57,11 @@ class RunSummary:
   @property
   def ok(self):
     return not self.problems and bool(self.checkpoints)
+
+  @property
+  def all_problems(self):
+    """The problems, as DirectorySummary.all_problems lists its own."""
+    return self.problems
 
   def to_dict(self):
     return {
@@ -128,7 +133,7 @@ def summarize_run(kind, location, parts, open_part, verify=False):
         _read_part(open_part, part, verify, scratch, found, summary)
       except CheckpointError as error:
         summary.parts[-1].ok = False
-        summary.problems.append(inspection.Problem(error.path, error.problem))
+        summary.problems.append(summaries.Problem(error.path, error.problem))
       bar.update(part.num_bytes)
   finally:
     bar.close()
@@ -144,78 +149,8 @@ def summarize_run(kind, location, parts, open_part, verify=False):
     entry.returns = entry.returns or []
     entry.returns.append(episode_return)
   for entry in by_checkpoint.values():
-    entry.returns = inspection.EpisodeStats.from_returns(entry.returns)
+    entry.returns = summaries.EpisodeStats.from_returns(entry.returns)
   summary.checkpoints = [by_checkpoint[c] for c in sorted(by_checkpoint)]
   if not found and not summary.problems:
-    summary.problems.append(inspection.Problem(location, 'holds no episode'))
+    summary.problems.append(summaries.Problem(location, 'holds no episode'))
   return summary
-
-
-_COLUMNS = (
-  'checkpoint',
-  'episodes',
-  'steps',
-  'terminal',
-  'return min / mean / max',
-  'parts',
-)
-
-
-def format_table(summary):
-  """A text table: one line per checkpoint, then the totals."""
-  rows = []
-  for entry in summary.checkpoints:
-    returns = entry.returns
-    rows.append(
-      (
-        str(entry.checkpoint),
-        str(entry.episodes),
-        str(entry.steps),
-        str(entry.terminal),
-        f'{returns.min_return:.4g} / {returns.mean_return:.4g} / '
-        f'{returns.max_return:.4g}',
-        ', '.join(entry.parts),
-      )
-    )
-  episodes = sum(e.episodes for e in summary.checkpoints)
-  steps = sum(e.steps for e in summary.checkpoints)
-  total = inspection.EpisodeStats.combine(
-    e.returns for e in summary.checkpoints
-  )
-  rows.append(
-    (
-      'total',
-      str(episodes),
-      str(steps),
-      str(sum(e.terminal for e in summary.checkpoints)),
-      f'{total.min_return:.4g} / {total.mean_return:.4g} / '
-      f'{total.max_return:.4g}'
-      if total.count
-      else '-',
-      f'{len(summary.parts)} read, '
-      f'{sum(not p.ok for p in summary.parts)} damaged',
-    )
-  )
-  table = [_COLUMNS] + rows
-  widths = [max(len(r[i]) for r in table) for i in range(len(_COLUMNS))]
-  lines = [
-    '  '.join(
-      c.ljust(w) if i >= 4 else c.rjust(w)
-      for i, (c, w) in enumerate(zip(r, widths, strict=True))
-    ).rstrip()
-    for r in table
-  ]
-  mode = 'every frame decoded' if summary.verified else 'frames not decoded'
-  size = inspection.format_bytes(sum(p.num_bytes for p in summary.parts))
-  title = (
-    f'{summary.location} (RL Unplugged {summary.kind}, {size}, {mode}; '
-    'terminal: episodes ending with discount 0)'
-  )
-  return '\n'.join([title] + lines)
-
-
-def format_problems(summary):
-  if not summary.problems:
-    return ''
-  lines = [f'{len(summary.problems)} problem(s):']
-  return '\n'.join(lines + [f'  {p}' for p in summary.problems])

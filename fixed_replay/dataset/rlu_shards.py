@@ -1,14 +1,12 @@
-"""RL Unplugged's copy of the DQN Replay Dataset: shards, episodes, frames.
+"""RL Unplugged's copy of the DQN Replay Dataset: its shards and records.
 
 RL Unplugged publishes each run as GZIP TFRecord shards
 `<Game>/run_<r>-<NNNNN>-of-<MMMMM>` (local or gs://), one `tf.train.Example`
-per episode: `checkpoint_idx`, `episode_idx`, per-step `observations` (84x84
-grayscale PNGs), `actions`, `clipped_rewards`, `discounts` (see
-../shared/reference/rl-unplugged-atari.md). This module finds the shards of a
-run, reads their records with TensorFlow's reader (which checks every
-record's length and data CRC), checks the gzip trailer TensorFlow leaves
-unread, validates each episode and decodes its frames in slices. Every
-problem is a CheckpointError naming the shard and the episode.
+per episode (see rlu_episodes.py). This module finds the shards of a run,
+reads their records with TensorFlow's reader (which checks every record's
+length and data CRC), checks the gzip trailer TensorFlow leaves unread and
+yields the validated episodes. Every problem is a CheckpointError naming the
+shard and the episode.
 """
 
 import dataclasses
@@ -16,30 +14,26 @@ import re
 import struct
 
 from absl import logging
-import cv2
-import numpy as np
 
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 
 SHARD_NAME = re.compile(
   r'^run_(?P<run>\d+)-(?P<shard>\d{5})-of-(?P<total>\d{5})$'
 )
-NUM_CHECKPOINTS = 50  # Checkpoints of a DQN Replay Dataset run: 0..49.
-FRAME_SHAPE = (84, 84)
-_FRAME_BYTES = 84 * 84  # uint8: a 16-bit PNG of that shape has twice this.
-# Keys a record must have, with the kind of list each holds.
-REQUIRED_KEYS = {
-  'checkpoint_idx': 'int64_list',
-  'episode_idx': 'int64_list',
-  'observations': 'bytes_list',
-  'actions': 'int64_list',
-  'clipped_rewards': 'float_list',
-  'discounts': 'float_list',
-}
-_STEP_KEYS = ('observations', 'actions', 'clipped_rewards', 'discounts')
 _RECORD_FRAMING_BYTES = 16  # Length, its CRC and the data CRC of a record.
-_MAX_ACTION = 2**31 - 1  # Dopamine stores actions as int32.
+
+# The episodes' names, imported from here since before rlu_episodes.py.
+NUM_CHECKPOINTS = rlu_episodes.NUM_CHECKPOINTS
+FRAME_SHAPE = rlu_episodes.FRAME_SHAPE
+REQUIRED_KEYS = rlu_episodes.REQUIRED_KEYS
+Episode = rlu_episodes.Episode
+check_checkpoint_idx = rlu_episodes.check_checkpoint_idx
+check_steps = rlu_episodes.check_steps
+check_actions = rlu_episodes.check_actions
+parse_episode = rlu_episodes.parse_episode
+decode_frames = rlu_episodes.decode_frames
 
 
 @dataclasses.dataclass(frozen=True)
@@ -126,161 +120,6 @@ def select_run(directory, run=None):
       str(directory), f'run {run} has shards named -of- {totals}: mixed sets'
     )
   return shards
-
-
-@dataclasses.dataclass
-class Episode:
-  """One validated episode.
-
-  Attributes:
-    shard: str, the shard (or split) it came from.
-    record: int, its position there (0-based).
-    checkpoint_idx: int.
-    episode_idx: int.
-    frames: sequence of PNG-encoded frames (bytes), one per step.
-    actions: int32 array.
-    rewards: float32 array, the clipped rewards.
-    terminal: bool, whether the last step ended the episode (discount 0).
-  """
-
-  shard: str
-  record: int
-  checkpoint_idx: int
-  episode_idx: int
-  frames: object
-  actions: np.ndarray
-  rewards: np.ndarray
-  terminal: bool
-
-  @property
-  def num_steps(self):
-    return len(self.actions)
-
-  @property
-  def episode_return(self):
-    return float(np.sum(self.rewards, dtype=np.float64))
-
-  def where(self):
-    """Names the episode for messages."""
-    return (
-      f'episode {self.episode_idx} of checkpoint {self.checkpoint_idx} '
-      f'(record {self.record})'
-    )
-
-
-def check_checkpoint_idx(path, record, checkpoint_idx, episode_idx):
-  if not 0 <= checkpoint_idx < NUM_CHECKPOINTS:
-    raise CheckpointError(
-      path,
-      f'episode {episode_idx} (record {record}): checkpoint_idx '
-      f'{checkpoint_idx} is outside 0..{NUM_CHECKPOINTS - 1}',
-    )
-
-
-def check_steps(episode, terminals):
-  """Checks an episode's per-step arrays; `terminals` flags each step."""
-  if not episode.num_steps:
-    raise CheckpointError(episode.shard, f'{episode.where()}: no steps')
-  early = np.flatnonzero(terminals[:-1])
-  if len(early):
-    raise CheckpointError(
-      episode.shard,
-      f'{episode.where()}: step {int(early[0])} of {episode.num_steps} ends '
-      'the episode (discount 0) before its last step',
-    )
-
-
-def check_actions(path, where, values):
-  """Returns int64 actions as int32, refusing what Dopamine cannot store."""
-  actions = np.asarray(values, dtype=np.int64)
-  if len(actions) and (actions.min() < 0 or actions.max() > _MAX_ACTION):
-    raise CheckpointError(
-      path,
-      f'{where}: actions outside [0, {_MAX_ACTION}]: {actions.min()}..'
-      f'{actions.max()}',
-    )
-  return actions.astype(np.int32)
-
-
-def _values(feature, key, kind, path, record):
-  if feature.WhichOneof('kind') != kind:
-    raise CheckpointError(
-      path,
-      f'record {record}: {key} holds {feature.WhichOneof("kind")}, expected '
-      f'{kind}',
-    )
-  return getattr(feature, kind).value
-
-
-def parse_episode(data, path, record):
-  """Parses and validates one serialized tf.train.Example episode.
-
-  Args:
-    data: bytes of the record.
-    path: str, the shard (for messages).
-    record: int, the record's position in the shard.
-
-  Returns:
-    Episode.
-
-  Raises:
-    CheckpointError: naming the shard and the episode, for an unparsable
-      record, a missing key, per-step lists of unequal length, a
-      checkpoint_idx outside 0..49, a negative or too large action, a
-      discount of 0 before the last step, or an episode without steps.
-  """
-  from google.protobuf import message
-  from tensorflow.core.example import example_pb2
-
-  example = example_pb2.Example()
-  try:
-    example.ParseFromString(data)
-  except message.DecodeError as error:
-    raise CheckpointError(
-      path, f'record {record} is not a tf.train.Example: {error}'
-    ) from error
-  features = example.features.feature
-  missing = [key for key in REQUIRED_KEYS if key not in features]
-  if missing:
-    known = ''
-    if 'episode_idx' in features and features['episode_idx'].int64_list.value:
-      known = f' (episode {features["episode_idx"].int64_list.value[0]})'
-    raise CheckpointError(
-      path, f'record {record}{known} has no key(s) {", ".join(missing)}'
-    )
-  values = {
-    key: _values(features[key], key, kind, path, record)
-    for key, kind in REQUIRED_KEYS.items()
-  }
-  for key in ('checkpoint_idx', 'episode_idx'):
-    if len(values[key]) != 1:
-      raise CheckpointError(
-        path, f'record {record}: {key} holds {len(values[key])} values, not 1'
-      )
-  checkpoint_idx = int(values['checkpoint_idx'][0])
-  episode_idx = int(values['episode_idx'][0])
-  where = f'episode {episode_idx} of checkpoint {checkpoint_idx} (record '
-  where += f'{record})'
-  check_checkpoint_idx(path, record, checkpoint_idx, episode_idx)
-  lengths = {key: len(values[key]) for key in _STEP_KEYS}
-  if len(set(lengths.values())) > 1:
-    raise CheckpointError(
-      path, f'{where}: per-step lists of unequal length {lengths}'
-    )
-  actions = check_actions(path, where, values['actions'])
-  discounts = np.asarray(values['discounts'], dtype=np.float32)
-  episode = Episode(
-    shard=path,
-    record=record,
-    checkpoint_idx=checkpoint_idx,
-    episode_idx=episode_idx,
-    frames=values['observations'],
-    actions=actions,
-    rewards=np.asarray(values['clipped_rewards'], dtype=np.float32),
-    terminal=bool(len(discounts)) and bool(discounts[-1] == 0),
-  )
-  check_steps(episode, discounts == 0)
-  return episode
 
 
 def _damaged(path, error, count, last):
@@ -371,50 +210,6 @@ def iter_episodes(path, wanted=None):
     episode = parse_episode(data, path, number)
     last[0] = episode.where()
     yield episode
-
-
-def decode_frames(episode, start, out):
-  """Decodes frames [start, start + len(out)) of an episode into `out`.
-
-  Args:
-    episode: Episode.
-    start: int, first step.
-    out: writable uint8 array (n, 84, 84).
-
-  Raises:
-    CheckpointError: naming shard, episode and step, for a PNG that does
-      not decode or is not an 84x84 8-bit grayscale image.
-  """
-  # The hot loop of a conversion (~1M frames a shard): one C-level slice of
-  # the PNGs, one cheap test per frame, the slow checks only on a miss.
-  pngs = episode.frames[start : start + len(out)]
-  decode, flags, shape = cv2.imdecode, cv2.IMREAD_UNCHANGED, FRAME_SHAPE
-  for i, png in enumerate(pngs):
-    frame = decode(np.frombuffer(png, np.uint8), flags)
-    if (
-      frame is not None
-      and frame.shape == shape
-      and frame.nbytes == (_FRAME_BYTES)
-    ):
-      out[i] = frame
-    else:
-      out[i] = _checked_frame(episode, start + i, frame)
-
-
-def _checked_frame(episode, step, frame):
-  """Returns an odd but acceptable frame (84x84x1) or raises."""
-  if frame is None:
-    raise CheckpointError(
-      episode.shard,
-      f'{episode.where()}: step {step}: the PNG observation does not decode',
-    )
-  if frame.dtype != np.uint8 or frame.shape != FRAME_SHAPE + (1,):
-    raise CheckpointError(
-      episode.shard,
-      f'{episode.where()}: step {step}: observation is {frame.dtype} '
-      f'{frame.shape}, expected uint8 {FRAME_SHAPE}',
-    )
-  return frame.reshape(FRAME_SHAPE)
 
 
 def log_shards(shards):

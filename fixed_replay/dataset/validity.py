@@ -89,7 +89,7 @@ def valid_rows(
 
 
 def window_valid_rows(window, stack_size, update_horizon):
-  """valid_rows of a checkpoints.CheckpointWindow (its `terminal` read)."""
+  """valid_rows of a checkpoints.CheckpointWindow (its terminal flags)."""
   return valid_rows(
     window.store['terminal'],
     window.start,

@@ -3,7 +3,9 @@
 Samples a compact store (`fixed-replay convert SRC DST`, see compact_store.py)
 with the API of FixedReplayBuffer, so any agent or config can switch to it
 with one gin binding (`replay_buffer_class.memory_class =
-@CompactReplayBuffer`, pointing `replay_dir` at the store). Unlike
+@CompactReplayBuffer`, pointing `replay_dir` at the store): it switches the
+TF and the JAX agents alike, where `WrappedFixedReplayBuffer.memory_class`
+would switch the TF agents only. Unlike
 FixedReplayBuffer, nothing is loaded in sets: every minibatch is drawn
 uniformly over all valid transitions of all selected checkpoints, and
 

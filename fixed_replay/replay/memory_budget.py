@@ -3,21 +3,10 @@
 import numpy as np
 import psutil
 
+from fixed_replay.progress import format_bytes
+
 # Bytes per row beyond the stored arrays: the table of valid rows (int64).
 _INDEX_BYTES_PER_ROW = 8
-
-
-def format_bytes(num_bytes):
-  """Returns e.g. '7.06 GB' (decimal units, as disk sizes are quoted)."""
-  for unit in ('B', 'KB', 'MB', 'GB', 'TB'):
-    if abs(num_bytes) < 1000 or unit == 'TB':
-      return (
-        f'{num_bytes:.0f} {unit}'
-        if unit == 'B'
-        else (f'{num_bytes:.2f} {unit}')
-      )
-    num_bytes /= 1000
-  return None
 
 
 def shard_bytes(headers, start, count, elements=None):

@@ -30,122 +30,42 @@ CRC-32 and a zstd decompression, all outside the GIL.
 """
 
 import dataclasses
-import json
 import os
-import re
 
-import blosc2
 import numpy as np
 
 from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
-from fixed_replay.io import gzip_stream
+from fixed_replay.store import frame_blocks
+from fixed_replay.store import manifest as manifest_lib
 
-FORMAT = 'fixed_replay.store.compact_store'
-VERSION = 1
-MANIFEST = 'manifest.json'
-BLOCKS_FILE = 'observation.blocks'
-OFFSETS_FILE = 'observation_offsets.npy'
-CRC_FILE = 'observation_crc32.npy'
-VALID_MASK_FILE = 'valid_mask.npy'
-INVALID_RANGE_FILE = 'invalid_range.npy'
-EPISODE_ENDS_FILE = 'episode_end_indices.npy'
-CODECS = {
-  'zstd': blosc2.Codec.ZSTD,
-  'lz4': blosc2.Codec.LZ4,
-  'lz4hc': blosc2.Codec.LZ4HC,
-  'zlib': blosc2.Codec.ZLIB,
-  'blosclz': blosc2.Codec.BLOSCLZ,
-}
-_CHECKPOINT_DIR = re.compile(r'^checkpoint_(?P<suffix>\d+)$')
-_PARTIAL_DIR = re.compile(r'^\.checkpoint_\d+\.partial-\d+$')
-_VERIFY_READ_BYTES = 16 << 20
-MANIFEST_CRC_KEY = 'manifest_crc32'
-# Entries every manifest has, and their types (checked before any is used).
-_MANIFEST_FIELDS = {
-  'suffix': int,
-  'num_rows': int,
-  'add_count': int,
-  'observation': dict,
-  'arrays': dict,
-  'valid_rows': dict,
-  'files': dict,
-  'source': dict,
-}
-_OBSERVATION_FIELDS = {
-  'file': str,
-  'dtype': str,
-  'row_shape': list,
-  'codec': str,
-  'clevel': int,
-  'block_rows': int,
-  'num_blocks': int,
-  'frames_crc32': int,
-}
-
-# Decoding runs in background threads next to training: let blosc2 drop the
-# GIL while it (de)compresses. Process-wide, and harmless to other users.
-blosc2.set_releasegil(True)
-
-
-# The fastest CRC-32 at hand (isal's is ~10x zlib's); all compute zlib's.
-_crc32 = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND].crc32
-
-
-def crc32(data, value=0):
-  """CRC-32 of a buffer (zlib's polynomial), optionally continuing `value`."""
-  return _crc32(memoryview(data).cast('B'), value)
-
-
-def checkpoint_dirname(suffix):
-  return f'checkpoint_{suffix}'
-
-
-def partial_dirname(suffix):
-  """Where checkpoint `suffix` is written before it is complete."""
-  return f'.checkpoint_{suffix}.partial-{os.getpid()}'
-
-
-def is_partial_dirname(name):
-  return bool(_PARTIAL_DIR.match(name))
-
-
-def block_cparams(codec, clevel, block_rows, row_shape, dtype):
-  """blosc2 compression parameters of one block of frames.
-
-  One internal blosc2 block per chunk: a block of frames is compressed as a
-  whole (far better ratios than blosc2's default split) and decoded whole.
-  Multi-byte observations are byte-shuffled first.
-  """
-  dtype = np.dtype(dtype)
-  if codec not in CODECS:
-    raise ValueError(f'codec {codec!r} is not one of {sorted(CODECS)}')
-  return {
-    'codec': CODECS[codec],
-    'clevel': int(clevel),
-    'typesize': dtype.itemsize,
-    'filters': [
-      blosc2.Filter.SHUFFLE if dtype.itemsize > 1 else blosc2.Filter.NOFILTER
-    ],
-    'nthreads': 1,
-    'blocksize': int(block_rows * np.prod(row_shape, dtype=np.int64))
-    * dtype.itemsize,
-  }
-
-
-def compress_block(frames, cparams):
-  """Returns the blosc2 chunk (bytes) of a C-contiguous block of frames."""
-  return blosc2.compress2(np.ascontiguousarray(frames), **cparams)
-
-
-def file_entry(path):
-  """{'bytes', 'crc32'} of a file, read in chunks."""
-  value, size = 0, 0
-  with open(path, 'rb') as stream:
-    while chunk := stream.read(_VERIFY_READ_BYTES):
-      value = crc32(chunk, value)
-      size += len(chunk)
-  return {'bytes': size, 'crc32': value}
+# The store's layout (manifest.py) and frame blocks (frame_blocks.py), under
+# the names convert, the buffers and the tests import from here.
+FORMAT = manifest_lib.FORMAT
+VERSION = manifest_lib.VERSION
+MANIFEST = manifest_lib.MANIFEST
+MANIFEST_CRC_KEY = manifest_lib.MANIFEST_CRC_KEY
+BLOCKS_FILE = manifest_lib.BLOCKS_FILE
+OFFSETS_FILE = manifest_lib.OFFSETS_FILE
+CRC_FILE = manifest_lib.CRC_FILE
+VALID_MASK_FILE = manifest_lib.VALID_MASK_FILE
+INVALID_RANGE_FILE = manifest_lib.INVALID_RANGE_FILE
+EPISODE_ENDS_FILE = manifest_lib.EPISODE_ENDS_FILE
+crc32 = manifest_lib.crc32
+checkpoint_dirname = manifest_lib.checkpoint_dirname
+partial_dirname = manifest_lib.partial_dirname
+is_partial_dirname = manifest_lib.is_partial_dirname
+partial_suffix = manifest_lib.partial_suffix
+file_entry = manifest_lib.file_entry
+read_manifest = manifest_lib.read_manifest
+write_manifest = manifest_lib.write_manifest
+find_stored_checkpoints = manifest_lib.find_stored_checkpoints
+verify_files = manifest_lib.verify_files
+CODECS = frame_blocks.CODECS
+block_cparams = frame_blocks.block_cparams
+compress_block = frame_blocks.compress_block
+StoredFrames = frame_blocks.StoredFrames
+UnheldFrames = frame_blocks.UnheldFrames
 
 
 def pack_valid_rows(rows, num_rows):
@@ -159,249 +79,6 @@ def unpack_valid_rows(packed, num_rows):
   """Inverse of pack_valid_rows: sorted int32 file rows."""
   mask = np.unpackbits(packed, count=num_rows, bitorder='little')
   return np.flatnonzero(mask).astype(np.int32)
-
-
-def _manifest_text(manifest):
-  """The canonical JSON of a manifest (what write_manifest writes)."""
-  return json.dumps(manifest, indent=1, sort_keys=True)
-
-
-def _check_fields(path, entries, fields, where):
-  for key, kind in fields.items():
-    value = entries.get(key)
-    if not isinstance(value, kind) or isinstance(value, bool):
-      raise CheckpointError(
-        path, f'damaged manifest: {where}{key} is {value!r:.40}'
-      )
-
-
-def _check_manifest(path, manifest):
-  """Checks the manifest's own CRC-32 and the types of its entries."""
-  if not isinstance(manifest, dict):
-    raise CheckpointError(path, 'damaged manifest: not a JSON object')
-  if MANIFEST_CRC_KEY in manifest:  # Stores written before it lack it.
-    expected = manifest.pop(MANIFEST_CRC_KEY)
-    actual = crc32(_manifest_text(manifest).encode())
-    if actual != expected:
-      raise CheckpointError(
-        path,
-        f'damaged manifest: content has CRC-32 {actual:#010x}, its '
-        f'{MANIFEST_CRC_KEY} says {expected!r:.20}',
-      )
-  _check_fields(path, manifest, _MANIFEST_FIELDS, '')
-  _check_fields(
-    path, manifest['observation'], _OBSERVATION_FIELDS, 'observation.'
-  )
-
-
-def read_manifest(directory):
-  """Reads and checks the manifest of a stored checkpoint.
-
-  Raises:
-    CheckpointError: if it is missing, unreadable, damaged (its CRC-32) or
-      of another format.
-  """
-  path = os.path.join(directory, MANIFEST)
-  try:
-    with open(path, 'rb') as stream:
-      manifest = json.loads(stream.read().decode('utf8'))
-  except FileNotFoundError as error:
-    raise CheckpointError(
-      path, 'missing: not a compact store checkpoint'
-    ) from error
-  except (OSError, ValueError) as error:
-    raise CheckpointError(path, f'unreadable manifest: {error}') from error
-  if not isinstance(manifest, dict) or manifest.get('format') != FORMAT:
-    format_name = manifest.get('format') if isinstance(manifest, dict) else None
-    raise CheckpointError(path, f'format is {format_name!r}')
-  if manifest.get('version') != VERSION:
-    raise CheckpointError(
-      path,
-      f'format version {manifest.get("version")}, this reader knows '
-      f'{VERSION}',
-    )
-  _check_manifest(path, manifest)
-  return manifest
-
-
-def write_manifest(directory, manifest):
-  """Writes manifest.json deterministically (sorted keys) and syncs it.
-
-  The written manifest holds the CRC-32 of its canonical text without that
-  entry, so any change to its content is found when it is read.
-  """
-  manifest = dict(manifest)
-  manifest.pop(MANIFEST_CRC_KEY, None)
-  manifest[MANIFEST_CRC_KEY] = crc32(_manifest_text(manifest).encode())
-  path = os.path.join(directory, MANIFEST)
-  with open(path, 'w') as stream:
-    stream.write(_manifest_text(manifest))
-    stream.write('\n')
-    stream.flush()
-    os.fsync(stream.fileno())
-
-
-def find_stored_checkpoints(store_dir):
-  """Returns {suffix: directory} of the complete checkpoints of a store.
-
-  Raises:
-    CheckpointError: if the directory does not exist or holds none.
-  """
-  store_dir = str(store_dir)
-  if not os.path.isdir(store_dir):
-    raise CheckpointError(store_dir, 'compact store directory does not exist')
-  found = {}
-  for name in os.listdir(store_dir):
-    match = _CHECKPOINT_DIR.match(name)
-    if match:
-      found[int(match['suffix'])] = os.path.join(store_dir, name)
-  if not found:
-    hint = ''
-    if checkpoints.scan_checkpoints(store_dir)[0]:
-      hint = ' (it holds gzip checkpoints: convert them first)'
-    raise CheckpointError(
-      store_dir,
-      'no compact store checkpoint (checkpoint_N/ directories, written by '
-      f'`fixed-replay convert SRC DST`){hint}',
-    )
-  return dict(sorted(found.items()))
-
-
-def verify_files(directory, manifest, skip=()):
-  """Checks the size and CRC-32 of every file the manifest lists.
-
-  Raises:
-    CheckpointError: naming the first file that differs.
-  """
-  for name, expected in sorted(manifest['files'].items()):
-    if name in skip:
-      continue
-    path = os.path.join(directory, name)
-    if not os.path.exists(path):
-      raise CheckpointError(path, 'missing from the stored checkpoint')
-    actual = file_entry(path)
-    if actual != expected:
-      raise CheckpointError(
-        path,
-        f'damaged: {actual["bytes"]} bytes with CRC-32 '
-        f'{actual["crc32"]:#010x}, manifest says {expected["bytes"]} bytes '
-        f'with {expected["crc32"]:#010x}',
-      )
-
-
-class StoredFrames:
-  """The compressed frames of one stored checkpoint, decoded per block.
-
-  Thread-safe: reads use `os.pread` on one descriptor.
-  """
-
-  def __init__(self, directory, manifest):
-    self.directory = directory
-    self.suffix = manifest['suffix']
-    spec = manifest['observation']
-    self.path = os.path.join(directory, spec['file'])
-    self.block_rows = spec['block_rows']
-    self.num_rows = manifest['num_rows']
-    self.row_shape = tuple(spec['row_shape'])
-    self.dtype = np.dtype(spec['dtype'])
-    self.num_blocks = spec['num_blocks']
-    self.offsets = np.load(os.path.join(directory, OFFSETS_FILE))
-    self.crcs = np.load(os.path.join(directory, CRC_FILE))
-    if len(self.offsets) != self.num_blocks + 1 or len(self.crcs) != (
-      self.num_blocks
-    ):
-      raise CheckpointError(
-        directory,
-        f'block index of {len(self.offsets) - 1} blocks and '
-        f'{len(self.crcs)} checksums, manifest says {self.num_blocks}',
-      )
-    self._fd = os.open(self.path, os.O_RDONLY)
-
-  @property
-  def nbytes(self):
-    """Bytes held in memory: the block index."""
-    return self.offsets.nbytes + self.crcs.nbytes
-
-  def block_rows_of(self, block):
-    """File rows [first, end) held by `block`."""
-    first = block * self.block_rows
-    return first, min(first + self.block_rows, self.num_rows)
-
-  def _damaged(self, block, problem):
-    first, end = self.block_rows_of(block)
-    return CheckpointError(
-      self.path,
-      f'checkpoint {self.suffix}: block {block} (rows {first}-{end - 1}) is '
-      f'damaged: {problem}',
-    )
-
-  def read_block(self, block, out):
-    """Decodes `block` into `out[:rows]`; returns the number of rows.
-
-    Args:
-      block: int, block number.
-      out: writable C-contiguous array (block_rows, *row_shape) of the
-        frames' dtype.
-
-    Returns:
-      int, rows of the block (block_rows except maybe for the last).
-
-    Raises:
-      CheckpointError: naming checkpoint, block and rows when the block's
-        bytes do not match their checksum or do not decode.
-    """
-    start, stop = self.offsets[block : block + 2].tolist()
-    data = os.pread(self._fd, stop - start, start)
-    if len(data) != stop - start:
-      raise self._damaged(block, f'file ends at byte {start + len(data)}')
-    expected = int(self.crcs[block])
-    if _crc32(data) != expected:
-      raise self._damaged(
-        block, f'CRC-32 {_crc32(data):#010x}, expected {expected:#010x}'
-      )
-    rows = min(self.block_rows, self.num_rows - block * self.block_rows)
-    try:
-      blosc2.decompress2(data, dst=out[:rows], nthreads=1)
-    except (RuntimeError, ValueError) as error:
-      raise self._damaged(block, f'blosc2 cannot decode it: {error}') from error
-    return rows
-
-  def read_rows(self, start, count):
-    """Returns frames [start, start + count) as a new array (not hot path)."""
-    result = np.empty((count,) + self.row_shape, self.dtype)
-    scratch = np.empty((self.block_rows,) + self.row_shape, self.dtype)
-    row = start
-    while row < start + count:
-      block = row // self.block_rows
-      first, _ = self.block_rows_of(block)
-      rows = self.read_block(block, scratch)
-      take = min(first + rows, start + count) - row
-      result[row - start : row - start + take] = scratch[
-        row - first : row - first + take
-      ]
-      row += take
-    return result
-
-  def close(self):
-    if self._fd is not None:
-      os.close(self._fd)
-      self._fd = None
-
-
-class UnheldFrames:
-  """Stands for a window's frames that stay compressed on disk.
-
-  Sits in a CheckpointWindow's `store['observation']`, where only the length
-  (rows of the window) is used; frames come from StoredFrames instead.
-  """
-
-  nbytes = 0
-
-  def __init__(self, num_rows):
-    self._num_rows = num_rows
-
-  def __len__(self):
-    return self._num_rows
 
 
 class StoredCheckpoint:

@@ -22,12 +22,12 @@ directory is someone else's and is refused.
 
 import json
 import os
-import re
 
 import numpy as np
 
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import dopamine_writer
+from fixed_replay.dataset import file_names
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.io.gzip_stream import GzipStream
@@ -39,7 +39,6 @@ FORMAT = 'fixed_replay.store.dopamine_output'
 VERSION = 1
 META_DIR = '.fixed_replay'
 MANIFEST = 'manifest.json'
-_FILE = re.compile(r'^(?P<name>.+)_ckpt\.(?P<suffix>\d+)\.gz$')
 _READ_BYTES = 4 << 20
 
 
@@ -138,9 +137,9 @@ class DopamineOutput:
     meta = os.path.join(store_dir, META_DIR)
     orphans = {}
     for name in os.listdir(store_dir):
-      match = _FILE.match(name)
-      if match and not self.exists(store_dir, int(match['suffix'])):
-        orphans.setdefault(int(match['suffix']), []).append(name)
+      parsed = file_names.parse(name)
+      if parsed and not self.exists(store_dir, parsed[1]):
+        orphans.setdefault(parsed[1], []).append(name)
     if orphans and not os.path.isdir(meta):
       raise CheckpointError(
         store_dir,
@@ -155,7 +154,7 @@ class DopamineOutput:
   def write(self, source, partial, options, threads):
     """Writes the checkpoint's files and manifest into `partial`."""
     suffix = source.suffix
-    name = lambda element: dopamine_writer.checkpoint_filename(
+    name = lambda element: file_names.checkpoint_filename(
       partial, element, suffix
     )
     with source.open(threads) as reader:
@@ -239,8 +238,8 @@ class DopamineOutput:
     compact_store.verify_files(partial, manifest)
 
   def commit(self, partial, store_dir, suffix):
-    names = sorted(n for n in os.listdir(partial) if _FILE.match(n))
-    last = f'add_count_ckpt.{suffix}.gz'
+    names = sorted(n for n in os.listdir(partial) if file_names.parse(n))
+    last = file_names.file_name('add_count', suffix)
     for name in [n for n in names if n != last] + [last]:
       os.replace(os.path.join(partial, name), os.path.join(store_dir, name))
     _fsync(store_dir)

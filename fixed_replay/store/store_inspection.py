@@ -7,21 +7,18 @@ run). `verify=True` also checks the size and CRC-32 of every file the
 manifest lists, decodes every frame block against its CRC-32 and the CRC-32
 of all frames against the one taken from the source, and checks that the
 checkpoints of the store share one frame shape and dtype. Problems are
-collected in inspection.DirectorySummary, each naming its file (and for
+collected in summaries.DirectorySummary, each naming its file (and for
 frames, the block and rows).
 """
 
 import os
-import re
 
 import numpy as np
 
-from fixed_replay.dataset import inspection
+from fixed_replay.dataset import summaries
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import compact_store
-
-_PARTIAL = re.compile(r'^\.checkpoint_(?P<suffix>\d+)\.partial-\d+$')
 
 
 def is_store(directory):
@@ -35,7 +32,7 @@ def is_store(directory):
       os.path.join(path, compact_store.MANIFEST)
     ):
       return True
-    if _PARTIAL.match(name):
+    if compact_store.is_partial_dirname(name):
       return True
   return False
 
@@ -69,7 +66,7 @@ def _data_bytes(manifest, stored):
 def summarize_checkpoint(directory, stack_size, update_horizon, verify):
   """CheckpointSummary of one stored checkpoint; problems never raised."""
   suffix = int(os.path.basename(directory).split('_')[1])
-  summary = inspection.CheckpointSummary(suffix=suffix, verified=verify)
+  summary = summaries.CheckpointSummary(suffix=suffix, verified=verify)
   summary.disk_bytes = sum(
     os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
   )
@@ -78,7 +75,7 @@ def summarize_checkpoint(directory, stack_size, update_horizon, verify):
       compact_store.verify_checkpoint(directory, decode=True)
     stored = compact_store.StoredCheckpoint(directory, verify=False)
   except CheckpointError as error:
-    summary.problems.append(inspection.Problem(error.path, error.problem))
+    summary.problems.append(summaries.Problem(error.path, error.problem))
     return summary
   try:
     manifest = stored.manifest
@@ -90,8 +87,8 @@ def summarize_checkpoint(directory, stack_size, update_horizon, verify):
     summary.observation_dtype = str(np.dtype(manifest['observation']['dtype']))
     summary.data_bytes = _data_bytes(manifest, stored)
     summary.num_valid = _valid_count(stored, stack_size, update_horizon)
-    summary.episodes = inspection.EpisodeStats.from_returns(
-      inspection.episode_returns(
+    summary.episodes = summaries.EpisodeStats.from_returns(
+      summaries.episode_returns(
         np.asarray(stored.arrays['terminal']),
         np.asarray(stored.arrays['reward']),
         stored.add_count,
@@ -100,27 +97,27 @@ def summarize_checkpoint(directory, stack_size, update_horizon, verify):
     )
   except (CheckpointError, KeyError, ValueError) as error:
     path = getattr(error, 'path', directory)
-    summary.problems.append(inspection.Problem(path, f'unreadable: {error}'))
+    summary.problems.append(summaries.Problem(path, f'unreadable: {error}'))
   finally:
     stored.close()
   return summary
 
 
-def _check_shapes(summaries):
+def _check_shapes(checkpoints):
   """Flags checkpoints whose frames differ from the store's first."""
   shapes = [
     (s.observation_shape, s.observation_dtype)
-    for s in summaries
+    for s in checkpoints
     if s.observation_shape is not None
   ]
   if not shapes:
     return
   first = shapes[0]
-  for summary in summaries:
+  for summary in checkpoints:
     shape = (summary.observation_shape, summary.observation_dtype)
     if summary.observation_shape is not None and shape != first:
       summary.problems.append(
-        inspection.Problem(
+        summaries.Problem(
           compact_store.checkpoint_dirname(summary.suffix),
           f"frames {shape[0]} {shape[1]}, the store's first checkpoint has "
           f'{first[0]} {first[1]}',
@@ -132,10 +129,10 @@ def summarize_store(store_dir, stack_size=4, update_horizon=1, verify=False):
   """Summarises (and optionally verifies) every checkpoint of a store.
 
   Returns:
-    inspection.DirectorySummary.
+    summaries.DirectorySummary.
   """
   store_dir = str(store_dir)
-  summary = inspection.DirectorySummary(
+  summary = summaries.DirectorySummary(
     directory=store_dir,
     stack_size=stack_size,
     update_horizon=update_horizon,
@@ -144,24 +141,24 @@ def summarize_store(store_dir, stack_size=4, update_horizon=1, verify=False):
   try:
     found = compact_store.find_stored_checkpoints(store_dir)
   except CheckpointError as error:
-    summary.problems.append(inspection.Problem(error.path, error.problem))
+    summary.problems.append(summaries.Problem(error.path, error.problem))
     found = {}
   partial = {}
   for name in os.listdir(store_dir) if os.path.isdir(store_dir) else []:
-    match = _PARTIAL.match(name)
-    if match:
-      partial[int(match['suffix'])] = name
+    suffix = compact_store.partial_suffix(name)
+    if suffix is not None:
+      partial[suffix] = name
   for suffix in sorted(set(found) | set(partial)):
     if suffix in found:
       summary.checkpoints.append(
         summarize_checkpoint(found[suffix], stack_size, update_horizon, verify)
       )
       continue
-    incomplete = inspection.CheckpointSummary(
+    incomplete = summaries.CheckpointSummary(
       suffix=suffix, complete=False, missing=[compact_store.MANIFEST]
     )
     incomplete.problems.append(
-      inspection.Problem(
+      summaries.Problem(
         os.path.join(store_dir, partial[suffix]),
         'left by an interrupted conversion: run `fixed-replay convert` again',
       )

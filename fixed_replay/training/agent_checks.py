@@ -6,6 +6,8 @@ batch_rl's runner calls the agent's `_train_step()` and reloads through
 so any agent with either contract trains, and says what it trains.
 """
 
+import functools
+
 from absl import logging
 
 
@@ -76,3 +78,23 @@ def reload_data(agent):
     memory.reload_buffer()
   elif callable(getattr(memory, 'reload_data', None)):
     memory.reload_data()
+
+
+def graph_mode_hint(create_agent_fn):
+  """Wraps create_agent_fn so that a TF agent built eagerly says what to do."""
+
+  @functools.wraps(create_agent_fn)
+  def create(*args, **kwargs):
+    try:
+      return create_agent_fn(*args, **kwargs)
+    except RuntimeError as error:
+      if 'EagerTensor' not in str(error):
+        raise
+      raise RuntimeError(
+        f'{error}\nA Dopamine TF agent needs TF1 graph mode: call '
+        "fixed_replay.agents.tf.runtime.use_graph_mode() (Dopamine's "
+        'train.py calls tf.compat.v1.disable_v2_behavior()) before creating '
+        'it; fixed-replay train does this for TF agents.'
+      ) from error
+
+  return create

@@ -128,8 +128,35 @@ def references(game):
   return References(name, *_SCORES[name])
 
 
-def _normalized(score, low, high):
-  return 100.0 * (score - low) / (high - low)
+# What a normalized score divides by, the name it has in messages, and why
+# a game may lack it.
+_TOPS = {
+  'online_dqn': (
+    'online DQN',
+    "no online DQN score for {game} (not among the DQN Replay Dataset's 60 "
+    'games)',
+  ),
+  'human': ('human', 'no published human score for {game}'),
+}
+
+
+def _normalized(game, score, top):
+  """100 (score - random) / (top - random), or None and why it is missing."""
+  found = references(game)
+  if found is None:
+    return None, f'no reference scores for {game} (not an Atari game)'
+  if found.random is None:
+    return None, f'no published random score for {found.game}'
+  name, missing = _TOPS[top]
+  high = getattr(found, top)
+  if high is None:
+    return None, missing.format(game=found.game)
+  if high <= found.random:
+    return None, (
+      f'{name} ({high:g}) does not beat random ({found.random:g}) on '
+      f'{found.game}'
+    )
+  return 100.0 * (score - found.random) / (high - found.random), ''
 
 
 def dqn_normalized(game, score):
@@ -138,22 +165,7 @@ def dqn_normalized(game, score):
   Returns:
     (float or None, str): the score, or None and the reason it is missing.
   """
-  found = references(game)
-  if found is None:
-    return None, f'no reference scores for {game} (not an Atari game)'
-  if found.random is None:
-    return None, f'no published random score for {found.game}'
-  if found.online_dqn is None:
-    return None, (
-      f'no online DQN score for {found.game} (not among the DQN Replay '
-      "Dataset's 60 games)"
-    )
-  if found.online_dqn <= found.random:
-    return None, (
-      f'online DQN ({found.online_dqn:g}) does not beat random '
-      f'({found.random:g}) on {found.game}'
-    )
-  return _normalized(score, found.random, found.online_dqn), ''
+  return _normalized(game, score, 'online_dqn')
 
 
 def human_normalized(game, score):
@@ -162,9 +174,4 @@ def human_normalized(game, score):
   Returns:
     (float or None, str): the score, or None and the reason it is missing.
   """
-  found = references(game)
-  if found is None:
-    return None, f'no reference scores for {game} (not an Atari game)'
-  if found.random is None or found.human is None:
-    return None, f'no published random and human scores for {found.game}'
-  return _normalized(score, found.random, found.human), ''
+  return _normalized(game, score, 'human')

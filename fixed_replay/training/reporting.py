@@ -10,6 +10,7 @@ import collections
 import math
 
 from absl import logging
+from dopamine.metrics import statistics_instance
 import numpy as np
 import tensorflow as tf
 
@@ -98,3 +99,60 @@ def log_iteration(iteration, num_iterations, statistics, durations, left):
     f', {losses}' if losses else '',
     progress.format_duration(np.mean(durations) * left),
   )
+
+
+def write_scalars(writer, dispatcher, iteration, scalars):
+  """Writes scalar TensorBoard summaries at step `iteration`.
+
+  The one place the runner writes summaries: TF agents hand over a
+  tf.compat.v1 FileWriter (graph mode), JAX agents a TF2 summary writer.
+  The same values go to Dopamine's collector dispatcher (metrics/), as
+  Dopamine's runner does.
+
+  Args:
+    writer: the runner's summary writer, or None.
+    dispatcher: Dopamine's CollectorDispatcher, or None.
+    iteration: int, the summary step.
+    scalars: dict, tag -> number.
+  """
+  if dispatcher is not None:
+    dispatcher.write(
+      [
+        statistics_instance.StatisticsInstance(tag, float(value), iteration)
+        for tag, value in scalars.items()
+      ]
+    )
+  if writer is None:
+    return
+  if hasattr(writer, 'add_summary'):
+    summary = tf.compat.v1.Summary(
+      value=[
+        tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value))
+        for tag, value in scalars.items()
+      ]
+    )
+    writer.add_summary(summary, iteration)
+  else:
+    with writer.as_default():
+      for tag, value in scalars.items():
+        tf.summary.scalar(tag, float(value), step=iteration)
+  writer.flush()
+
+
+def tap_agent_losses(agent, dispatcher, tap):
+  """Routes the losses an agent reports to `tap` (a LossTap) as well.
+
+  Args:
+    agent: the agent; its summary writer or collector dispatcher is wrapped.
+    dispatcher: the runner's CollectorDispatcher.
+    tap: LossTap.
+  """
+  writer = getattr(agent, 'summary_writer', None)
+  if writer is not None and hasattr(writer, 'add_summary'):
+    # TF agents write merged summaries (their loss among them) through
+    # `self.summary_writer.add_summary` every summary_writing_frequency
+    # steps.
+    agent.summary_writer = TappedFileWriter(writer, tap)
+  if callable(getattr(agent, 'set_collector_dispatcher', None)):
+    # JAX agents report their loss to the collector dispatcher.
+    agent.set_collector_dispatcher(TappedDispatcher(dispatcher, tap))

@@ -25,16 +25,17 @@ from dopamine.discrete_domains import checkpointer
 from dopamine.discrete_domains import gym_lib  # noqa: F401
 from dopamine.discrete_domains import iteration_statistics
 from dopamine.discrete_domains import run_experiment
-from dopamine.metrics import statistics_instance
 import gin
-import tensorflow as tf
 
 from fixed_replay import agents
 from fixed_replay import progress
-from fixed_replay.io import files as storage
 from fixed_replay.replay import arguments
 from fixed_replay.training import agent_checks
 from fixed_replay.training import reporting
+from fixed_replay.training import run_dirs
+
+# Callers import it from here, where it was before run_dirs.py.
+resolve_replay_dir = run_dirs.resolve_replay_dir
 
 # Marks a runner argument left to Dopamine's Runner (its gin bindings, then
 # its defaults).
@@ -101,34 +102,21 @@ class FixedReplayRunner(run_experiment.Runner):
       max_steps_per_episode: int or None, cap on an evaluation episode.
       clip_rewards: bool, clip the rewards the agent sees to [-1, 1].
     """
+    passed = dict(locals())  # First: the arguments and nothing else.
+    given = {
+      name: passed[name]
+      for name in _RUNNER_ARGUMENTS
+      if passed[name] is not _RUNNER_DEFAULT
+    }
     self._loss_tap = reporting.LossTap()
     self._iteration = 0
     self._eval_bar = None
-    given = {
-      name: value
-      for name, value in zip(
-        _RUNNER_ARGUMENTS,
-        (
-          create_environment_fn,
-          checkpoint_file_prefix,
-          logging_file_prefix,
-          log_every_n,
-          num_iterations,
-          training_steps,
-          evaluation_steps,
-          max_steps_per_episode,
-          clip_rewards,
-        ),
-        strict=True,
-      )
-      if value is not _RUNNER_DEFAULT
-    }
     # What was passed fails before the agent loads its data; Runner.*
     # bindings are checked as Dopamine's Runner took them, below.
     arguments.check(given)
     super().__init__(
       base_dir,
-      _graph_mode_hint(create_agent_fn),
+      agent_checks.graph_mode_hint(create_agent_fn),
       use_legacy_logger=True,
       # Progress goes to tqdm bars and one log line per iteration instead.
       fine_grained_print_to_console=False,
@@ -221,12 +209,7 @@ class FixedReplayRunner(run_experiment.Runner):
     self._agent.eval_mode = False
     train_step = agent_checks.train_step_of(self._agent)
     began = time.perf_counter()
-    with progress.bar(
-      self._training_steps,
-      f'iteration {self._iteration} train',
-      unit='step',
-      unit_scale=True,
-    ) as bar:
+    with self._steps_bar('train', self._training_steps) as bar:
       for _ in range(self._training_steps):
         train_step()
         bar.update(1)
@@ -244,17 +227,17 @@ class FixedReplayRunner(run_experiment.Runner):
 
   def _run_eval_phase(self, statistics):
     """Dopamine's evaluation phase, with a progress bar over its steps."""
-    with progress.bar(
-      self._evaluation_steps,
-      f'iteration {self._iteration} eval',
-      unit='step',
-      unit_scale=True,
-    ) as bar:
+    with self._steps_bar('eval', self._evaluation_steps) as bar:
       self._eval_bar = bar
       try:
         return super()._run_eval_phase(statistics)
       finally:
         self._eval_bar = None
+
+  def _steps_bar(self, phase, steps):
+    return progress.bar(
+      steps, f'iteration {self._iteration} {phase}', 'step', unit_scale=True
+    )
 
   def _run_one_step(self, action):
     """One environment step (evaluation only), counted by the eval bar."""
@@ -322,15 +305,9 @@ class FixedReplayRunner(run_experiment.Runner):
     if checkpointer.get_latest_checkpoint_number(self._checkpoint_dir) >= 0:
       return  # base_dir has its own run (it was unbundled above).
     try:
-      directory, number = _latest_checkpoint(init_dir)
-      data = checkpointer.Checkpointer(
-        directory, checkpoint_file_prefix
-      ).load_checkpoint(number)
-      if not self._agent.unbundle(directory, number, data):
-        raise ValueError(
-          f'init_checkpoint_dir={init_dir}: {type(self._agent).__name__} '
-          f'could not restore checkpoint {number} of {directory}'
-        )
+      directory, number, data = run_dirs.restore_init_checkpoint(
+        self._agent, init_dir, checkpoint_file_prefix
+      )
     except BaseException:
       if callable(getattr(self._agent, 'close', None)):
         self._agent.close()  # Stops its background threads.
@@ -348,55 +325,18 @@ class FixedReplayRunner(run_experiment.Runner):
   # -------------------------------------------------------------- summaries
 
   def _write_scalars(self, iteration, scalars):
-    """Writes scalar TensorBoard summaries at step `iteration`.
-
-    The one place the runner writes summaries: TF agents hand over a
-    tf.compat.v1 FileWriter (graph mode), JAX agents a TF2 summary writer.
-    The same values go to Dopamine's collector dispatcher (metrics/), as
-    Dopamine's runner does.
-
-    Args:
-      iteration: int, the summary step.
-      scalars: dict, tag -> number.
-    """
+    dispatcher = None
     if self._has_collector_dispatcher:
-      self._collector_dispatcher.write(
-        [
-          statistics_instance.StatisticsInstance(tag, float(value), iteration)
-          for tag, value in scalars.items()
-        ]
-      )
-    writer = self._summary_writer
-    if writer is None:
-      return
-    if hasattr(writer, 'add_summary'):
-      summary = tf.compat.v1.Summary(
-        value=[
-          tf.compat.v1.Summary.Value(tag=tag, simple_value=float(value))
-          for tag, value in scalars.items()
-        ]
-      )
-      writer.add_summary(summary, iteration)
-    else:
-      with writer.as_default():
-        for tag, value in scalars.items():
-          tf.summary.scalar(tag, float(value), step=iteration)
-    writer.flush()
+      dispatcher = self._collector_dispatcher
+    reporting.write_scalars(
+      self._summary_writer, dispatcher, iteration, scalars
+    )
 
   def _tap_agent_losses(self):
     """Routes the losses the agent reports into the per-iteration means."""
-    agent = self._agent
-    writer = getattr(agent, 'summary_writer', None)
-    if writer is not None and hasattr(writer, 'add_summary'):
-      # TF agents write merged summaries (their loss among them) through
-      # `self.summary_writer.add_summary` every summary_writing_frequency
-      # steps.
-      agent.summary_writer = reporting.TappedFileWriter(writer, self._loss_tap)
-    if callable(getattr(agent, 'set_collector_dispatcher', None)):
-      # JAX agents report their loss to the collector dispatcher.
-      agent.set_collector_dispatcher(
-        reporting.TappedDispatcher(self._collector_dispatcher, self._loss_tap)
-      )
+    reporting.tap_agent_losses(
+      self._agent, self._collector_dispatcher, self._loss_tap
+    )
 
   @property
   def agent(self):
@@ -412,69 +352,6 @@ class FixedReplayRunner(run_experiment.Runner):
   def start_iteration(self):
     """The first iteration this runner will run (after any resume)."""
     return self._start_iteration
-
-
-def _latest_checkpoint(init_dir):
-  """(checkpoint folder, latest complete checkpoint number) of a run.
-
-  Raises:
-    ValueError: if neither init_dir nor init_dir/checkpoints holds one.
-  """
-  for directory in (os.path.join(init_dir, 'checkpoints'), init_dir):
-    if not tf.io.gfile.isdir(directory):
-      continue
-    number = checkpointer.get_latest_checkpoint_number(directory)
-    if number >= 0:
-      return directory, number
-  raise ValueError(
-    f'init_checkpoint_dir={init_dir}: no Dopamine checkpoint (ckpt.N with '
-    'its sentinel file) there or in its checkpoints/ folder'
-  )
-
-
-def _graph_mode_hint(create_agent_fn):
-  """Wraps create_agent_fn so that a TF agent built eagerly says what to do."""
-
-  @functools.wraps(create_agent_fn)
-  def create(*args, **kwargs):
-    try:
-      return create_agent_fn(*args, **kwargs)
-    except RuntimeError as error:
-      if 'EagerTensor' not in str(error):
-        raise
-      raise RuntimeError(
-        f'{error}\nA Dopamine TF agent needs TF1 graph mode: call '
-        "fixed_replay.agents.tf.runtime.use_graph_mode() (Dopamine's "
-        'train.py calls tf.compat.v1.disable_v2_behavior()) before creating '
-        'it; fixed-replay train does this for TF agents.'
-      ) from error
-
-  return create
-
-
-def resolve_replay_dir(replay_dir):
-  """Returns the directory holding the replay checkpoints.
-
-  Args:
-    replay_dir: str, a run directory (with a `replay_logs/` folder, as in the
-      DQN Replay Dataset) or the checkpoint folder itself.
-
-  Returns:
-    str, `replay_dir/replay_logs` if that exists, else replay_dir.
-
-  Raises:
-    ValueError: if replay_dir is not a directory.
-  """
-  replay_dir = str(replay_dir)
-  nested = storage.join(replay_dir, 'replay_logs')
-  if storage.isdir(nested):
-    return nested
-  if not storage.isdir(replay_dir):
-    raise ValueError(
-      f'replay_dir={replay_dir}: no such directory (expected a run '
-      'directory with replay_logs/ or a folder of replay checkpoints)'
-    )
-  return replay_dir
 
 
 def create_runner(
@@ -511,7 +388,7 @@ def create_runner(
   # Registers the agent's gin configurables before the configs are parsed.
   agents.agent_class(agent_name)
   run_experiment.load_gin_configs(list(gin_files), list(gin_bindings))
-  replay_data_dir = resolve_replay_dir(replay_dir)
+  replay_data_dir = run_dirs.resolve_replay_dir(replay_dir)
   logging.info('Agent %s on %s', agent_name, replay_data_dir)
   create_agent_fn = functools.partial(
     agents.create_agent,

@@ -1,0 +1,162 @@
+"""The text tables `fixed-replay inspect` (and `demo`) print.
+
+One table per kind of summary: a Dopamine replay directory or a compact store
+(summaries.DirectorySummary: one line per checkpoint suffix) and an RL
+Unplugged run (rlu_inspection.RunSummary: one line per checkpoint_idx), each
+closed by a line of totals, then the list of problems, each naming its file.
+No flags here: any command may print these.
+"""
+
+from fixed_replay.dataset import summaries
+from fixed_replay.progress import format_bytes
+
+_DIRECTORY_COLUMNS = (
+  'suffix',
+  'status',
+  'rows',
+  'add_count',
+  'cursor',
+  'full',
+  'valid',
+  'episodes',
+  'return min / mean / max',
+  'observation',
+  'disk',
+  'data',
+)
+_RUN_COLUMNS = (
+  'checkpoint',
+  'episodes',
+  'steps',
+  'terminal',
+  'return min / mean / max',
+  'parts',
+)
+
+
+def _aligned(columns, rows, left):
+  """Lines of a table: numbers right-aligned, the columns in `left` left."""
+  table = [columns] + rows
+  widths = [max(len(r[i]) for r in table) for i in range(len(columns))]
+  return [
+    '  '.join(
+      c.ljust(w) if i in left else c.rjust(w)
+      for i, (c, w) in enumerate(zip(r, widths, strict=True))
+    ).rstrip()
+    for r in table
+  ]
+
+
+def _returns(episodes):
+  if episodes is None or not episodes.count:
+    return '-'
+  return (
+    f'{episodes.min_return:.4g} / {episodes.mean_return:.4g} / '
+    f'{episodes.max_return:.4g}'
+  )
+
+
+def _value(value):
+  if value is None:
+    return '-'
+  if isinstance(value, bool):
+    return 'yes' if value else 'no'
+  return str(value)
+
+
+def _observation(summary):
+  if summary.observation_shape is None:
+    return '-'
+  shape = 'x'.join(str(n) for n in summary.observation_shape) or 'scalar'
+  return f'{shape} {summary.observation_dtype}'
+
+
+def _checkpoint_row(summary):
+  episodes = summary.episodes
+  return (
+    str(summary.suffix),
+    summary.status,
+    _value(summary.rows),
+    _value(summary.add_count),
+    _value(summary.cursor),
+    _value(summary.is_full),
+    _value(summary.num_valid),
+    _value(episodes.count if episodes else None),
+    _returns(episodes),
+    _observation(summary),
+    format_bytes(summary.disk_bytes),
+    format_bytes(summary.data_bytes),
+  )
+
+
+def format_table(summary):
+  """A DirectorySummary: one line per suffix, then the totals."""
+  rows = [_checkpoint_row(s) for s in summary.checkpoints]
+  episodes = summary.episodes
+  rows.append(
+    (
+      'total',
+      f'{summary.num_complete}/{len(summary.checkpoints)} complete',
+      str(summary.total('rows')),
+      '',
+      '',
+      '',
+      str(summary.total('num_valid')),
+      str(episodes.count),
+      _returns(episodes),
+      '',
+      format_bytes(summary.total('disk_bytes')),
+      format_bytes(summary.total('data_bytes')),
+    )
+  )
+  mode = 'verified' if summary.verified else 'headers only, not verified'
+  title = (
+    f'{summary.directory} (stack_size={summary.stack_size}, '
+    f'update_horizon={summary.update_horizon}, {mode})'
+  )
+  left = {1} | set(range(8, len(_DIRECTORY_COLUMNS)))
+  return '\n'.join([title] + _aligned(_DIRECTORY_COLUMNS, rows, left))
+
+
+def format_run_table(summary):
+  """An RL Unplugged RunSummary: one line per checkpoint, then the totals."""
+  rows = [
+    (
+      str(entry.checkpoint),
+      str(entry.episodes),
+      str(entry.steps),
+      str(entry.terminal),
+      _returns(entry.returns),
+      ', '.join(entry.parts),
+    )
+    for entry in summary.checkpoints
+  ]
+  checkpoints = summary.checkpoints
+  rows.append(
+    (
+      'total',
+      str(sum(e.episodes for e in checkpoints)),
+      str(sum(e.steps for e in checkpoints)),
+      str(sum(e.terminal for e in checkpoints)),
+      _returns(summaries.EpisodeStats.combine(e.returns for e in checkpoints)),
+      f'{len(summary.parts)} read, '
+      f'{sum(not p.ok for p in summary.parts)} damaged',
+    )
+  )
+  mode = 'every frame decoded' if summary.verified else 'frames not decoded'
+  size = format_bytes(sum(p.num_bytes for p in summary.parts))
+  title = (
+    f'{summary.location} (RL Unplugged {summary.kind}, {size}, {mode}; '
+    'terminal: episodes ending with discount 0)'
+  )
+  left = set(range(4, len(_RUN_COLUMNS)))
+  return '\n'.join([title] + _aligned(_RUN_COLUMNS, rows, left))
+
+
+def format_problems(summary):
+  """One line per problem of a summary, each naming its file ('' if none)."""
+  problems = summary.all_problems
+  if not problems:
+    return ''
+  lines = [f'{len(problems)} problem(s):']
+  return '\n'.join(lines + [f'  {p}' for p in problems])

@@ -1,0 +1,35 @@
+"""Dopamine's replay checkpoint file names: `{name}_ckpt.{suffix}.gz`.
+
+`OutOfGraphReplayBuffer.save` writes one file per array: the `$store$_`
+arrays (observation, action, reward, terminal, plus any extra storage
+elements), `add_count`, `invalid_range` and, from newer Dopamine,
+`episode_end_indices`. Every module that lists, reads or writes such files
+takes the names from here.
+"""
+
+import re
+
+from fixed_replay.io import files as storage
+
+STORE_PREFIX = '$store$_'
+REQUIRED_STORE_ELEMENTS = ('observation', 'action', 'reward', 'terminal')
+REQUIRED_EXTRA_FILES = ('add_count', 'invalid_range')
+EPISODE_END_INDICES = 'episode_end_indices'
+# `name` is the array ('$store$_observation', 'add_count', ...).
+FILE_PATTERN = re.compile(r'^(?P<name>.+)_ckpt\.(?P<suffix>\d+)\.gz$')
+
+
+def file_name(name, suffix):
+  """Returns Dopamine's file name of array `name` of checkpoint `suffix`."""
+  return f'{name}_ckpt.{suffix}.gz'
+
+
+def checkpoint_filename(directory, name, suffix):
+  """Returns the path Dopamine uses for array `name` of checkpoint suffix."""
+  return storage.join(directory, file_name(name, suffix))
+
+
+def parse(entry):
+  """Returns (name, suffix) of a checkpoint file name, or None."""
+  match = FILE_PATTERN.match(entry)
+  return (match['name'], int(match['suffix'])) if match else None

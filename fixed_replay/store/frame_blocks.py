@@ -1,0 +1,172 @@
+"""The frames of a stored checkpoint: blosc2 blocks, each decodable alone.
+
+`observation.blocks` holds `block_rows` frames per block, each block one
+self-contained blosc2 chunk; `observation_offsets.npy` and
+`observation_crc32.npy` index and check them. Reading a row decodes only its
+block: a `pread` of a few KB, a CRC-32 and a zstd decompression, all outside
+the GIL.
+"""
+
+import os
+
+import blosc2
+import numpy as np
+
+from fixed_replay.errors import CheckpointError
+from fixed_replay.store.manifest import CRC_FILE
+from fixed_replay.store.manifest import OFFSETS_FILE
+from fixed_replay.store.manifest import crc32
+
+CODECS = {
+  'zstd': blosc2.Codec.ZSTD,
+  'lz4': blosc2.Codec.LZ4,
+  'lz4hc': blosc2.Codec.LZ4HC,
+  'zlib': blosc2.Codec.ZLIB,
+  'blosclz': blosc2.Codec.BLOSCLZ,
+}
+# Decoding runs in background threads next to training: let blosc2 drop the
+# GIL while it (de)compresses. Process-wide, and harmless to other users.
+blosc2.set_releasegil(True)
+
+
+def block_cparams(codec, clevel, block_rows, row_shape, dtype):
+  """blosc2 compression parameters of one block of frames.
+
+  One internal blosc2 block per chunk: a block of frames is compressed as a
+  whole (far better ratios than blosc2's default split) and decoded whole.
+  Multi-byte observations are byte-shuffled first.
+  """
+  dtype = np.dtype(dtype)
+  if codec not in CODECS:
+    raise ValueError(f'codec {codec!r} is not one of {sorted(CODECS)}')
+  return {
+    'codec': CODECS[codec],
+    'clevel': int(clevel),
+    'typesize': dtype.itemsize,
+    'filters': [
+      blosc2.Filter.SHUFFLE if dtype.itemsize > 1 else blosc2.Filter.NOFILTER
+    ],
+    'nthreads': 1,
+    'blocksize': int(block_rows * np.prod(row_shape, dtype=np.int64))
+    * dtype.itemsize,
+  }
+
+
+def compress_block(frames, cparams):
+  """Returns the blosc2 chunk (bytes) of a C-contiguous block of frames."""
+  return blosc2.compress2(np.ascontiguousarray(frames), **cparams)
+
+
+class StoredFrames:
+  """The compressed frames of one stored checkpoint, decoded per block.
+
+  Thread-safe: reads use `os.pread` on one descriptor.
+  """
+
+  def __init__(self, directory, manifest):
+    self.directory = directory
+    self.suffix = manifest['suffix']
+    spec = manifest['observation']
+    self.path = os.path.join(directory, spec['file'])
+    self.block_rows = spec['block_rows']
+    self.num_rows = manifest['num_rows']
+    self.row_shape = tuple(spec['row_shape'])
+    self.dtype = np.dtype(spec['dtype'])
+    self.num_blocks = spec['num_blocks']
+    self.offsets = np.load(os.path.join(directory, OFFSETS_FILE))
+    self.crcs = np.load(os.path.join(directory, CRC_FILE))
+    if len(self.offsets) != self.num_blocks + 1 or len(self.crcs) != (
+      self.num_blocks
+    ):
+      raise CheckpointError(
+        directory,
+        f'block index of {len(self.offsets) - 1} blocks and '
+        f'{len(self.crcs)} checksums, manifest says {self.num_blocks}',
+      )
+    self._fd = os.open(self.path, os.O_RDONLY)
+
+  @property
+  def nbytes(self):
+    """Bytes held in memory: the block index."""
+    return self.offsets.nbytes + self.crcs.nbytes
+
+  def block_rows_of(self, block):
+    """File rows [first, end) held by `block`."""
+    first = block * self.block_rows
+    return first, min(first + self.block_rows, self.num_rows)
+
+  def _damaged(self, block, problem):
+    first, end = self.block_rows_of(block)
+    return CheckpointError(
+      self.path,
+      f'checkpoint {self.suffix}: block {block} (rows {first}-{end - 1}) is '
+      f'damaged: {problem}',
+    )
+
+  def read_block(self, block, out):
+    """Decodes `block` into `out[:rows]`; returns the number of rows.
+
+    Args:
+      block: int, block number.
+      out: writable C-contiguous array (block_rows, *row_shape) of the
+        frames' dtype.
+
+    Returns:
+      int, rows of the block (block_rows except maybe for the last).
+
+    Raises:
+      CheckpointError: naming checkpoint, block and rows when the block's
+        bytes do not match their checksum or do not decode.
+    """
+    start, stop = self.offsets[block : block + 2].tolist()
+    data = os.pread(self._fd, stop - start, start)
+    if len(data) != stop - start:
+      raise self._damaged(block, f'file ends at byte {start + len(data)}')
+    expected = int(self.crcs[block])
+    if crc32(data) != expected:
+      raise self._damaged(
+        block, f'CRC-32 {crc32(data):#010x}, expected {expected:#010x}'
+      )
+    rows = min(self.block_rows, self.num_rows - block * self.block_rows)
+    try:
+      blosc2.decompress2(data, dst=out[:rows], nthreads=1)
+    except (RuntimeError, ValueError) as error:
+      raise self._damaged(block, f'blosc2 cannot decode it: {error}') from error
+    return rows
+
+  def read_rows(self, start, count):
+    """Returns frames [start, start + count) as a new array (not hot path)."""
+    result = np.empty((count,) + self.row_shape, self.dtype)
+    scratch = np.empty((self.block_rows,) + self.row_shape, self.dtype)
+    row = start
+    while row < start + count:
+      block = row // self.block_rows
+      first, _ = self.block_rows_of(block)
+      rows = self.read_block(block, scratch)
+      take = min(first + rows, start + count) - row
+      result[row - start : row - start + take] = scratch[
+        row - first : row - first + take
+      ]
+      row += take
+    return result
+
+  def close(self):
+    if self._fd is not None:
+      os.close(self._fd)
+      self._fd = None
+
+
+class UnheldFrames:
+  """Stands for a window's frames that stay compressed on disk.
+
+  Sits in a CheckpointWindow's `store['observation']`, where only the length
+  (rows of the window) is used; frames come from StoredFrames instead.
+  """
+
+  nbytes = 0
+
+  def __init__(self, num_rows):
+    self._num_rows = num_rows
+
+  def __len__(self):
+    return self._num_rows

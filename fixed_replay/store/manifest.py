@@ -1,0 +1,220 @@
+"""A compact store's layout on disk, and the manifest that describes it.
+
+Each converted checkpoint is a `checkpoint_<suffix>/` directory (see
+compact_store.py for the files it holds) that appears only by renaming a
+complete `.checkpoint_<suffix>.partial-<pid>/` one. Its manifest.json records
+the format and version, the codec, the block size, the rows, the source
+files, the size and CRC-32 of every file, and the CRC-32 of its own content.
+"""
+
+import json
+import os
+import re
+
+from fixed_replay.dataset import checkpoints
+from fixed_replay.errors import CheckpointError
+from fixed_replay.io import gzip_stream
+
+# The format name manifests carry (the module's path when the format was
+# made; kept, as every written store holds it).
+FORMAT = 'fixed_replay.store.compact_store'
+VERSION = 1
+MANIFEST = 'manifest.json'
+BLOCKS_FILE = 'observation.blocks'
+OFFSETS_FILE = 'observation_offsets.npy'
+CRC_FILE = 'observation_crc32.npy'
+VALID_MASK_FILE = 'valid_mask.npy'
+INVALID_RANGE_FILE = 'invalid_range.npy'
+EPISODE_ENDS_FILE = 'episode_end_indices.npy'
+_CHECKPOINT_DIR = re.compile(r'^checkpoint_(?P<suffix>\d+)$')
+_PARTIAL_DIR = re.compile(r'^\.checkpoint_(?P<suffix>\d+)\.partial-\d+$')
+_VERIFY_READ_BYTES = 16 << 20
+MANIFEST_CRC_KEY = 'manifest_crc32'
+# Entries every manifest has, and their types (checked before any is used).
+_MANIFEST_FIELDS = {
+  'suffix': int,
+  'num_rows': int,
+  'add_count': int,
+  'observation': dict,
+  'arrays': dict,
+  'valid_rows': dict,
+  'files': dict,
+  'source': dict,
+}
+_OBSERVATION_FIELDS = {
+  'file': str,
+  'dtype': str,
+  'row_shape': list,
+  'codec': str,
+  'clevel': int,
+  'block_rows': int,
+  'num_blocks': int,
+  'frames_crc32': int,
+}
+
+# The fastest CRC-32 at hand (isal's is ~10x zlib's); all compute zlib's.
+_crc32 = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND].crc32
+
+
+def crc32(data, value=0):
+  """CRC-32 of a buffer (zlib's polynomial), optionally continuing `value`."""
+  return _crc32(memoryview(data).cast('B'), value)
+
+
+def checkpoint_dirname(suffix):
+  """The directory of complete checkpoint `suffix` in a store."""
+  return f'checkpoint_{suffix}'
+
+
+def partial_dirname(suffix):
+  """Where checkpoint `suffix` is written before it is complete."""
+  return f'.checkpoint_{suffix}.partial-{os.getpid()}'
+
+
+def is_partial_dirname(name):
+  """Whether `name` is a checkpoint being (or left half) written."""
+  return partial_suffix(name) is not None
+
+
+def partial_suffix(name):
+  """The suffix of a partial checkpoint directory's name, or None."""
+  match = _PARTIAL_DIR.match(name)
+  return int(match['suffix']) if match else None
+
+
+def file_entry(path):
+  """{'bytes', 'crc32'} of a file, read in chunks."""
+  value, size = 0, 0
+  with open(path, 'rb') as stream:
+    while chunk := stream.read(_VERIFY_READ_BYTES):
+      value = crc32(chunk, value)
+      size += len(chunk)
+  return {'bytes': size, 'crc32': value}
+
+
+def _manifest_text(manifest):
+  """The canonical JSON of a manifest (what write_manifest writes)."""
+  return json.dumps(manifest, indent=1, sort_keys=True)
+
+
+def _check_fields(path, entries, fields, where):
+  for key, kind in fields.items():
+    value = entries.get(key)
+    if not isinstance(value, kind) or isinstance(value, bool):
+      raise CheckpointError(
+        path, f'damaged manifest: {where}{key} is {value!r:.40}'
+      )
+
+
+def _check_manifest(path, manifest):
+  """Checks the manifest's own CRC-32 and the types of its entries."""
+  if not isinstance(manifest, dict):
+    raise CheckpointError(path, 'damaged manifest: not a JSON object')
+  if MANIFEST_CRC_KEY in manifest:  # Stores written before it lack it.
+    expected = manifest.pop(MANIFEST_CRC_KEY)
+    actual = crc32(_manifest_text(manifest).encode())
+    if actual != expected:
+      raise CheckpointError(
+        path,
+        f'damaged manifest: content has CRC-32 {actual:#010x}, its '
+        f'{MANIFEST_CRC_KEY} says {expected!r:.20}',
+      )
+  _check_fields(path, manifest, _MANIFEST_FIELDS, '')
+  _check_fields(
+    path, manifest['observation'], _OBSERVATION_FIELDS, 'observation.'
+  )
+
+
+def read_manifest(directory):
+  """Reads and checks the manifest of a stored checkpoint.
+
+  Raises:
+    CheckpointError: if it is missing, unreadable, damaged (its CRC-32) or
+      of another format.
+  """
+  path = os.path.join(directory, MANIFEST)
+  try:
+    with open(path, 'rb') as stream:
+      manifest = json.loads(stream.read().decode('utf8'))
+  except FileNotFoundError as error:
+    raise CheckpointError(
+      path, 'missing: not a compact store checkpoint'
+    ) from error
+  except (OSError, ValueError) as error:
+    raise CheckpointError(path, f'unreadable manifest: {error}') from error
+  if not isinstance(manifest, dict) or manifest.get('format') != FORMAT:
+    format_name = manifest.get('format') if isinstance(manifest, dict) else None
+    raise CheckpointError(path, f'format is {format_name!r}')
+  if manifest.get('version') != VERSION:
+    raise CheckpointError(
+      path,
+      f'format version {manifest.get("version")}, this reader knows '
+      f'{VERSION}',
+    )
+  _check_manifest(path, manifest)
+  return manifest
+
+
+def write_manifest(directory, manifest):
+  """Writes manifest.json deterministically (sorted keys) and syncs it.
+
+  The written manifest holds the CRC-32 of its canonical text without that
+  entry, so any change to its content is found when it is read.
+  """
+  manifest = dict(manifest)
+  manifest.pop(MANIFEST_CRC_KEY, None)
+  manifest[MANIFEST_CRC_KEY] = crc32(_manifest_text(manifest).encode())
+  path = os.path.join(directory, MANIFEST)
+  with open(path, 'w') as stream:
+    stream.write(_manifest_text(manifest))
+    stream.write('\n')
+    stream.flush()
+    os.fsync(stream.fileno())
+
+
+def find_stored_checkpoints(store_dir):
+  """Returns {suffix: directory} of the complete checkpoints of a store.
+
+  Raises:
+    CheckpointError: if the directory does not exist or holds none.
+  """
+  store_dir = str(store_dir)
+  if not os.path.isdir(store_dir):
+    raise CheckpointError(store_dir, 'compact store directory does not exist')
+  found = {}
+  for name in os.listdir(store_dir):
+    match = _CHECKPOINT_DIR.match(name)
+    if match:
+      found[int(match['suffix'])] = os.path.join(store_dir, name)
+  if not found:
+    hint = ''
+    if checkpoints.scan_checkpoints(store_dir)[0]:
+      hint = ' (it holds gzip checkpoints: convert them first)'
+    raise CheckpointError(
+      store_dir,
+      'no compact store checkpoint (checkpoint_N/ directories, written by '
+      f'`fixed-replay convert SRC DST`){hint}',
+    )
+  return dict(sorted(found.items()))
+
+
+def verify_files(directory, manifest, skip=()):
+  """Checks the size and CRC-32 of every file the manifest lists.
+
+  Raises:
+    CheckpointError: naming the first file that differs.
+  """
+  for name, expected in sorted(manifest['files'].items()):
+    if name in skip:
+      continue
+    path = os.path.join(directory, name)
+    if not os.path.exists(path):
+      raise CheckpointError(path, 'missing from the stored checkpoint')
+    actual = file_entry(path)
+    if actual != expected:
+      raise CheckpointError(
+        path,
+        f'damaged: {actual["bytes"]} bytes with CRC-32 '
+        f'{actual["crc32"]:#010x}, manifest says {expected["bytes"]} bytes '
+        f'with {expected["crc32"]:#010x}',
+      )
