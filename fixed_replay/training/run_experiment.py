@@ -30,6 +30,7 @@ import gin
 import tensorflow as tf
 
 from fixed_replay import agents
+from fixed_replay import gin_files as gin_files_lib
 from fixed_replay import progress
 from fixed_replay.io import files as storage
 from fixed_replay.replay import arguments
@@ -510,7 +511,7 @@ def create_runner(
     raise ValueError('replay_dir is required')
   # Registers the agent's gin configurables before the configs are parsed.
   agents.agent_class(agent_name)
-  run_experiment.load_gin_configs(list(gin_files), list(gin_bindings))
+  gin_files_lib.load_gin_configs(list(gin_files), list(gin_bindings))
   replay_data_dir = resolve_replay_dir(replay_dir)
   logging.info('Agent %s on %s', agent_name, replay_data_dir)
   create_agent_fn = functools.partial(
