@@ -121,6 +121,8 @@ class QuantileLoss:
 @functools.partial(jax.jit, static_argnums=(0, 1, 4, 11))
 def train(
   base_loss,
+  # Then the parameters of Dopamine's `dqn_agent.train`, in its order (see
+  # JaxOfflineAgent._train_arguments), as in rem_agent.train.
   network_def,
   online_params,
   target_params,

@@ -103,12 +103,9 @@ class JaxOfflineAgent:
 
     Args:
       num_actions: int.
-      replay_data_dir: str, directory of replay checkpoints.
-      replay_suffix: int or None, a single checkpoint to train on (None
-        leaves the choice to the buffer's gin bindings).
-      init_checkpoint_dir: str or None, a run directory (or its
-        `checkpoints/` folder) the runner continues from when its own
-        base_dir has no checkpoint yet.
+      replay_data_dir, replay_suffix, init_checkpoint_dir: the dataset, a
+        single checkpoint of it (None: the buffer's gin bindings choose) and
+        a run to continue from, as the TF agents' `OfflineAgent` takes them.
       prefetch_batches: int, minibatches prepared ahead in a background
         thread; 0 samples in the training step itself.
       **kwargs: the Dopamine agent's arguments.

@@ -33,6 +33,8 @@ def mix_heads(q_heads, weights):
 
 @functools.partial(jax.jit, static_argnums=(0, 3, 11))
 def train(
+  # The leading parameters are those of Dopamine's `dqn_agent.train`, in its
+  # order (see JaxOfflineAgent._train_arguments), as in cql_agent.train.
   network_def,
   online_params,
   target_params,
