@@ -11,6 +11,7 @@ git holds it.
 
 import os
 import subprocess
+import sys
 
 import gin
 import pytest
@@ -111,3 +112,33 @@ def test_missing_include_names_the_file(tmp_path):
   with pytest.raises(IOError, match='no_such_base.gin'):
     gin_files.load_gin_configs([str(config)], [], finalize_config=False)
   assert str(tmp_path) not in gin.config._LOCATION_PREFIXES
+
+
+def test_train_command_finds_the_include_from_another_directory(elsewhere):
+  # A fresh process, as a user runs it, with --gin_files relative to a
+  # directory that holds a decoy dqn.gin. The run stops at the missing
+  # dataset, which is checked after the gin files are parsed.
+  config = os.path.relpath(os.path.join(CONFIGS, 'dqn_1pct.gin'))
+  missing = elsewhere / 'no_data'
+  env = dict(os.environ, PYTHONPATH=ROOT)
+  result = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'train',
+      f'--base_dir={elsewhere / "run"}',
+      f'--replay_dir={missing}',
+      f'--gin_files={config}',
+    ],
+    cwd=elsewhere,
+    env=env,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert result.returncode != 0
+  assert (
+    f'replay_dir={missing}: no such directory' in result.stderr
+  ), result.stderr[-3000:]
+  assert 'Unable to open file' not in result.stderr
