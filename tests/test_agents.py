@@ -19,6 +19,7 @@ import pytest
 import tensorflow as tf
 
 from fixed_replay import agents
+from fixed_replay import gin_files
 from fixed_replay import run_experiment  # noqa: F401  (FixedReplayRunner)
 from fixed_replay.agents.tf import c51_agent
 from fixed_replay.agents.tf import multi_head_dqn_agent
@@ -67,7 +68,7 @@ def _clean_gin():
 
 def _parse(config, bindings=()):
   gin.clear_config()
-  gin.parse_config_files_and_bindings(
+  gin_files.load_gin_configs(
     [os.path.join(CONFIGS, config)], list(bindings), finalize_config=False
   )
 

@@ -27,6 +27,7 @@ import optax
 import pytest
 
 from fixed_replay import agents
+from fixed_replay import gin_files
 from fixed_replay.replay import prefetch
 from fixed_replay.training import run_experiment
 from fixed_replay.agents.jax import cql_agent as jax_cql_agent
@@ -73,7 +74,7 @@ def _clean_gin():
 
 def _parse(config, bindings=()):
   gin.clear_config()  # Each agent gets exactly these bindings.
-  gin.parse_config_files_and_bindings(
+  gin_files.load_gin_configs(
     [os.path.join(CONFIGS, config)], list(bindings), finalize_config=False
   )
 

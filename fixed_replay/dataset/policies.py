@@ -359,12 +359,14 @@ def load_agent(
   import gin
   import tensorflow as tf
 
+  from fixed_replay import gin_files as gin_files_lib
+
   directory, latest = find_agent_checkpoint_dir(checkpoint_dir)
   iteration = latest if iteration is None else iteration
   # Unlocked: the caller may already have parsed (and so locked) a config,
   # e.g. when the agent was trained in this process.
   with gin.unlock_config():
-    run_experiment.load_gin_configs(list(gin_files), list(gin_bindings))
+    gin_files_lib.load_gin_configs(list(gin_files), list(gin_bindings))
   with tf.Graph().as_default():
     agent = run_experiment.create_agent(
       None, environment, agent_name=agent_name

@@ -28,6 +28,7 @@ from dopamine.discrete_domains import run_experiment
 import gin
 
 from fixed_replay import agents
+from fixed_replay import gin_files as gin_files_lib
 from fixed_replay import progress
 from fixed_replay.replay import arguments
 from fixed_replay.training import agent_checks
@@ -387,7 +388,7 @@ def create_runner(
     raise ValueError('replay_dir is required')
   # Registers the agent's gin configurables before the configs are parsed.
   agents.agent_class(agent_name)
-  run_experiment.load_gin_configs(list(gin_files), list(gin_bindings))
+  gin_files_lib.load_gin_configs(list(gin_files), list(gin_bindings))
   replay_data_dir = run_dirs.resolve_replay_dir(replay_dir)
   logging.info('Agent %s on %s', agent_name, replay_data_dir)
   create_agent_fn = functools.partial(

@@ -8,8 +8,14 @@ which pushes down the Q-values of actions the data does not take and pushes
 up those it does. For QR-DQN, Q(s, a) is the mean of the action's quantiles
 (as in the CQL authors' Atari code). The CQL authors' Atari settings use
 alpha 4.0 on 1% of the data and 1.0 on 10% (and on the full data).
+
+One update (`train`) serves both agents: it adds the penalty to a base loss,
+`TDLoss` (DQN's, from Dopamine's `target_q`) or `QuantileLoss` (QR-DQN's,
+from Dopamine's `target_distribution`), and `ConservativeAgent` turns either
+offline agent into its CQL version.
 """
 
+import dataclasses
 import functools
 
 from dopamine.jax import losses
@@ -64,61 +70,59 @@ def quantile_huber_loss(target, online, kappa):
   return jnp.sum(jnp.mean(weights * huber, axis=2), axis=1)
 
 
-def _apply_update(optimizer, optimizer_state, online_params, grad):
-  updates, optimizer_state = optimizer.update(
-    grad, optimizer_state, params=online_params
-  )
-  return optimizer_state, optax.apply_updates(online_params, updates)
+@dataclasses.dataclass(frozen=True)
+class TDLoss:
+  """DQN's TD loss, as Dopamine's `dqn_agent.train` computes it.
 
-
-@functools.partial(jax.jit, static_argnums=(0, 3, 10, 11))
-def train_dqn(
-  network_def,
-  online_params,
-  target_params,
-  optimizer,
-  optimizer_state,
-  states,
-  actions,
-  next_states,
-  rewards,
-  terminals,
-  cumulative_gamma,
-  loss_type,
-  alpha,
-):
-  """One CQL update on DQN's TD loss.
-
-  Returns:
-    (optimizer_state, online_params, total loss, TD loss, penalty).
+  Attributes:
+    loss_type: str, 'huber' or 'mse'.
   """
-  target = dqn_agent.target_q(
-    lambda s: network_def.apply(target_params, s),
-    next_states,
-    rewards,
-    terminals,
-    cumulative_gamma,
-  )
-  td_loss_fn = losses.huber_loss if loss_type == 'huber' else losses.mse_loss
 
-  def loss_fn(params):
-    q_values = jax.vmap(lambda s: network_def.apply(params, s))(states).q_values
+  loss_type: str = 'huber'
+
+  def target(self, target_network, next_states, rewards, terminals, gamma):
+    """[batch] TD targets (Dopamine's `dqn_agent.target_q`)."""
+    return dqn_agent.target_q(
+      target_network, next_states, rewards, terminals, gamma
+    )
+
+  def __call__(self, outputs, actions, target):
+    """The mean TD loss of the data's actions' Q-values."""
+    q_values = outputs.q_values
     chosen = jnp.take_along_axis(q_values, actions[:, None], axis=1)[:, 0]
-    td_loss = jnp.mean(td_loss_fn(target, chosen))
-    penalty = jnp.mean(cql_penalty(q_values, actions))
-    return td_loss + alpha * penalty, (td_loss, penalty)
-
-  (loss, (td_loss, penalty)), grad = jax.value_and_grad(loss_fn, has_aux=True)(
-    online_params
-  )
-  optimizer_state, online_params = _apply_update(
-    optimizer, optimizer_state, online_params, grad
-  )
-  return optimizer_state, online_params, loss, td_loss, penalty
+    loss = losses.huber_loss if self.loss_type == 'huber' else losses.mse_loss
+    return jnp.mean(loss(target, chosen))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3, 10, 11, 12))
-def train_quantile(
+@dataclasses.dataclass(frozen=True)
+class QuantileLoss:
+  """QR-DQN's quantile Huber loss, as Dopamine's `quantile_agent.train`.
+
+  Attributes:
+    kappa: float, the Huber threshold.
+  """
+
+  kappa: float = 1.0
+
+  def target(self, target_network, next_states, rewards, terminals, gamma):
+    """[batch, num_atoms] target quantiles (Dopamine's target_distribution)."""
+    return quantile_agent.target_distribution(
+      target_network, next_states, rewards, terminals, gamma
+    )
+
+  def __call__(self, outputs, actions, target):
+    """The mean quantile Huber loss of the data's actions' quantiles."""
+    chosen = jnp.take_along_axis(
+      outputs.logits, actions[:, None, None], axis=1
+    )[:, 0]
+    return jnp.mean(quantile_huber_loss(target, chosen, self.kappa))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 4, 11))
+def train(
+  base_loss,
+  # Then the parameters of Dopamine's `dqn_agent.train`, in its order (see
+  # JaxOfflineAgent._train_arguments), as in rem_agent.train.
   network_def,
   online_params,
   target_params,
@@ -129,18 +133,23 @@ def train_quantile(
   next_states,
   rewards,
   terminals,
-  kappa,
-  num_atoms,
   cumulative_gamma,
   alpha,
 ):
-  """One CQL update on QR-DQN's quantile loss.
+  """One CQL update: base_loss + alpha * the mean CQL penalty.
+
+  Args:
+    base_loss: `TDLoss` or `QuantileLoss` (static: hashable and frozen).
+    network_def, online_params, target_params, optimizer, optimizer_state,
+      states, actions, next_states, rewards, terminals: as Dopamine's
+      `dqn_agent.train` takes them.
+    cumulative_gamma: float, the n-step discount.
+    alpha: float, the weight of the penalty.
 
   Returns:
-    (optimizer_state, online_params, total loss, quantile loss, penalty).
+    (optimizer_state, online_params, total loss, base loss, penalty).
   """
-  del num_atoms  # Static in the signature, as in Dopamine's train.
-  target = quantile_agent.target_distribution(
+  target = base_loss.target(
     lambda s: network_def.apply(target_params, s),
     next_states,
     rewards,
@@ -150,119 +159,86 @@ def train_quantile(
 
   def loss_fn(params):
     outputs = jax.vmap(lambda s: network_def.apply(params, s))(states)
-    chosen = jnp.take_along_axis(
-      outputs.logits, actions[:, None, None], axis=1
-    )[:, 0]
-    quantile_loss = jnp.mean(quantile_huber_loss(target, chosen, kappa))
+    base = base_loss(outputs, actions, target)
     penalty = jnp.mean(cql_penalty(outputs.q_values, actions))
-    return quantile_loss + alpha * penalty, (quantile_loss, penalty)
+    return base + alpha * penalty, (base, penalty)
 
-  (loss, (quantile_loss, penalty)), grad = jax.value_and_grad(
-    loss_fn, has_aux=True
-  )(online_params)
-  optimizer_state, online_params = _apply_update(
-    optimizer, optimizer_state, online_params, grad
+  (loss, (base, penalty)), grad = jax.value_and_grad(loss_fn, has_aux=True)(
+    online_params
   )
-  return optimizer_state, online_params, loss, quantile_loss, penalty
+  updates, optimizer_state = optimizer.update(
+    grad, optimizer_state, params=online_params
+  )
+  online_params = optax.apply_updates(online_params, updates)
+  return optimizer_state, online_params, loss, base, penalty
+
+
+class ConservativeAgent:
+  """Mixin making an offline JAX agent's update CQL(H) over its own loss.
+
+  List it before the offline agent; the agent gives `_base_loss()` and its
+  loss's summary name `loss_name`. Updates report `Loss` (the total), the
+  base loss under `loss_name` and `CQLLoss`, the penalty before weighting by
+  alpha.
+  """
+
+  def __init__(self, *args, cql_alpha=1.0, **kwargs):
+    """Creates the agent.
+
+    Args:
+      *args: the offline agent's positional arguments.
+      cql_alpha: float >= 0, weight of the CQL penalty.
+      **kwargs: the offline agent's arguments.
+
+    Raises:
+      ValueError: if cql_alpha is negative.
+    """
+    if cql_alpha < 0:
+      raise ValueError(f'cql_alpha={cql_alpha} must be >= 0')
+    self.cql_alpha = float(cql_alpha)
+    super().__init__(*args, **kwargs)
+
+  def _base_loss(self):
+    """The loss the penalty is added to (a `TDLoss` or `QuantileLoss`)."""
+    raise NotImplementedError
+
+  def _update(self):
+    self.optimizer_state, self.online_params, loss, base, penalty = train(
+      self._base_loss(),
+      *self._train_arguments(),
+      self.cumulative_gamma,
+      self.cql_alpha,
+    )
+    return {'Loss': loss, self.loss_name: base, 'CQLLoss': penalty}
 
 
 @gin.configurable
-class FixedReplayJaxCQLAgent(jax_dqn_agent.FixedReplayJaxDQNAgent):
+class FixedReplayJaxCQLAgent(
+  ConservativeAgent, jax_dqn_agent.FixedReplayJaxDQNAgent
+):
   """CQL(H) on offline JAX DQN: TD loss + alpha * CQL penalty.
 
-  Reports `Loss` (the total), the TD loss (`HuberLoss` or `MSELoss`) and
-  `CQLLoss`, the penalty before weighting by alpha.
+  Arguments: `cql_alpha` and FixedReplayJaxDQNAgent's. Reports `Loss` (the
+  total), the TD loss (`HuberLoss` or `MSELoss`) and `CQLLoss`.
   """
 
   method = 'CQL(H) on DQN'
 
-  def __init__(self, num_actions, replay_data_dir, cql_alpha=1.0, **kwargs):
-    """Creates the agent.
-
-    Args:
-      num_actions: int.
-      replay_data_dir: str, directory of replay checkpoints.
-      cql_alpha: float >= 0, weight of the CQL penalty.
-      **kwargs: FixedReplayJaxDQNAgent arguments.
-
-    Raises:
-      ValueError: if cql_alpha is negative.
-    """
-    if cql_alpha < 0:
-      raise ValueError(f'cql_alpha={cql_alpha} must be >= 0')
-    self.cql_alpha = float(cql_alpha)
-    super().__init__(num_actions, replay_data_dir, **kwargs)
-
-  def _update(self):
-    elements = self.replay_elements
-    self.optimizer_state, self.online_params, loss, td_loss, penalty = (
-      train_dqn(
-        self.network_def,
-        self.online_params,
-        self.target_network_params,
-        self.optimizer,
-        self.optimizer_state,
-        self.preprocess_fn(elements['state']),
-        elements['action'],
-        self.preprocess_fn(elements['next_state']),
-        elements['reward'],
-        elements['terminal'],
-        self.cumulative_gamma,
-        self._loss_type,
-        self.cql_alpha,
-      )
-    )
-    name = 'HuberLoss' if self._loss_type == 'huber' else 'MSELoss'
-    return {'Loss': loss, name: td_loss, 'CQLLoss': penalty}
+  def _base_loss(self):
+    return TDLoss(self._loss_type)
 
 
 @gin.configurable
 class FixedReplayJaxQuantileCQLAgent(
-  jax_quantile_agent.FixedReplayJaxQuantileAgent
+  ConservativeAgent, jax_quantile_agent.FixedReplayJaxQuantileAgent
 ):
   """CQL(H) on offline JAX QR-DQN: quantile loss + alpha * CQL penalty.
 
-  Reports `Loss` (the total), `QuantileLoss` and `CQLLoss`, the penalty
-  before weighting by alpha.
+  Arguments: `cql_alpha` and FixedReplayJaxQuantileAgent's. Reports `Loss`
+  (the total), `QuantileLoss` and `CQLLoss`.
   """
 
   method = 'CQL(H) on QR-DQN'
 
-  def __init__(self, num_actions, replay_data_dir, cql_alpha=1.0, **kwargs):
-    """Creates the agent.
-
-    Args:
-      num_actions: int.
-      replay_data_dir: str, directory of replay checkpoints.
-      cql_alpha: float >= 0, weight of the CQL penalty.
-      **kwargs: FixedReplayJaxQuantileAgent arguments.
-
-    Raises:
-      ValueError: if cql_alpha is negative.
-    """
-    if cql_alpha < 0:
-      raise ValueError(f'cql_alpha={cql_alpha} must be >= 0')
-    self.cql_alpha = float(cql_alpha)
-    super().__init__(num_actions, replay_data_dir, **kwargs)
-
-  def _update(self):
-    elements = self.replay_elements
-    self.optimizer_state, self.online_params, loss, quantile_loss, penalty = (
-      train_quantile(
-        self.network_def,
-        self.online_params,
-        self.target_network_params,
-        self.optimizer,
-        self.optimizer_state,
-        self.preprocess_fn(elements['state']),
-        elements['action'],
-        self.preprocess_fn(elements['next_state']),
-        elements['reward'],
-        elements['terminal'],
-        self._kappa,
-        self._num_atoms,
-        self.cumulative_gamma,
-        self.cql_alpha,
-      )
-    )
-    return {'Loss': loss, 'QuantileLoss': quantile_loss, 'CQLLoss': penalty}
+  def _base_loss(self):
+    return QuantileLoss(self._kappa)

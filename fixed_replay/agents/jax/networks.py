@@ -3,12 +3,20 @@
 Like Dopamine's JAX networks, each module maps ONE state (no batch axis) to
 its outputs; the agents `jax.vmap` them over a minibatch.
 
-* Multi-head Q-networks (REM): a torso and one dense layer of
-  num_actions x num_heads outputs. `q_heads` is [num_actions, num_heads];
-  `q_values`, the mean over heads, is what the agent acts on.
-* A quantile network for vector observations (QR-DQN on CartPole), with the
-  outputs of Dopamine's `networks.QuantileNetwork`: q_values [num_actions],
-  logits [num_actions, num_atoms] (the quantiles) and probabilities.
+One class, `HeadedNetwork`: a torso, then one dense layer of
+num_actions x num_outputs values read in one of two ways:
+
+* 'q_heads' (REM): `q_heads` is [num_actions, num_heads]; `q_values`, the
+  mean over heads, is what the agent acts on;
+* 'quantiles' (QR-DQN on CartPole): the outputs of Dopamine's
+  `networks.QuantileNetwork`: q_values [num_actions], logits
+  [num_actions, num_atoms] (the quantiles) and probabilities.
+
+The gin names that configs use (`JaxMultiHeadQNetwork`,
+`JaxClassicControlMultiHeadQNetwork`, `JaxClassicControlQuantileNetwork`)
+build it with their torso and arguments, called as the agents call a network
+class: network(num_actions=..., num_heads=...) for REM,
+network(num_actions=..., num_atoms=...) for Dopamine's quantile agent.
 
 The Atari torso is Dopamine's JAX Nature DQN torso (uint8 frames scaled to
 [0, 1], Xavier-uniform initialisation); the vector torso is that of
@@ -74,71 +82,108 @@ class ClassicControlTorso(nn.Module):
     return x
 
 
-def _multi_head_outputs(x, num_actions, num_heads):
-  x = nn.Dense(
-    features=num_actions * num_heads,
-    kernel_init=nn.initializers.xavier_uniform(),
-  )(x)
-  q_heads = x.reshape((num_actions, num_heads))
-  return MultiHeadNetworkType(q_heads, jnp.mean(q_heads, axis=-1))
+class HeadedNetwork(nn.Module):
+  """A torso and a dense layer of num_outputs values per action.
 
-
-@gin.configurable
-class JaxMultiHeadQNetwork(nn.Module):
-  """Nature DQN torso with num_heads Q-value heads (REM on Atari)."""
+  Attributes:
+    num_actions: int.
+    num_outputs: int, heads ('q_heads') or quantiles ('quantiles') per
+      action.
+    outputs: str, 'q_heads' (MultiHeadNetworkType) or 'quantiles'
+      (Dopamine's RainbowNetworkType, as its QuantileNetwork).
+    torso: str, 'nature' (Atari frames) or 'classic_control' (vectors).
+    num_layers, hidden_units, min_vals, max_vals: the classic-control
+      torso's (unused by the Nature torso).
+    inputs_preprocessed: bool, the Nature torso's (Dopamine's signature).
+  """
 
   num_actions: int
-  num_heads: int
+  num_outputs: int
+  outputs: str = 'q_heads'
+  torso: str = 'nature'
+  num_layers: int = 2
+  hidden_units: int = 512
+  min_vals: tuple | None = None
+  max_vals: tuple | None = None
   inputs_preprocessed: bool = False
 
-  @nn.compact
-  def __call__(self, x):
-    x = NatureTorso(self.inputs_preprocessed)(x)
-    return _multi_head_outputs(x, self.num_actions, self.num_heads)
-
-
-@gin.configurable
-class JaxClassicControlMultiHeadQNetwork(nn.Module):
-  """An MLP with num_heads Q-value heads, for vector observations."""
-
-  num_actions: int
-  num_heads: int
-  num_layers: int = 2
-  hidden_units: int = 512
-  min_vals: tuple | None = None
-  max_vals: tuple | None = None
-  inputs_preprocessed: bool = False  # Dopamine's signature; unused.
+  @property
+  def num_heads(self):
+    """The number of Q-heads (REM's update reads it)."""
+    return self.num_outputs
 
   @nn.compact
   def __call__(self, x):
-    x = ClassicControlTorso(
-      self.num_layers, self.hidden_units, self.min_vals, self.max_vals
-    )(x)
-    return _multi_head_outputs(x, self.num_actions, self.num_heads)
-
-
-@gin.configurable
-class JaxClassicControlQuantileNetwork(nn.Module):
-  """An MLP with num_atoms quantiles per action, for vector observations."""
-
-  num_actions: int
-  num_atoms: int
-  num_layers: int = 2
-  hidden_units: int = 512
-  min_vals: tuple | None = None
-  max_vals: tuple | None = None
-  inputs_preprocessed: bool = False  # Dopamine's signature; unused.
-
-  @nn.compact
-  def __call__(self, x):
-    x = ClassicControlTorso(
-      self.num_layers, self.hidden_units, self.min_vals, self.max_vals
-    )(x)
+    if self.torso == 'nature':
+      x = NatureTorso(self.inputs_preprocessed)(x)
+    elif self.torso == 'classic_control':
+      x = ClassicControlTorso(
+        self.num_layers, self.hidden_units, self.min_vals, self.max_vals
+      )(x)
+    else:
+      raise ValueError(
+        f"torso={self.torso!r}: choose 'nature' or 'classic_control'"
+      )
     x = nn.Dense(
-      features=self.num_actions * self.num_atoms,
+      features=self.num_actions * self.num_outputs,
       kernel_init=nn.initializers.xavier_uniform(),
     )(x)
-    logits = x.reshape((self.num_actions, self.num_atoms))
-    return atari_lib.RainbowNetworkType(
-      jnp.mean(logits, axis=1), logits, nn.softmax(logits)
+    values = x.reshape((self.num_actions, self.num_outputs))
+    if self.outputs == 'q_heads':
+      return MultiHeadNetworkType(values, jnp.mean(values, axis=-1))
+    if self.outputs == 'quantiles':
+      return atari_lib.RainbowNetworkType(
+        jnp.mean(values, axis=1), values, nn.softmax(values)
+      )
+    raise ValueError(
+      f"outputs={self.outputs!r}: choose 'q_heads' or 'quantiles'"
     )
+
+
+# The gin names below are functions, not classes, on purpose: each only
+# chooses HeadedNetwork's torso and outputs and keeps its own argument names
+# (num_heads or num_atoms), which the agents and gin bindings use.
+
+
+@gin.configurable
+def JaxMultiHeadQNetwork(num_actions, num_heads, inputs_preprocessed=False):  # noqa: N802
+  """Nature DQN torso with num_heads Q-value heads (REM on Atari)."""
+  return HeadedNetwork(
+    num_actions, num_heads, inputs_preprocessed=inputs_preprocessed
+  )
+
+
+@gin.configurable
+def JaxClassicControlMultiHeadQNetwork(  # noqa: N802
+  num_actions, num_heads, inputs_preprocessed=False, **torso
+):
+  """An MLP with num_heads Q-value heads, for vector observations.
+
+  Args:
+    num_actions: int.
+    num_heads: int.
+    inputs_preprocessed: bool, Dopamine's signature; unused.
+    **torso: num_layers (2), hidden_units (512), min_vals and max_vals (None:
+      no rescaling), as HeadedNetwork takes them.
+  """
+  del inputs_preprocessed
+  return HeadedNetwork(num_actions, num_heads, torso='classic_control', **torso)
+
+
+@gin.configurable
+def JaxClassicControlQuantileNetwork(  # noqa: N802
+  num_actions, num_atoms, inputs_preprocessed=False, **torso
+):
+  """An MLP with num_atoms quantiles per action, for vector observations.
+
+  Arguments are JaxClassicControlMultiHeadQNetwork's, num_atoms (quantiles
+  per action) in place of num_heads.
+  """
+  del inputs_preprocessed
+  return HeadedNetwork(
+    num_actions,
+    num_atoms,
+    outputs='quantiles',
+    torso='classic_control',
+    **torso,
+  )

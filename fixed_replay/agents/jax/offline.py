@@ -20,7 +20,8 @@
   whose parameters do not fit the agent's networks is refused by name.
 
 Subclasses implement `_update()`: one gradient step on `self.replay_elements`
-returning {loss name: scalar}.
+returning {loss name: scalar}, calling their `train` function with
+`self._train_arguments()` (the arguments every update shares) first.
 
 The `optimizer` argument takes either a name for Dopamine's gin-configurable
 `create_optimizer` ('adam', 'rmsprop', 'sgd') or an optax
@@ -89,20 +90,25 @@ class JaxOfflineAgent:
   # The method trained, named in the run log; subclasses refine it.
   method = 'DQN'
 
-  def _init_offline(
-    self, replay_data_dir, replay_suffix, init_checkpoint_dir, prefetch_batches
+  def __init__(
+    self,
+    num_actions,
+    replay_data_dir,
+    replay_suffix=None,
+    init_checkpoint_dir=None,
+    prefetch_batches=2,
+    **kwargs,
   ):
-    """Records the dataset; call before the Dopamine agent's __init__.
+    """Records the dataset, then builds the Dopamine agent.
 
     Args:
-      replay_data_dir: str, directory of replay checkpoints.
-      replay_suffix: int or None, a single checkpoint to train on (None
-        leaves the choice to the buffer's gin bindings).
-      init_checkpoint_dir: str or None, a run directory (or its
-        `checkpoints/` folder) the runner continues from when its own
-        base_dir has no checkpoint yet.
+      num_actions: int.
+      replay_data_dir, replay_suffix, init_checkpoint_dir: the dataset, a
+        single checkpoint of it (None: the buffer's gin bindings choose) and
+        a run to continue from, as the TF agents' `OfflineAgent` takes them.
       prefetch_batches: int, minibatches prepared ahead in a background
         thread; 0 samples in the training step itself.
+      **kwargs: the Dopamine agent's arguments.
 
     Raises:
       ValueError: if prefetch_batches is negative.
@@ -112,22 +118,19 @@ class JaxOfflineAgent:
     self._replay_data_dir = replay_data_dir
     self._replay_suffix = replay_suffix
     self._init_checkpoint_dir = init_checkpoint_dir
-    self._prefetch_batches = prefetch_batches
     self._prefetcher = None
     self._sync_wait_seconds = 0.0
     self._sync_batches = 0
     # {name: scalar} of the last update, left on the device (reading it
     # waits for the update to finish).
     self.last_losses = {}
-
-  def _finish_offline_init(self):
-    """Call after the Dopamine agent's __init__."""
+    super().__init__(num_actions, **kwargs)
     # All the data exists from the start: a warm-up threshold means nothing.
     self.min_replay_history = 0
-    if self._prefetch_batches:
+    if prefetch_batches:
       self._prefetcher = prefetch.BatchPrefetcher(
         self._sample_batch,
-        depth=self._prefetch_batches,
+        depth=prefetch_batches,
         transform=_to_device,
         name=f'{type(self).__name__}_prefetch',
       )
@@ -291,6 +294,28 @@ class JaxOfflineAgent:
   def _update(self):
     """One gradient step on self.replay_elements; returns {name: loss}."""
     raise NotImplementedError
+
+  def _train_arguments(self):
+    """The arguments every update's `train` takes first, in this order.
+
+    Dopamine's `dqn_agent.train` and `quantile_agent.train` (and ours) start
+    with the networks, the optimizer and the minibatch: network_def, online
+    parameters, target parameters, optimizer, optimizer state, states,
+    actions, next states, rewards, terminals.
+    """
+    elements = self.replay_elements
+    return (
+      self.network_def,
+      self.online_params,
+      self.target_network_params,
+      self.optimizer,
+      self.optimizer_state,
+      self.preprocess_fn(elements['state']),
+      elements['action'],
+      self.preprocess_fn(elements['next_state']),
+      elements['reward'],
+      elements['terminal'],
+    )
 
   def _write_losses(self, losses):
     """Writes losses as Dopamine's JAX agents do (summaries, collectors)."""

@@ -19,27 +19,15 @@ class FixedReplayJaxQuantileAgent(
   """
 
   method = 'QR-DQN'
+  loss_name = 'QuantileLoss'  # In summaries.
 
-  def __init__(
-    self,
-    num_actions,
-    replay_data_dir,
-    replay_suffix=None,
-    init_checkpoint_dir=None,
-    prefetch_batches=2,
-    replay_scheme='uniform',
-    **kwargs,
-  ):
+  def __init__(self, *args, replay_scheme='uniform', **kwargs):
     """Creates the agent.
 
     Args:
-      num_actions: int.
-      replay_data_dir: str, directory of replay checkpoints.
-      replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, a run to continue from (see
-        FixedReplayRunner).
-      prefetch_batches: int, minibatches prepared ahead in the background (0:
-        sample in the training step).
+      *args: `JaxOfflineAgent`'s (num_actions, replay_data_dir,
+        replay_suffix, init_checkpoint_dir, prefetch_batches), also taken by
+        name.
       replay_scheme: str, must be 'uniform'.
       **kwargs: Dopamine JaxQuantileAgent arguments (num_atoms, kappa, ...).
 
@@ -51,13 +39,7 @@ class FixedReplayJaxQuantileAgent(
         f'replay_scheme={replay_scheme!r}: offline agents support only '
         "'uniform' (the dataset has no priorities)"
       )
-    self._init_offline(
-      replay_data_dir, replay_suffix, init_checkpoint_dir, prefetch_batches
-    )
-    quantile_agent.JaxQuantileAgent.__init__(
-      self, num_actions, replay_scheme=replay_scheme, **kwargs
-    )
-    self._finish_offline_init()
+    super().__init__(*args, replay_scheme=replay_scheme, **kwargs)
 
   @property
   def num_atoms(self):
@@ -68,22 +50,12 @@ class FixedReplayJaxQuantileAgent(
     return self._kappa
 
   def _update(self):
-    elements = self.replay_elements
     self.optimizer_state, self.online_params, _, mean_loss = (
       quantile_agent.train(
-        self.network_def,
-        self.online_params,
-        self.target_network_params,
-        self.optimizer,
-        self.optimizer_state,
-        self.preprocess_fn(elements['state']),
-        elements['action'],
-        self.preprocess_fn(elements['next_state']),
-        elements['reward'],
-        elements['terminal'],
+        *self._train_arguments(),
         self._kappa,
         self._num_atoms,
         self.cumulative_gamma,
       )
     )
-    return {'QuantileLoss': mean_loss}
+    return {self.loss_name: mean_loss}

@@ -33,6 +33,8 @@ def mix_heads(q_heads, weights):
 
 @functools.partial(jax.jit, static_argnums=(0, 3, 11))
 def train(
+  # The leading parameters are those of Dopamine's `dqn_agent.train`, in its
+  # order (see JaxOfflineAgent._train_arguments), as in cql_agent.train.
   network_def,
   online_params,
   target_params,
@@ -90,11 +92,7 @@ class FixedReplayJaxREMAgent(
 
   def __init__(
     self,
-    num_actions,
-    replay_data_dir,
-    replay_suffix=None,
-    init_checkpoint_dir=None,
-    prefetch_batches=2,
+    *args,
     num_heads=200,
     network=jax_networks.JaxMultiHeadQNetwork,
     **kwargs,
@@ -102,52 +100,30 @@ class FixedReplayJaxREMAgent(
     """Creates the agent.
 
     Args:
-      num_actions: int.
-      replay_data_dir: str, directory of replay checkpoints.
-      replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, a run to continue from (see
-        FixedReplayRunner).
-      prefetch_batches: int, minibatches prepared ahead in the background (0:
-        sample in the training step).
+      *args: `JaxOfflineAgent`'s (num_actions, replay_data_dir,
+        replay_suffix, init_checkpoint_dir, prefetch_batches), also taken by
+        name.
       num_heads: int, K, the number of Q-heads.
-      network: a flax module class taking num_actions and num_heads whose
-        outputs have q_heads [num_actions, num_heads] and q_values.
+      network: a flax module (or a factory of one) taking num_actions and
+        num_heads whose outputs have q_heads [num_actions, num_heads] and
+        q_values.
       **kwargs: Dopamine JaxDQNAgent arguments.
     """
     self.num_heads = num_heads
     self.mixing_weights = None
-    self._init_offline(
-      replay_data_dir, replay_suffix, init_checkpoint_dir, prefetch_batches
-    )
-    dqn_agent.JaxDQNAgent.__init__(
-      self,
-      num_actions,
+    super().__init__(
+      *args,
       network=functools.partial(network, num_heads=num_heads),
       loss_type='huber',
       **kwargs,
     )
-    self._finish_offline_init()
 
   def _update(self):
-    elements = self.replay_elements
     (
       self._rng,
       self.optimizer_state,
       self.online_params,
       loss,
       self.mixing_weights,
-    ) = train(
-      self.network_def,
-      self.online_params,
-      self.target_network_params,
-      self.optimizer,
-      self.optimizer_state,
-      self.preprocess_fn(elements['state']),
-      elements['action'],
-      self.preprocess_fn(elements['next_state']),
-      elements['reward'],
-      elements['terminal'],
-      self._rng,
-      self.cumulative_gamma,
-    )
+    ) = train(*self._train_arguments(), self._rng, self.cumulative_gamma)
     return {'HuberLoss': loss}

@@ -27,51 +27,28 @@ class FixedReplayC51Agent(offline.OfflineAgent, rainbow_agent.RainbowAgent):
 
   method = 'C51'
 
-  def __init__(
-    self,
-    sess,
-    num_actions,
-    replay_data_dir,
-    replay_suffix=None,
-    init_checkpoint_dir=None,
-    replay_scheme='uniform',
-    optimizer=None,
-    **kwargs,
-  ):
+  def __init__(self, *args, replay_scheme='uniform', **kwargs):
     """Creates the agent.
 
     Args:
-      sess: tf.compat.v1.Session.
-      num_actions: int.
-      replay_data_dir: str, directory of replay checkpoints.
-      replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, a run to continue from (see
-        FixedReplayRunner).
+      *args: `OfflineAgent`'s (sess, num_actions, replay_data_dir,
+        replay_suffix, init_checkpoint_dir), also taken by name.
       replay_scheme: str, must be 'uniform'.
-      optimizer: tf.compat.v1.train.Optimizer; None gives Adam with the
-        published learning rate 2.5e-4 and epsilon 3.125e-4.
-      **kwargs: Dopamine RainbowAgent arguments (num_atoms, vmax, ...).
+      **kwargs: Dopamine RainbowAgent arguments (num_atoms, vmax, ...);
+        `optimizer` None or absent gives Adam with the published learning
+        rate 2.5e-4 and epsilon 3.125e-4.
 
     Raises:
       ValueError: if replay_scheme is not 'uniform'.
     """
     quantile_agent.check_uniform(replay_scheme, 'C51')
     self.loss = None  # Scalar minibatch loss, set by _build_train_op.
-    kwargs = self._init_offline(
-      replay_data_dir, replay_suffix, init_checkpoint_dir, kwargs
-    )
-    optimizer = optimizer or tf.compat.v1.train.AdamOptimizer(
+    super().__init__(*args, replay_scheme=replay_scheme, **kwargs)
+
+  def _default_optimizer(self):
+    return tf.compat.v1.train.AdamOptimizer(
       learning_rate=ADAM_LEARNING_RATE, epsilon=ADAM_EPSILON
     )
-    rainbow_agent.RainbowAgent.__init__(
-      self,
-      sess,
-      num_actions,
-      replay_scheme=replay_scheme,
-      optimizer=optimizer,
-      **kwargs,
-    )
-    self._finish_offline_init()
 
   def _build_train_op(self):
     # Dopamine returns (update op, per-transition cross-entropy).

@@ -75,27 +75,18 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
 
   def __init__(
     self,
-    sess,
-    num_actions,
-    replay_data_dir,
-    replay_suffix=None,
-    init_checkpoint_dir=None,
+    *args,
     num_heads=200,
     transform_strategy='IDENTITY',
     num_convex_combinations=1,
     network=networks.AtariMultiHeadQNetwork,
-    optimizer=None,
     **kwargs,
   ):
     """Creates the agent.
 
     Args:
-      sess: tf.compat.v1.Session.
-      num_actions: int.
-      replay_data_dir: str, directory of replay checkpoints.
-      replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, a run to continue from (see
-        FixedReplayRunner).
+      *args: `OfflineAgent`'s (sess, num_actions, replay_data_dir,
+        replay_suffix, init_checkpoint_dir), also taken by name.
       num_heads: int, K, the number of Q-value heads.
       transform_strategy: str, 'IDENTITY' (Ensemble-DQN) or 'STOCHASTIC'
         (REM), batch_rl's argument.
@@ -103,9 +94,9 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
         'STOCHASTIC' (batch_rl's argument; the REM paper uses 1).
       network: Keras model class called as network(num_actions, num_heads,
         name=...) and returning `networks.MultiHeadNetworkType`.
-      optimizer: tf.compat.v1.train.Optimizer; None gives Adam with the
-        published learning rate 5e-5 and epsilon 3.125e-4.
-      **kwargs: Dopamine DQNAgent arguments.
+      **kwargs: Dopamine DQNAgent arguments; `optimizer` None or absent
+        gives Adam with the published learning rate 5e-5 and epsilon
+        3.125e-4.
 
     Raises:
       ValueError: on a non-positive num_heads or num_convex_combinations, or
@@ -128,18 +119,10 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
     self.num_convex_combinations = num_convex_combinations
     self.loss = None  # Scalar minibatch loss, set by _build_train_op.
     self._mixing_weights = None
-    kwargs = self._init_offline(
-      replay_data_dir, replay_suffix, init_checkpoint_dir, kwargs
-    )
-    dqn_agent.DQNAgent.__init__(
-      self,
-      sess,
-      num_actions,
-      network=network,
-      optimizer=optimizer or default_adam(),
-      **kwargs,
-    )
-    self._finish_offline_init()
+    super().__init__(*args, network=network, **kwargs)
+
+  def _default_optimizer(self):
+    return default_adam()
 
   @property
   def method(self):

@@ -29,11 +29,7 @@ class FixedReplayMultiNetworkDQNAgent(
 
   def __init__(
     self,
-    sess,
-    num_actions,
-    replay_data_dir,
-    replay_suffix=None,
-    init_checkpoint_dir=None,
+    *args,
     num_networks=4,
     transform_strategy='IDENTITY',
     network=networks.AtariMultiNetworkQNetwork,
@@ -43,12 +39,8 @@ class FixedReplayMultiNetworkDQNAgent(
     """Creates the agent.
 
     Args:
-      sess: tf.compat.v1.Session.
-      num_actions: int.
-      replay_data_dir: str, directory of replay checkpoints.
-      replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, a run to continue from (see
-        FixedReplayRunner).
+      *args: `OfflineAgent`'s (sess, num_actions, replay_data_dir,
+        replay_suffix, init_checkpoint_dir), also taken by name.
       num_networks: int, K, the number of separate Q-networks.
       transform_strategy: str, 'IDENTITY' (Ensemble-DQN) or 'STOCHASTIC'
         (REM).
@@ -67,11 +59,7 @@ class FixedReplayMultiNetworkDQNAgent(
       )
     self.num_networks = num_networks
     super().__init__(
-      sess,
-      num_actions,
-      replay_data_dir,
-      replay_suffix=replay_suffix,
-      init_checkpoint_dir=init_checkpoint_dir,
+      *args,
       num_heads=num_networks,
       transform_strategy=transform_strategy,
       network=network,

@@ -107,40 +107,37 @@ class MLPTorso(tf.keras.layers.Layer):
     return x
 
 
-class _MultiHeadQNetwork(tf.keras.Model):
-  """A torso and one dense layer giving num_heads Q-values per action."""
+class HeadedNetwork(tf.keras.Model):
+  """A torso and one dense layer of num_outputs values per action.
 
-  def __init__(self, torso, num_actions, num_heads, name=None):
+  The values, [batch, num_actions, num_outputs], are read as Q-heads
+  (`MultiHeadNetworkType`) or as quantiles (`QuantileNetworkType`); either
+  way `q_values` is their mean over the last axis.
+  """
+
+  def __init__(self, torso, num_actions, num_outputs, output_type, name=None):
+    """Creates the network.
+
+    Args:
+      torso: Keras layer mapping a batch of states to features.
+      num_actions: int.
+      num_outputs: int, heads or quantiles per action.
+      output_type: MultiHeadNetworkType or QuantileNetworkType.
+      name: str, the variable scope ('Online' or 'Target' in the agents).
+    """
     super().__init__(name=name)
     self.num_actions = num_actions
-    self.num_heads = num_heads
+    self.num_outputs = num_outputs
+    self.output_type = output_type
     self.torso = torso
     self.last_layer = tf.keras.layers.Dense(
-      num_actions * num_heads, name='fully_connected'
+      num_actions * num_outputs, name='fully_connected'
     )
 
   def call(self, state):
     x = self.last_layer(self.torso(state))
-    q_heads = tf.reshape(x, [-1, self.num_actions, self.num_heads])
-    return MultiHeadNetworkType(q_heads, tf.reduce_mean(q_heads, axis=-1))
-
-
-class _QuantileNetwork(tf.keras.Model):
-  """A torso and one dense layer giving num_quantiles values per action."""
-
-  def __init__(self, torso, num_actions, num_quantiles, name=None):
-    super().__init__(name=name)
-    self.num_actions = num_actions
-    self.num_quantiles = num_quantiles
-    self.torso = torso
-    self.last_layer = tf.keras.layers.Dense(
-      num_actions * num_quantiles, name='fully_connected'
-    )
-
-  def call(self, state):
-    x = self.last_layer(self.torso(state))
-    quantiles = tf.reshape(x, [-1, self.num_actions, self.num_quantiles])
-    return QuantileNetworkType(quantiles, tf.reduce_mean(quantiles, axis=-1))
+    values = tf.reshape(x, [-1, self.num_actions, self.num_outputs])
+    return self.output_type(values, tf.reduce_mean(values, axis=-1))
 
 
 class _MultiNetworkQNetwork(tf.keras.Model):
@@ -167,19 +164,23 @@ class _MultiNetworkQNetwork(tf.keras.Model):
 
 
 @gin.configurable
-class AtariMultiHeadQNetwork(_MultiHeadQNetwork):
+class AtariMultiHeadQNetwork(HeadedNetwork):
   """Nature DQN torso with num_heads Q-value heads (batch_rl's network)."""
 
   def __init__(self, num_actions, num_heads, name=None):
-    super().__init__(NatureTorso(), num_actions, num_heads, name=name)
+    super().__init__(
+      NatureTorso(), num_actions, num_heads, MultiHeadNetworkType, name=name
+    )
 
 
 @gin.configurable
-class AtariQuantileNetwork(_QuantileNetwork):
+class AtariQuantileNetwork(HeadedNetwork):
   """Nature DQN torso with num_quantiles outputs per action (QR-DQN)."""
 
   def __init__(self, num_actions, num_quantiles, name=None):
-    super().__init__(NatureTorso(), num_actions, num_quantiles, name=name)
+    super().__init__(
+      NatureTorso(), num_actions, num_quantiles, QuantileNetworkType, name=name
+    )
 
 
 @gin.configurable
@@ -211,38 +212,46 @@ class MLPQNetwork(tf.keras.Model):
     return atari_lib.DQNNetworkType(self.last_layer(self.torso(state)))
 
 
-@gin.configurable
-class MLPMultiHeadQNetwork(_MultiHeadQNetwork):
-  """A small MLP with num_heads Q-value heads, for vector observations."""
+class _MLPHeadedNetwork(HeadedNetwork):
+  """An MLP torso and num_outputs values per action (see subclasses)."""
+
+  output_type = None  # Set by the subclasses.
 
   def __init__(
     self,
     num_actions,
-    num_heads,
+    num_outputs,
     name=None,
     hidden_units=(64, 64),
     min_vals=None,
     max_vals=None,
   ):
     torso = MLPTorso(hidden_units, min_vals, max_vals)
-    super().__init__(torso, num_actions, num_heads, name=name)
+    super().__init__(
+      torso, num_actions, num_outputs, type(self).output_type, name=name
+    )
 
 
 @gin.configurable
-class MLPQuantileNetwork(_QuantileNetwork):
-  """A small MLP with num_quantiles outputs per action."""
+class MLPMultiHeadQNetwork(_MLPHeadedNetwork):
+  """A small MLP with num_heads Q-value heads, for vector observations.
 
-  def __init__(
-    self,
-    num_actions,
-    num_quantiles,
-    name=None,
-    hidden_units=(64, 64),
-    min_vals=None,
-    max_vals=None,
-  ):
-    torso = MLPTorso(hidden_units, min_vals, max_vals)
-    super().__init__(torso, num_actions, num_quantiles, name=name)
+  Called as MLPMultiHeadQNetwork(num_actions, num_heads, name=None,
+  hidden_units=(64, 64), min_vals=None, max_vals=None).
+  """
+
+  output_type = MultiHeadNetworkType
+
+
+@gin.configurable
+class MLPQuantileNetwork(_MLPHeadedNetwork):
+  """A small MLP with num_quantiles outputs per action.
+
+  Called as MLPQuantileNetwork(num_actions, num_quantiles, name=None,
+  hidden_units=(64, 64), min_vals=None, max_vals=None).
+  """
+
+  output_type = QuantileNetworkType
 
 
 @gin.configurable
@@ -259,36 +268,34 @@ class CartpoleQNetwork(MLPQNetwork):
     )
 
 
-@gin.configurable
-class CartpoleMultiHeadQNetwork(MLPMultiHeadQNetwork):
-  """MLPMultiHeadQNetwork with Dopamine's CartPole input bounds."""
-
-  def __init__(self, num_actions, num_heads, name=None, hidden_units=(64, 64)):
-    super().__init__(
-      num_actions,
-      num_heads,
-      name=name,
-      hidden_units=hidden_units,
-      min_vals=gym_lib.CARTPOLE_MIN_VALS,
-      max_vals=gym_lib.CARTPOLE_MAX_VALS,
-    )
-
-
-@gin.configurable
-class CartpoleQuantileNetwork(MLPQuantileNetwork):
-  """MLPQuantileNetwork with Dopamine's CartPole input bounds."""
+class _CartpoleHeadedNetwork(_MLPHeadedNetwork):
+  """An MLP with Dopamine's CartPole input bounds (see subclasses)."""
 
   def __init__(
-    self, num_actions, num_quantiles, name=None, hidden_units=(64, 64)
+    self, num_actions, num_outputs, name=None, hidden_units=(64, 64)
   ):
     super().__init__(
       num_actions,
-      num_quantiles,
+      num_outputs,
       name=name,
       hidden_units=hidden_units,
       min_vals=gym_lib.CARTPOLE_MIN_VALS,
       max_vals=gym_lib.CARTPOLE_MAX_VALS,
     )
+
+
+@gin.configurable
+class CartpoleMultiHeadQNetwork(_CartpoleHeadedNetwork):
+  """MLPMultiHeadQNetwork with Dopamine's CartPole input bounds."""
+
+  output_type = MultiHeadNetworkType
+
+
+@gin.configurable
+class CartpoleQuantileNetwork(_CartpoleHeadedNetwork):
+  """MLPQuantileNetwork with Dopamine's CartPole input bounds."""
+
+  output_type = QuantileNetworkType
 
 
 @gin.configurable

@@ -16,42 +16,57 @@ from fixed_replay.replay.wrapped_fixed_replay_buffer import (
 
 
 class OfflineAgent:
-  """Mixin for Dopamine TF agents that learn only from a fixed dataset."""
+  """Mixin for Dopamine TF agents that learn only from a fixed dataset.
+
+  Cooperative: list it before the Dopamine agent class; its `__init__` takes
+  the dataset's arguments and passes everything else on to the next class
+  in the MRO (the Dopamine agent, or a subclass's own `__init__` first).
+  """
 
   # The method trained, named in the run log; subclasses refine it.
   method = 'DQN'
 
-  def _init_offline(
-    self, replay_data_dir, replay_suffix, init_checkpoint_dir, dopamine_kwargs
+  def __init__(
+    self,
+    sess,
+    num_actions,
+    replay_data_dir,
+    replay_suffix=None,
+    init_checkpoint_dir=None,
+    **kwargs,
   ):
-    """Records the dataset; call before the Dopamine agent's __init__.
+    """Records the dataset, then builds the Dopamine agent.
 
     Args:
+      sess: tf.compat.v1.Session.
+      num_actions: int.
       replay_data_dir: str, directory of replay checkpoints.
       replay_suffix: int or None, a single checkpoint to train on (None
         leaves the choice to the buffer's gin bindings).
       init_checkpoint_dir: str or None, a run directory (or its
         `checkpoints/` folder) the runner continues from when its own
         base_dir has no checkpoint yet.
-      dopamine_kwargs: dict, the arguments for the Dopamine agent.
-
-    Returns:
-      dict, dopamine_kwargs with `tf_device` on the CPU if it names a GPU
-      this machine does not have.
+      **kwargs: the Dopamine agent's arguments; `tf_device` falls back to
+        the CPU if it names a GPU this machine does not have.
     """
     runtime.use_graph_mode()
     self._replay_data_dir = replay_data_dir
     self._replay_suffix = replay_suffix
     self._init_checkpoint_dir = init_checkpoint_dir
-    kwargs = dict(dopamine_kwargs)
     if 'tf_device' in kwargs:
       kwargs['tf_device'] = runtime.resolve_device(kwargs['tf_device'])
-    return kwargs
-
-  def _finish_offline_init(self):
-    """Call after the Dopamine agent's __init__."""
+    if kwargs.get('optimizer') is None:
+      # Made here, in graph mode, and fresh for each agent.
+      optimizer = self._default_optimizer()
+      if optimizer is not None:
+        kwargs['optimizer'] = optimizer
+    super().__init__(sess, num_actions, **kwargs)
     # All the data exists from the start: a warm-up threshold means nothing.
     self.min_replay_history = 0
+
+  def _default_optimizer(self):
+    """The optimizer when none is given; None keeps the Dopamine default."""
+    return None
 
   def _build_replay_buffer(self, use_staging):
     """Returns the in-graph sampler over the fixed dataset."""

@@ -79,35 +79,26 @@ class FixedReplayQuantileAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
 
   def __init__(
     self,
-    sess,
-    num_actions,
-    replay_data_dir,
-    replay_suffix=None,
-    init_checkpoint_dir=None,
+    *args,
     num_atoms=200,
     kappa=1.0,
     network=networks.AtariQuantileNetwork,
-    optimizer=None,
     replay_scheme='uniform',
     **kwargs,
   ):
     """Creates the agent.
 
     Args:
-      sess: tf.compat.v1.Session.
-      num_actions: int.
-      replay_data_dir: str, directory of replay checkpoints.
-      replay_suffix: int or None, train on this checkpoint only.
-      init_checkpoint_dir: str or None, a run to continue from (see
-        FixedReplayRunner).
+      *args: `OfflineAgent`'s (sess, num_actions, replay_data_dir,
+        replay_suffix, init_checkpoint_dir), also taken by name.
       num_atoms: int, N, quantiles per action (batch_rl's name).
       kappa: float >= 0, Huber threshold of the quantile loss.
       network: Keras model class called as network(num_actions, num_atoms,
         name=...) and returning `networks.QuantileNetworkType`.
-      optimizer: tf.compat.v1.train.Optimizer; None gives Adam with the
-        published learning rate 5e-5 and epsilon 3.125e-4.
       replay_scheme: str, must be 'uniform' (batch_rl's argument).
-      **kwargs: Dopamine DQNAgent arguments.
+      **kwargs: Dopamine DQNAgent arguments; `optimizer` None or absent
+        gives Adam with the published learning rate 5e-5 and epsilon
+        3.125e-4.
 
     Raises:
       ValueError: if num_atoms < 1, kappa < 0 or replay_scheme is not
@@ -121,18 +112,10 @@ class FixedReplayQuantileAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
     self.num_atoms = num_atoms
     self.kappa = float(kappa)
     self.loss = None  # Scalar minibatch loss, set by _build_train_op.
-    kwargs = self._init_offline(
-      replay_data_dir, replay_suffix, init_checkpoint_dir, kwargs
-    )
-    dqn_agent.DQNAgent.__init__(
-      self,
-      sess,
-      num_actions,
-      network=network,
-      optimizer=optimizer or multi_head_dqn_agent.default_adam(),
-      **kwargs,
-    )
-    self._finish_offline_init()
+    super().__init__(*args, network=network, **kwargs)
+
+  def _default_optimizer(self):
+    return multi_head_dqn_agent.default_adam()
 
   def _create_network(self, name):
     return self.network(self.num_actions, self.num_atoms, name=name)
