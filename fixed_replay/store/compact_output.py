@@ -49,20 +49,44 @@ def check_existing(directory, files, options):
   """
   source = checkpoint_source.as_source(files)
   manifest = compact_store.verify_checkpoint(directory).manifest
-  if manifest['source'] != source.description():
+  check_same_conversion(
+    directory,
+    source,
+    manifest['source'],
+    _stored_options(manifest),
+    options.stored(),
+  )
+  return manifest
+
+
+def check_same_conversion(path, source, stored_source, stored, wanted):
+  """Refuses to skip a checkpoint converted from other files or options.
+
+  Shared by both outputs (compact store and Dopamine files).
+
+  Args:
+    path: str, what the error names (the stored checkpoint or its manifest).
+    source: the source of the checkpoint now (checkpoint_source.py).
+    stored_source: dict, the source description recorded at conversion.
+    stored: the options recorded at conversion.
+    wanted: the options asked for now, in the same form.
+
+  Raises:
+    CheckpointError: if either differs.
+  """
+  if stored_source != source.description():
     raise CheckpointError(
-      directory,
+      path,
       f'converted from other source files than those of checkpoint '
-      f'{source.suffix} now ({manifest["source"]["files"]}): '
+      f'{source.suffix} now ({stored_source["files"]}): '
       'convert into a new directory',
     )
-  if _stored_options(manifest) != options.stored():
+  if stored != wanted:
     raise CheckpointError(
-      directory,
-      f'converted with {_stored_options(manifest)}, now asked for '
-      f'{options.stored()}: use the same options or a new directory',
+      path,
+      f'converted with {stored}, now asked for {wanted}: use the same '
+      'options or a new directory',
     )
-  return manifest
 
 
 def _write_npy(directory, name, array):

@@ -117,20 +117,13 @@ class DopamineOutput:
 
   def check_existing(self, store_dir, source, options):
     manifest = self.verify_stored(store_dir, source.suffix)
-    path = self.manifest_path(store_dir, source.suffix)
-    if manifest['source'] != source.description():
-      raise CheckpointError(
-        path,
-        f'converted from other source files than those of checkpoint '
-        f'{source.suffix} now ({manifest["source"]["files"]}): convert into '
-        'a new directory',
-      )
-    if manifest['options'] != stored_options(options):
-      raise CheckpointError(
-        path,
-        f'converted with {manifest["options"]}, now asked for '
-        f'{stored_options(options)}: use the same options or a new directory',
-      )
+    compact_output.check_same_conversion(
+      self.manifest_path(store_dir, source.suffix),
+      source,
+      manifest['source'],
+      manifest['options'],
+      stored_options(options),
+    )
 
   def clean(self, store_dir):
     """Deletes files of uncommitted suffixes; refuses someone else's DST."""
