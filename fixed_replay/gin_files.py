@@ -14,21 +14,50 @@ take a `dqn.gin` that happens to lie in the user's current directory.
 """
 
 import contextlib
+import hashlib
 import os
+import re
 
 import gin
 
 from fixed_replay.io import files
+
+_INCLUDE = re.compile(r"""^\s*include\s+['"]([^'"]+)['"]""", re.MULTILINE)
+
+
+def _directory_of(config_file):
+  if files.is_remote(config_file):
+    return config_file.rpartition('/')[0]
+  return os.path.dirname(os.path.abspath(config_file))
+
+
+def config_digest(config_file):
+  """SHA-256 of a gin file's text and of every file it includes, recursively.
+
+  An include is found as load_gin_configs finds it: next to the including
+  file first, else as written. One that is found nowhere counts by its name
+  (parsing the file will then fail and say so).
+  """
+  config_file = os.fspath(config_file)
+  with files.open_read(config_file) as f:
+    text = f.read()
+  digest = hashlib.sha256(text)
+  for name in _INCLUDE.findall(text.decode('utf-8', errors='replace')):
+    beside = files.join(_directory_of(config_file), name)
+    for candidate in (beside, name):
+      if files.exists(candidate):
+        digest.update(config_digest(candidate).encode())
+        break
+    else:
+      digest.update(name.encode())
+  return digest.hexdigest()
 
 
 @contextlib.contextmanager
 def _includes_next_to(config_file):
   """Puts config_file's directory first on gin's include search path."""
   config_file = os.fspath(config_file)
-  if files.is_remote(config_file):
-    directory = config_file.rpartition('/')[0]
-  else:
-    directory = os.path.dirname(os.path.abspath(config_file))
+  directory = _directory_of(config_file)
   # gin 0.5 keeps its search path in this list and offers only an append
   # (add_config_file_search_path), which would come after the current
   # directory; the entry is removed again once the file is parsed.

@@ -142,3 +142,17 @@ def test_train_command_finds_the_include_from_another_directory(elsewhere):
     f'replay_dir={missing}: no such directory' in result.stderr
   ), result.stderr[-3000:]
   assert 'Unable to open file' not in result.stderr
+
+
+def test_config_digest_changes_with_an_included_base(tmp_path):
+  # A sweep records this digest per trial and refuses to resume a trial whose
+  # configs changed: editing the base a *_1pct.gin includes is such a change.
+  (tmp_path / 'base.gin').write_text('DQNAgent.gamma = 0.99\n')
+  pct = tmp_path / 'base_1pct.gin'
+  pct.write_text(
+    "include 'base.gin'\nFixedReplayBuffer.num_buffers_to_load = 50\n"
+  )
+  before = gin_files.config_digest(pct)
+  assert gin_files.config_digest(pct) == before
+  (tmp_path / 'base.gin').write_text('DQNAgent.gamma = 0.9\n')
+  assert gin_files.config_digest(pct) != before

@@ -17,7 +17,6 @@ and the agent only there, never in the process that plans the sweep.
 import contextlib
 import dataclasses
 import datetime
-import hashlib
 import json
 import os
 import random
@@ -30,6 +29,7 @@ import time
 from absl import logging
 import numpy as np
 
+from fixed_replay import gin_files as gin_files_lib
 from fixed_replay.io import files as storage
 
 STATE_FILE = 'sweep_trial.json'
@@ -70,7 +70,8 @@ class Trial:
   def config(self):
     """What must not change between attempts: the trial and its inputs.
 
-    Gin files count by content, so editing a config is a change too.
+    Gin files count by content, theirs and their includes', so editing a
+    config or the base it includes is a change too.
     """
     return {
       'game': self.game,
@@ -79,14 +80,11 @@ class Trial:
       'seed': self.seed,
       'replay_dir': self.replay_dir,
       'gin_files': list(self.gin_files),
-      'gin_file_sha256': [_sha256(path) for path in self.gin_files],
+      'gin_file_sha256': [
+        gin_files_lib.config_digest(path) for path in self.gin_files
+      ],
       'gin_bindings': list(self.gin_bindings),
     }
-
-
-def _sha256(path):
-  with storage.open_read(path) as f:
-    return hashlib.sha256(f.read()).hexdigest()
 
 
 def _now():
