@@ -41,7 +41,21 @@ def test_several_runs_need_run(rlu_dir, tmp_path):
   assert 'holds shards of runs [1, 2]: choose one with --run' in (
     completed.stderr
   )
+  assert '--run=all' in completed.stderr
   assert not (tmp_path / 'store').exists()
+
+
+def test_run_all_converts_each_run_as_alone(rlu_dir, tmp_path):
+  """--run=all: DST/run_<r>/ of each run, the bytes of --run=r alone."""
+  directory, _ = rlu_dir
+  completed = _cli('convert', directory, tmp_path / 'all', '--run=all')
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert sorted(os.listdir(tmp_path / 'all')) == ['run_1', 'run_2']
+  assert completed.stdout.count('compact output') == 2
+  for run in (1, 2):
+    alone = tmp_path / f'alone_{run}'
+    rlu_convert.convert_rlu(directory, alone, run=run, workers=0)
+    assert _digests(tmp_path / 'all' / f'run_{run}') == _digests(alone)
 
 
 def test_killed_dopamine_conversion_resumes_identical(rlu_dir, tmp_path):

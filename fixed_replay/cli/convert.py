@@ -6,8 +6,9 @@ file names, or forced with --source):
   dopamine  Dopamine gzip checkpoints (`$store$_observation_ckpt.N.gz` ...),
             as in the original DQN Replay Dataset bucket;
   rlu       RL Unplugged's episode shards `run_<r>-NNNNN-of-MMMMM` (GZIP
-            TFRecord, one episode per record); --run picks the run when SRC
-            holds several;
+            TFRecord, one episode per record); --run=N picks the run when
+            SRC holds several, --run=all converts each run r into
+            DST/run_<r>/ (one job, as below);
   tfds      a TFDS-prepared rlu_atari_checkpoints_ordered directory.
 
 Each checkpoint becomes DST/checkpoint_<N>/ (the compact store: frames in
@@ -50,6 +51,7 @@ and --replay_dir=DST (or FixedReplayBuffer on the Dopamine files).
   fixed-replay convert /data/Pong /data/compact/Pong --ray
   fixed-replay convert gs://rl_unplugged/atari_episodes_ordered/Pong \\
       /data/pong1 --run=1
+  fixed-replay convert /data/rlu/Pong /data/compact/Pong --run=all
 """
 
 import dataclasses
@@ -61,6 +63,7 @@ from absl import flags
 
 from fixed_replay import cli
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import rlu_shards
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay import memory_budget as memory
 from fixed_replay.store import convert
@@ -130,11 +133,11 @@ _SOURCE = flags.DEFINE_enum(
   ['dopamine', 'rlu', 'tfds'],
   'Form of SRC (default: detected from its file names).',
 )
-_RUN = flags.DEFINE_integer(
+_RUN = flags.DEFINE_string(
   'run',
   None,
-  'Run to convert when SRC holds RL Unplugged shards of several runs.',
-  lower_bound=1,
+  'Run to convert when SRC holds RL Unplugged shards of several runs: N, '
+  'or all (each run r into DST/run_<r>/).',
 )
 _FORMAT = flags.DEFINE_enum(
   'format',
@@ -154,7 +157,7 @@ _GZIP_LEVEL = flags.DEFINE_integer(
 
 _USAGE = (
   'usage: fixed-replay convert SRC [SRC...] DST [--source=dopamine|rlu|tfds] '
-  '[--run=N] [--format=compact|dopamine] [--workers=N] [--ray] '
+  '[--run=N|all] [--format=compact|dopamine] [--workers=N] [--ray] '
   '[--ray_address=ADDR]'
 )
 
@@ -277,6 +280,41 @@ def _convert_runs(runs, options):
   return 'dopamine', results
 
 
+def _run():
+  """--run: None, 'all' or a run number."""
+  value = _RUN.value
+  if value is None or value == 'all':
+    return value
+  if not value.isdigit() or int(value) < 1:
+    raise app.UsageError(f'--run={value}: a run number (1, 2, ...) or all')
+  return int(value)
+
+
+def _one_rlu_run(source):
+  """Refuses shards of several runs without --run, naming them."""
+  runs = sorted(rlu_shards.find_runs(source))
+  if len(runs) > 1:
+    raise CheckpointError(
+      source,
+      f'holds shards of runs {runs}: choose one with --run=N, or convert '
+      'each run r into DST/run_<r>/ with --run=all',
+    )
+
+
+def _convert_all_runs(source, destination, options):
+  """--run=all: [(store, result)] of every run of the shards in SRC."""
+  if (_SOURCE.value or detect_source(source)) != 'rlu':
+    raise app.UsageError('--run=all is for RL Unplugged shards (--source=rlu)')
+  options = dataclasses.replace(options, clevel=_clevel('rlu'))
+  results = rlu_convert.convert_all_runs(
+    source, destination, options, workers=_WORKERS.value, ray=_ray()
+  )
+  return [
+    (rlu_convert.run_store(destination, run), result)
+    for run, result in results.items()
+  ]
+
+
 def _convert(source, destination, options):
   kind = _SOURCE.value or detect_source(source)
   options = dataclasses.replace(options, clevel=_clevel(kind))
@@ -285,11 +323,13 @@ def _convert(source, destination, options):
     return kind, convert.convert(
       source, destination, options, workers=_WORKERS.value, ray=_ray()
     )
+  if kind == 'rlu' and _run() is None:
+    _one_rlu_run(source)
   return kind, rlu_convert.convert_rlu(
     source,
     destination,
     kind=kind,
-    run=_RUN.value,
+    run=_run(),
     options=options,
     workers=_WORKERS.value,
     ray=_ray(),
@@ -328,6 +368,12 @@ def main(argv):
   )
   sources, destination = argv[1:-1], argv[-1]
   try:
+    if _run() == 'all':
+      if len(sources) != 1:
+        raise app.UsageError('--run=all takes one SRC: a directory of shards')
+      for store, result in _convert_all_runs(sources[0], destination, options):
+        _print_result('rlu', result, store)
+      return 0
     runs = several_runs(sources, destination)
     if runs is None:
       kind, result = _convert(sources[0], destination, options)

@@ -243,22 +243,59 @@ def convert_sources(
   Raises:
     CheckpointError: as for `convert`.
   """
+  return convert_source_runs(
+    [(source_dir, store_dir, rounds)], options, workers, ray
+  )[0]
+
+
+def convert_source_runs(runs, options=None, workers=None, ray=None):
+  """`convert_sources` of several runs, each into its own store, as one job.
+
+  Round k of every run is converted together (the same workers or Ray
+  tasks, one progress display), then round k + 1 of every run is asked for.
+
+  Args:
+    runs: list of (source_dir, store_dir, rounds), as for `convert_sources`;
+      the stores must be distinct.
+    options, workers, ray: as for `convert_sources`.
+
+  Returns:
+    list of ConversionResult, one per run, in the order of `runs`.
+
+  Raises:
+    CheckpointError: as for `convert`.
+  """
   began = time.perf_counter()
   options = options or ConvertOptions()
-  source_dir, store_dir = str(source_dir), str(store_dir)
-  try:
-    with (
-      _Store(source_dir, store_dir, options) as store,
-      convert_runners.runner(workers, ray) as run,
-    ):
-      for sources in rounds:
-        pending = store.plan(sources)
+  runs = [(str(s), str(d), rounds) for s, d, rounds in runs]
+  stores = [os.path.realpath(d) for _, d, _ in runs]
+  if len(set(stores)) != len(stores):
+    raise CheckpointError(runs[0][1], 'two runs would go into one store')
+  with contextlib.ExitStack() as stack:
+    try:
+      held = [stack.enter_context(_Store(s, d, options)) for s, d, _ in runs]
+      run = stack.enter_context(convert_runners.runner(workers, ray))
+      active = [
+        (store, iter(rounds))
+        for store, (_, _, rounds) in zip(held, runs, strict=True)
+      ]
+      while active:
+        planned, still = [], []
+        for store, rounds in active:
+          sources = next(rounds, None)
+          if sources is not None:
+            planned.append((store, store.plan(sources)))
+            still.append((store, rounds))
+        pending = [item for _, items in planned for item in items]
         if pending:
           run.run(pending, options)
-        store.done(pending)
-  except OSError as error:
-    raise destination.error(store_dir, error) from error
-  return store.result(time.perf_counter() - began)
+        for store, items in planned:
+          store.done(items)
+        active = still
+    except OSError as error:
+      raise destination.error(runs[0][1], error) from error
+    seconds = time.perf_counter() - began
+    return [store.result(seconds) for store in held]
 
 
 def run_checkpoint_dir(run_dir):

@@ -273,6 +273,16 @@ def convert_rlu(
       as convert.convert for the store.
   """
   options = options or default_options()
+  location, store_dir, rounds = _prepare(
+    source, store_dir, kind, run, options, parts, recheck, plan, ray
+  )
+  return convert.convert_sources(
+    location, store_dir, rounds, options, workers, ray
+  )
+
+
+def _prepare(source, store_dir, kind, run, options, parts, recheck, plan, ray):
+  """(location, store_dir, rounds) of one run, for convert.convert_sources."""
   source = str(source)
   if ray:  # Ray tasks may run in another directory, or on another node.
     source = source if storage.is_remote(source) else os.path.abspath(source)
@@ -291,6 +301,48 @@ def convert_rlu(
   rounds = _rounds(
     kind, location, parts, str(store_dir), options, recheck, plan
   )
-  return convert.convert_sources(
-    location, store_dir, rounds, options, workers, ray
-  )
+  return location, str(store_dir), rounds
+
+
+def run_store(destination, run):
+  """Where `convert_all_runs` puts a run: DESTINATION/run_<r>."""
+  return os.path.join(str(destination), f'run_{run}')
+
+
+def convert_all_runs(source, destination, options=None, workers=None, ray=None):
+  """Converts every run of a directory of shards, each into its own store.
+
+  Run r goes to `run_store(destination, r)` (DESTINATION/run_<r>), the
+  same bytes as `convert_rlu(source, that store, run=r)`; all runs are one
+  job (the same workers or Ray tasks, one progress display per round).
+
+  Args:
+    source: str, a directory of `run_<r>-NNNNN-of-MMMMM` shards (local or
+      gs://).
+    destination: str, the local directory of the stores.
+    options, workers, ray: as for `convert_rlu`.
+
+  Returns:
+    dict, run -> convert.ConversionResult, in run order.
+
+  Raises:
+    CheckpointError: as for `convert_rlu`.
+  """
+  options = options or default_options()
+  runs = sorted(rlu_shards.find_runs(str(source)))
+  prepared = [
+    _prepare(
+      source,
+      run_store(destination, r),
+      'rlu',
+      r,
+      options,
+      None,
+      True,
+      True,
+      ray,
+    )
+    for r in runs
+  ]
+  results = convert.convert_source_runs(prepared, options, workers, ray)
+  return dict(zip(runs, results, strict=True))
