@@ -271,8 +271,8 @@ def _convert_runs(runs, options):
     kind = _SOURCE.value or detect_source(source)
     if kind != 'dopamine':
       raise app.UsageError(
-        f'{source}: several runs at once are for Dopamine checkpoints; '
-        'convert RL Unplugged runs one at a time (--run)'
+        f'{source}: a list of runs is for Dopamine checkpoints; all RL '
+        'Unplugged runs of one shard directory convert with --run=all'
       )
   _check_dopamine_flags(options)
   options = dataclasses.replace(options, clevel=_clevel('dopamine'))
