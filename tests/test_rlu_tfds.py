@@ -19,15 +19,33 @@ from fixed_replay.dataset import rlu_tfds
 from fixed_replay.store import compact_store
 from fixed_replay.store import rlu_convert
 
+# Prepares like `tfds build` does, in a process of its own: TFDS' builder
+# decides `is_terminal` with `discounts[-1] == 0.0` inside a tf.data map,
+# which compares tensors by identity (always False) in a process where
+# Dopamine's TF agents disabled TensorFlow 2 behaviour, as tests in this
+# worker process may have done.
+_PREPARE = """
+import sys
+import tensorflow_datasets as tfds
+from tensorflow_datasets.rl_unplugged.rlu_atari_checkpoints_ordered import (
+  rlu_atari_checkpoints_ordered as module,
+)
+prefix, data_dir = sys.argv[1:3]
+builder_class = module.RluAtariCheckpointsOrdered
+builder_class._INPUT_FILE_PREFIX = prefix
+builder_class._SHARDS = 3
+builder = builder_class(
+  config='Breakout_run_1', data_dir=data_dir, file_format='array_record'
+)
+builder.download_and_prepare(
+  download_config=tfds.download.DownloadConfig(try_download_gcs=False)
+)
+"""
+
 
 @pytest.fixture(scope='module')
 def prepared(rlu_dir, tmp_path_factory):
   """TFDS data_dir holding rlu_atari_checkpoints_ordered/Breakout_run_1."""
-  import tensorflow_datasets as tfds
-  from tensorflow_datasets.rl_unplugged.rlu_atari_checkpoints_ordered import (
-    rlu_atari_checkpoints_ordered as module,
-  )
-
   directory, _ = rlu_dir
   prefix = tmp_path_factory.mktemp('tfds_input')
   (prefix / 'Breakout').mkdir()
@@ -35,18 +53,14 @@ def prepared(rlu_dir, tmp_path_factory):
     if name.startswith('run_1-'):
       os.link(directory / name, prefix / 'Breakout' / name)
   data_dir = tmp_path_factory.mktemp('tfds')
-  builder_class = module.RluAtariCheckpointsOrdered
-  with pytest.MonkeyPatch.context() as patch:
-    patch.setattr(builder_class, '_INPUT_FILE_PREFIX', str(prefix))
-    patch.setattr(builder_class, '_SHARDS', 3)
-    builder = builder_class(
-      config='Breakout_run_1',
-      data_dir=str(data_dir),
-      file_format='array_record',
-    )
-    builder.download_and_prepare(
-      download_config=tfds.download.DownloadConfig(try_download_gcs=False)
-    )
+  result = subprocess.run(
+    [sys.executable, '-c', _PREPARE, str(prefix), str(data_dir)],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
   return data_dir
 
 
