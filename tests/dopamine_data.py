@@ -6,6 +6,8 @@ the files are what Dopamine writes for Atari, compressed like real data.
 
 # ruff: noqa: I001  (fixed_replay must be imported before Dopamine)
 import functools
+import hashlib
+import os
 
 import fixed_replay  # noqa: F401
 from dopamine.discrete_domains import atari_lib
@@ -173,3 +175,22 @@ def write_cartpole_run(directory, rows, num_checkpoints=2, seed=0):
       )
       observation = env.reset() if terminal else next_observation
     buffer.save(str(directory), suffix)
+
+
+def file_digests(directory, skip_prefix='.convert'):
+  """{relative path: sha256} of every file under directory.
+
+  Files whose name starts with skip_prefix (a converter's locks and job
+  token by default; None keeps every file) are left out.
+  """
+  digests = {}
+  for root, _, names in os.walk(directory):
+    for name in names:
+      if skip_prefix and name.startswith(skip_prefix):
+        continue
+      path = os.path.join(root, name)
+      with open(path, 'rb') as stream:
+        digests[os.path.relpath(path, directory)] = hashlib.sha256(
+          stream.read()
+        ).hexdigest()
+  return digests

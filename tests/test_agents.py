@@ -269,18 +269,23 @@ def _replay_fetches(agent):
   }
 
 
+def _rem_fetches(agent):
+  """A REM agent's train op, mixing weights, loss and both heads' outputs."""
+  return dict(
+    _replay_fetches(agent),
+    train=agent._train_op,
+    alpha=agent.mixing_weights,
+    loss=agent.loss,
+    q_heads=agent._replay_net_outputs.q_heads,
+    next_q_heads=agent._replay_next_target_net_outputs.q_heads,
+  )
+
+
 def test_rem_mixing_weights_are_fresh_convex_and_shared(cartpole_dir):
   with tf.Graph().as_default(), _session() as sess:
     agent = _cartpole_agent(sess, 'rem', cartpole_dir)
     assert agent.num_heads == 10
-    fetches = dict(
-      _replay_fetches(agent),
-      train=agent._train_op,
-      alpha=agent.mixing_weights,
-      loss=agent.loss,
-      q_heads=agent._replay_net_outputs.q_heads,
-      next_q_heads=agent._replay_next_target_net_outputs.q_heads,
-    )
+    fetches = _rem_fetches(agent)
     runs = [sess.run(fetches) for _ in range(3)]
   alphas = np.array([run['alpha'] for run in runs])
   assert alphas.shape == (3, 10)
@@ -494,14 +499,7 @@ def test_multi_head_agent_trains_rem_with_stochastic_transform(cartpole_dir):
       network=networks.CartpoleMultiHeadQNetwork,
     )
     assert agent.method == 'REM'
-    fetches = dict(
-      _replay_fetches(agent),
-      train=agent._train_op,
-      alpha=agent.mixing_weights,
-      loss=agent.loss,
-      q_heads=agent._replay_net_outputs.q_heads,
-      next_q_heads=agent._replay_next_target_net_outputs.q_heads,
-    )
+    fetches = _rem_fetches(agent)
     runs = [sess.run(fetches) for _ in range(2)]
   assert runs[0]['alpha'].shape == (4, 3)
   np.testing.assert_allclose(runs[0]['alpha'].sum(axis=0), 1.0, rtol=1e-5)

@@ -1,13 +1,13 @@
 """Conversion into a compact store: atomic, resumable, deterministic."""
 
 import fcntl
-import hashlib
 import os
 import signal
 import subprocess
 import sys
 import time
 
+from dopamine_data import file_digests
 import pytest
 
 from fixed_replay.errors import CheckpointError
@@ -17,19 +17,6 @@ from fixed_replay.store import convert
 # More checkpoints than conftest's four, as hard links (nothing copied), so
 # that a conversion killed after its first checkpoint is surely midway.
 _LINKED_SUFFIXES = {0: 0, 1: 1, 3: 3, 7: 7, 10: 0, 11: 1, 12: 3, 13: 7}
-
-
-def _digest(directory):
-  """{relative path: sha256} of every file under `directory`."""
-  digests = {}
-  for root, _, names in os.walk(directory):
-    for name in names:
-      path = os.path.join(root, name)
-      with open(path, 'rb') as stream:
-        digests[os.path.relpath(path, directory)] = hashlib.sha256(
-          stream.read()
-        ).hexdigest()
-  return digests
 
 
 @pytest.fixture(scope='module')
@@ -60,7 +47,7 @@ _LOCK_FILES = ('.convert.lock', '.convert.workers.lock')
 def _store_files(directory):
   return {
     path: digest
-    for path, digest in _digest(directory).items()
+    for path, digest in file_digests(directory, skip_prefix=None).items()
     if path not in _LOCK_FILES
   }
 
@@ -68,9 +55,9 @@ def _store_files(directory):
 def test_conversion_reports_and_leaves_source_unchanged(
   source, reference, tmp_path
 ):
-  before = _digest(source)
+  before = file_digests(source, skip_prefix=None)
   result = convert.convert(source, tmp_path / 'store', workers=0)
-  assert _digest(source) == before
+  assert file_digests(source, skip_prefix=None) == before
   assert result.frames == 8 * 1000 and not result.skipped
   assert 0 < result.store_bytes
   assert result.source_bytes == sum(

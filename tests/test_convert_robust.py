@@ -12,7 +12,6 @@ tmpfs mounted in a private namespace (ENOSPC); the machine's disk is never
 filled.
 """
 
-import hashlib
 import os
 import resource
 import shutil
@@ -21,6 +20,7 @@ import subprocess
 import sys
 import time
 
+from dopamine_data import file_digests
 import pytest
 
 from fixed_replay.errors import CheckpointError
@@ -30,20 +30,6 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # conftest's four checkpoints and hard links to them under more suffixes.
 _LINKED = {0: 0, 1: 1, 3: 3, 7: 7, 10: 0}
 _LOCK_FILES = ('.convert.lock', '.convert.workers.lock')
-
-
-def _digests(directory):
-  result = {}
-  for root, _, names in os.walk(directory):
-    for name in names:
-      if name in _LOCK_FILES:
-        continue
-      path = os.path.join(root, name)
-      with open(path, 'rb') as stream:
-        result[os.path.relpath(path, directory)] = hashlib.sha256(
-          stream.read()
-        ).hexdigest()
-  return result
 
 
 def _linked_run(dopamine_dir, directory, linked):
@@ -66,7 +52,7 @@ def reference(source, tmp_path_factory):
   """Digests of an uninterrupted conversion."""
   directory = tmp_path_factory.mktemp('reference')
   convert.convert(source, directory, workers=2)
-  return _digests(directory), directory
+  return file_digests(directory), directory
 
 
 @pytest.fixture(scope='module')
@@ -81,7 +67,7 @@ def small_source(dopamine_dir, tmp_path_factory):
 def small_reference(small_source, tmp_path_factory):
   directory = tmp_path_factory.mktemp('small_reference')
   convert.convert(small_source, directory, workers=2)
-  return _digests(directory), directory
+  return file_digests(directory), directory
 
 
 def _command(source, store, *flags):
@@ -183,9 +169,9 @@ def test_killed_at_any_moment_leaves_nothing_running(
     survivors = _survivors(process.pid)
     assert not survivors, (label, survivors)
     # Nothing is written once it is dead.
-    before = _digests(store) if store.exists() else {}
+    before = file_digests(store) if store.exists() else {}
     time.sleep(0.3)
-    assert (_digests(store) if store.exists() else {}) == before, label
+    assert (file_digests(store) if store.exists() else {}) == before, label
   done = [n for n in os.listdir(store) if n.startswith('checkpoint_')]
   # The last kill may land after the last checkpoint was committed.
   assert 1 <= len(done) <= len(_LINKED), done
@@ -193,7 +179,7 @@ def test_killed_at_any_moment_leaves_nothing_running(
   result = convert.convert(source, store, workers=2)
   assert sorted(result.converted + result.skipped) == sorted(_LINKED)
   assert not [n for n in os.listdir(store) if 'partial' in n]
-  assert _digests(store) == reference[0]
+  assert file_digests(store) == reference[0]
 
 
 def _run_cli(source, store, preexec_fn=None):
@@ -303,7 +289,7 @@ def test_a_file_size_limit_fails_cleanly_and_the_rerun_completes(
   assert not [n for n in os.listdir(store) if n.startswith('.checkpoint_')]
   # Space freed (the limit lifted): the same command completes the store.
   convert.convert(small_source, store, workers=2)
-  assert _digests(store) == small_reference[0]
+  assert file_digests(store) == small_reference[0]
 
 
 def test_a_full_disk_fails_cleanly_and_the_rerun_completes(
@@ -337,5 +323,5 @@ def test_a_full_disk_fails_cleanly_and_the_rerun_completes(
   assert 'Free space and run the same command again' in completed.stderr
   assert 'Traceback' not in completed.stderr
   assert 'second=0' in completed.stdout, completed.stderr[-3000:]
-  assert _digests(out) == small_reference[0]
+  assert file_digests(out) == small_reference[0]
   shutil.rmtree(out)

@@ -15,12 +15,12 @@ that the whole fuzz takes seconds.
 
 import contextlib
 import faulthandler
-import hashlib
 import os
 import shutil
 import signal
 
 import dopamine_data
+from dopamine_data import file_digests
 import numpy as np
 import pytest
 
@@ -103,18 +103,6 @@ def _write_run(directory):
     buffer.save(str(directory), suffix)
 
 
-def _digest(directory):
-  result = {}
-  for name in sorted(os.listdir(directory)):
-    path = os.path.join(directory, name)
-    if os.path.isdir(path):
-      result[name] = _digest(path)
-    elif not name.startswith('.convert'):
-      with open(path, 'rb') as stream:
-        result[name] = hashlib.sha256(stream.read()).hexdigest()
-  return result
-
-
 def _all_transitions(buffer):
   """Every valid transition of every loaded checkpoint, as bytes."""
   result = {}
@@ -179,7 +167,7 @@ def _inspect(directory):
 
 def _convert(directory, store):
   convert.convert(directory, store, workers=0)
-  return _digest(store)
+  return file_digests(store)
 
 
 def _compact_buffer(store):

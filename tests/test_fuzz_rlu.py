@@ -11,6 +11,7 @@ undamaged copy; never other data, another exception or a hang.
 
 import shutil
 
+from dopamine_data import file_digests
 import numpy as np
 import pytest
 import rlu_data
@@ -18,7 +19,6 @@ from test_fuzz import SEED
 from test_fuzz import TRIALS
 from test_fuzz import _check
 from test_fuzz import _damage
-from test_fuzz import _digest
 from test_fuzz import summary_or_error
 
 from fixed_replay.dataset import rlu_inspection
@@ -53,7 +53,7 @@ def _inspect(directory, verify):
 
 def _convert(directory, store):
   rlu_convert.convert_rlu(directory, store, kind='rlu', run=1, workers=0)
-  return _digest(store)
+  return file_digests(store)
 
 
 def _tools(directory, scratch):

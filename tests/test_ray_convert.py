@@ -13,9 +13,9 @@ import subprocess
 import sys
 import time
 
+from dopamine_data import file_digests
 import psutil
 import pytest
-from test_convert_robust import _digests
 from test_distributed import live_children
 
 from fixed_replay import distributed
@@ -70,10 +70,10 @@ def test_ray_store_is_the_local_store_and_a_rerun_skips_it(
   store = tmp_path / 'store'
   result = convert.convert(dopamine_dir[0], store, ray=local_ray)
   assert result.converted == [0, 1, 3, 7] and not result.skipped
-  assert _digests(store) == _digests(reference)
+  assert file_digests(store) == file_digests(reference)
   again = convert.convert(dopamine_dir[0], store, ray=local_ray)
   assert again.converted == [] and again.skipped == [0, 1, 3, 7]
-  assert _digests(store) == _digests(reference)
+  assert file_digests(store) == file_digests(reference)
 
 
 def _flip_byte(path, fraction=0.6):
@@ -120,7 +120,7 @@ def test_a_failed_task_is_retried(dopamine_dir, reference, local_ray, tmp_path):
   assert 'checkpoint_1' in repair.failures[0]
   assert '$store$_observation_ckpt.1.gz' in repair.failures[0]
   assert result.converted == [0, 1, 3, 7]
-  assert _digests(tmp_path / 'store') == _digests(reference)
+  assert file_digests(tmp_path / 'store') == file_digests(reference)
 
 
 def test_a_lasting_failure_names_the_file_and_keeps_the_rest(
@@ -133,12 +133,12 @@ def test_a_lasting_failure_names_the_file_and_keeps_the_rest(
   with pytest.raises(CheckpointError) as raised:
     convert.convert(source, store, ray=local_ray)
   assert raised.value.path.endswith('$store$_observation_ckpt.3.gz')
-  stored = _digests(store)
+  stored = file_digests(store)
   assert not any(path.startswith('checkpoint_3') for path in stored)
   assert not any(path.startswith('.') for path in stored)  # No partial.
   assert {
     path: digest
-    for path, digest in _digests(reference).items()
+    for path, digest in file_digests(reference).items()
     if not path.startswith('checkpoint_3')
   } == stored
 
@@ -152,7 +152,7 @@ def test_rl_unplugged_through_ray_is_the_local_store(
   rlu_convert.convert_rlu(directory, local, run=2, workers=0)
   result = rlu_convert.convert_rlu(directory, on_ray, run=2, ray=local_ray)
   assert result.converted == [0, 1, 2]
-  assert _digests(on_ray) == _digests(local)
+  assert file_digests(on_ray) == file_digests(local)
 
 
 def test_a_store_no_node_sees_is_named(tmp_path):
@@ -198,7 +198,7 @@ def test_cli_converts_a_game_directory_on_ray(dopamine_dir, tmp_path):
   completed = _cli(game, tmp_path / 'ray', '--ray', '--workers=2')
   assert completed.returncode == 0, completed.stderr
   assert sorted(os.listdir(tmp_path / 'ray')) == ['1', '2']
-  assert _digests(tmp_path / 'ray') == _digests(local)
+  assert file_digests(tmp_path / 'ray') == file_digests(local)
   assert 'converting: 4/4 checkpoints done' in completed.stderr
   session = re.search(r'Ray logs in (\S+)', completed.stderr).group(1)
   left = []
@@ -248,7 +248,7 @@ def test_cli_converts_listed_runs_each_into_its_store(dopamine_dir, tmp_path):
       game / run / 'replay_logs', tmp_path / f'reference_{run}', workers=0
     )
     assert reference.converted == suffixes
-    assert _digests(tmp_path / 'out' / run) == _digests(
+    assert file_digests(tmp_path / 'out' / run) == file_digests(
       tmp_path / f'reference_{run}'
     )
   clash = _cli(game / '1', game / '1' / 'replay_logs', tmp_path / 'clash')

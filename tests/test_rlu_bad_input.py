@@ -8,10 +8,10 @@ by a good one, a rerun that completes the store exactly as a clean run does.
 """
 
 import gzip
-import hashlib
 import os
 
 import cv2
+from dopamine_data import file_digests
 import numpy as np
 import pytest
 import rlu_data
@@ -150,19 +150,6 @@ _FILE_EXPECTED = {
 }
 
 
-def _digests(directory):
-  result = {}
-  for root, _, names in os.walk(directory):
-    for name in names:
-      if name == '.convert.lock':
-        continue
-      path = os.path.join(root, name)
-      with open(path, 'rb') as stream:
-        digest = hashlib.sha256(stream.read()).hexdigest()
-      result[os.path.relpath(path, directory)] = digest
-  return result
-
-
 @pytest.fixture(scope='module')
 def clean_store(episodes, tmp_path_factory):
   """The store of the undamaged run (the reference for reruns)."""
@@ -184,7 +171,7 @@ def _check_failure(directory, store, shard, pattern, clean_store, episodes):
   # Shard 1 replaced by a good copy: the rerun completes the same store.
   rlu_data.write_shard(shard, episodes[2:4])
   rlu_convert.convert_rlu(directory, store, workers=0)
-  assert _digests(store) == _digests(clean_store[1])
+  assert file_digests(store) == file_digests(clean_store[1])
 
 
 @pytest.mark.parametrize('case', sorted(_EXPECTED))

@@ -1,12 +1,13 @@
 """`fixed-replay convert` and `inspect` of RL Unplugged data, new processes."""
 
-import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
 import time
+
+from dopamine_data import file_digests
 
 from fixed_replay.store import compact_store
 from fixed_replay.store import dopamine_output
@@ -20,19 +21,6 @@ def _cli(*args, **kwargs):
     text=True,
     **kwargs,
   )
-
-
-def _digests(directory):
-  """{relative path: sha256} of every file but the lock."""
-  result = {}
-  for root, _, names in os.walk(directory):
-    for name in names:
-      if name != '.convert.lock':
-        path = os.path.join(root, name)
-        with open(path, 'rb') as stream:
-          digest = hashlib.sha256(stream.read()).hexdigest()
-        result[os.path.relpath(path, directory)] = digest
-  return result
 
 
 def test_several_runs_need_run(rlu_dir, tmp_path):
@@ -55,7 +43,7 @@ def test_run_all_converts_each_run_as_alone(rlu_dir, tmp_path):
   for run in (1, 2):
     alone = tmp_path / f'alone_{run}'
     rlu_convert.convert_rlu(directory, alone, run=run, workers=0)
-    assert _digests(tmp_path / 'all' / f'run_{run}') == _digests(alone)
+    assert file_digests(tmp_path / 'all' / f'run_{run}') == file_digests(alone)
 
 
 def test_killed_dopamine_conversion_resumes_identical(rlu_dir, tmp_path):
@@ -98,7 +86,7 @@ def test_killed_dopamine_conversion_resumes_identical(rlu_dir, tmp_path):
   )
   assert completed.returncode == 0, completed.stderr[-3000:]
   assert 'dopamine output' in completed.stdout
-  assert _digests(store) == _digests(reference)
+  assert file_digests(store) == file_digests(reference)
 
 
 def test_inspect_shards_verify(rlu_dir):

@@ -50,14 +50,6 @@ def stored_options(options):
   }
 
 
-def _fsync(path):
-  descriptor = os.open(path, os.O_RDONLY)
-  try:
-    os.fsync(descriptor)
-  finally:
-    os.close(descriptor)
-
-
 def _frames_crc(path):
   """CRC-32 of the rows of a gzip .npy file, read through to its trailer."""
   value = 0
@@ -235,17 +227,17 @@ class DopamineOutput:
     last = file_names.file_name('add_count', suffix)
     for name in [n for n in names if n != last] + [last]:
       os.replace(os.path.join(partial, name), os.path.join(store_dir, name))
-    _fsync(store_dir)
+    compact_output.fsync_directory(store_dir)
     os.replace(
       os.path.join(partial, MANIFEST), self.manifest_path(store_dir, suffix)
     )
-    _fsync(os.path.join(store_dir, META_DIR))
+    compact_output.fsync_directory(os.path.join(store_dir, META_DIR))
 
   def remove(self, store_dir, suffix):
     """Deletes a committed checkpoint: its manifest first, then its files."""
     manifest = self.read_manifest(store_dir, suffix)
     os.remove(self.manifest_path(store_dir, suffix))
-    _fsync(os.path.join(store_dir, META_DIR))
+    compact_output.fsync_directory(os.path.join(store_dir, META_DIR))
     for name in manifest['files']:
       if name != MANIFEST and os.path.exists(os.path.join(store_dir, name)):
         os.remove(os.path.join(store_dir, name))
