@@ -126,6 +126,13 @@ class _RemoteReader:
       'reading the file', self._path, self._file.read, num_bytes
     )
 
+  def readinto(self, buffer):
+    """Fills as much of `buffer` as one bounded read gives (gzip readers)."""
+    view = memoryview(buffer).cast('B')
+    data = self.read(len(view))
+    view[: len(data)] = data
+    return len(data)
+
   def size(self):
     return remote.call('reading the file size', self._path, self._file.size)
 

@@ -35,6 +35,7 @@ from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import checkpoint_selection
 from fixed_replay.replay import checkpoint_sets
 from fixed_replay.replay import memory_budget as memory
+from fixed_replay.replay import stacking
 
 # Kept importable from here (its old home).
 select_checkpoints = checkpoint_selection.select_checkpoints
@@ -137,6 +138,9 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       ValueError: on inconsistent arguments.
       MemoryError: if the configuration cannot fit, before allocating.
     """
+    # The first batch needs the stacking kernels: load them while the
+    # windows inflate.
+    stacking.warm_up_in_background()
     super().__init__(locals())
     # Dopamine's JaxFixedReplayBuffer (dopamine/labs/offline_rl) subclasses
     # batch_rl's buffer, i.e. this one, and keeps these two as attributes set

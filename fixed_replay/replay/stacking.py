@@ -10,6 +10,7 @@ store, which runs as fast as the plain gather.
 """
 
 import sys
+import threading
 
 import numba
 import numpy as np
@@ -127,3 +128,38 @@ def gather_stacks(frames, rows, out, destinations):
     _gather_any(
       flat_frames, rows, destinations, out.reshape(len(out), -1, stack_size)
     )
+
+
+_warm_up_lock = threading.Lock()
+_warm_up_thread = None
+
+
+def _load_kernels():
+  # Calls each kernel once with the argument types the buffers pass (uint8
+  # frames, int64 rows, C-contiguous), so numba loads those specializations
+  # from its cache (or compiles them) now rather than on the first batch.
+  frames = np.zeros((4, 2), np.uint8)
+  rows = np.zeros((1, 4), np.int64)
+  destinations = np.zeros(1, np.int64)
+  packed = np.zeros((1, 2), np.uint32)
+  _gather_uint8_stack4(frames, rows, destinations, packed)
+  _gather_pairs_uint8_stack4(
+    frames, rows, rows, destinations, packed, packed.copy()
+  )
+
+
+def warm_up_in_background() -> None:
+  """Loads the stacking kernels in a daemon thread, once per process.
+
+  Loading numba's cached machine code takes about 0.4 s of Python work; a
+  buffer starts this before it inflates its first windows (zlib-ng and isal
+  inflate without the GIL), so the load overlaps the inflate instead of
+  delaying the first batch. A batch that comes first simply waits for it.
+  """
+  global _warm_up_thread
+  with _warm_up_lock:
+    if _warm_up_thread is None:
+      _warm_up_thread = threading.Thread(
+        target=_load_kernels, name='fixed_replay-stacking-warm-up', daemon=True
+      )
+      _warm_up_thread.start()
