@@ -31,9 +31,6 @@ import common
 import reader_benchmark
 
 COUNT = flags.DEFINE_integer('count', 50_000, 'Rows of the window.')
-REPEATS = flags.DEFINE_integer(
-  'repeats', 3, 'Fresh processes per case; the best and median are printed.'
-)
 BATCH_RL = flags.DEFINE_bool(
   'batch_rl', True, "Also time batch_rl's load-then-clip (about 7 GB)."
 )
@@ -93,7 +90,8 @@ def _times(setup, function, args, repeats):
 
 def main(argv):
   del argv
-  rows, count, repeats = common.ROWS.value, COUNT.value, REPEATS.value
+  rows, count = common.ROWS.value, COUNT.value
+  repeats = flags.FLAGS.repeats  # reader_benchmark.py defines it.
   directory = common.build_checkpoint(rows, game=common.GAME.value)
   observation = os.path.join(directory, '$store$_observation_ckpt.0.gz')
   started = time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())
@@ -103,12 +101,13 @@ def main(argv):
     f' MB of gzip frames); {started}, {os.cpu_count()} CPUs; best / median '
     f'of {repeats} fresh processes, imports done'
   )
-  inflate_best, inflate_median, _ = _times(
+  inflate_best, inflate_median, results = _times(
     setup_inflate, inflate_whole_file, (observation,), repeats
   )
+  cpu = min(result.user_s + result.system_s for result in results)
   print(
     f'  inflate whole observation file:   {inflate_best:6.2f} / '
-    f'{inflate_median:6.2f} s'
+    f'{inflate_median:6.2f} s, {cpu:.2f} CPU-s'
   )
   for verify in (False, True):
     best, median, results = _times(
