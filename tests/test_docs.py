@@ -32,6 +32,7 @@ stand-in for a batch_rl checkout holding its five config files
 (tests/data/batch_rl_configs/).
 """
 
+import concurrent.futures
 import dataclasses
 import os
 import pathlib
@@ -189,22 +190,30 @@ def test_site_builds_strictly(tmp_path):
     assert argument in buffers, argument
 
 
+def _help_flags(command):
+  """The flag names `fixed-replay COMMAND --help` prints."""
+  result = subprocess.run(
+    [sys.executable, '-m', 'fixed_replay.cli', command, '--help'],
+    capture_output=True,
+    text=True,
+    env=_env(),
+    timeout=120,
+    check=False,
+  )
+  names = re.findall(r'^\s+--(?:\[no\])?([a-z_0-9]+)', result.stdout, re.M)
+  assert names, (command, result.stdout, result.stderr)
+  return names
+
+
 def _assert_every_flag_listed(cli_page):
   """Every flag `fixed-replay CMD --help` prints is on the CLI page."""
   from fixed_replay import cli
 
-  for command in cli.SUBCOMMANDS:
+  with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+    names = list(pool.map(_help_flags, cli.SUBCOMMANDS))
+  helps = dict(zip(cli.SUBCOMMANDS, names, strict=True))
+  for command, names in helps.items():
     assert f'fixed-replay {command}' in cli_page, command
-    result = subprocess.run(
-      [sys.executable, '-m', 'fixed_replay.cli', command, '--help'],
-      capture_output=True,
-      text=True,
-      env=_env(),
-      timeout=120,
-      check=False,
-    )
-    names = re.findall(r'^\s+--(?:\[no\])?([a-z_0-9]+)', result.stdout, re.M)
-    assert names, (command, result.stdout, result.stderr)
     for name in names:
       assert f'--{name}' in cli_page, f'fixed-replay {command} --{name}'
 

@@ -31,7 +31,7 @@ for flag in flags.FLAGS.get_flags_for_module(module.__name__):
   rows.append({
     'name': flag.name,
     'type': flag.flag_type(),
-    'default': flag.default_as_str,
+    'default': None if flag.default is None else repr(flag.default),
     'help': flag.help,
     'enum': list(getattr(parser, 'enum_values', None) or []),
   })
@@ -80,7 +80,7 @@ def render(commands):
       meaning = flag['help']
       if flag['enum']:
         meaning += ' One of: ' + ', '.join(flag['enum']) + '.'
-      default = flag['default'] if flag['default'] not in ('None', '') else ''
+      default = flag['default'] or ''
       out.append(
         f'| `--{flag["name"]}` | {flag["type"]} | '
         f'{"`" + _cell(default) + "`" if default else ""} | {_cell(meaning)} |'
