@@ -1,0 +1,391 @@
+"""The documentation: the site builds strictly, and its examples run.
+
+`mkdocs build --strict` must pass with no warning (a broken link, a nav
+entry without a page, a docstring naming a parameter the signature lacks).
+
+Every fenced ```bash and ```python block in README.md and docs/ is an
+example a reader may paste, so each one runs here, in a fresh process, unless
+an HTML comment just above it (invisible on the rendered page) says
+otherwise:
+
+  <!-- docs-test: skip REASON -->   illustrative: not run (needs the network,
+                                    a cluster or hours); REASON is required
+                                    and the page's text must say so too.
+  <!-- docs-test: file NAME -->     not run: written to NAME (after any sub),
+                                    for the blocks after it (a module, a gin
+                                    file).
+  <!-- docs-test: sub OLD NEW -->   replace OLD by NEW before running (e.g. a
+                                    local stand-in for a bucket); OLD must
+                                    occur in the block.
+  <!-- docs-test: tiny -->          `fixed-replay train` and `python -m
+                                    fixed_replay.train` in the block get
+                                    tiny-budget gin bindings appended.
+
+The blocks of one page run in order in one temporary directory (so a page
+may generate data, then convert and train on it), which holds a link to the
+repository's configs/ so that `--gin_files=configs/dqn.gin` works as it does
+in a clone. $DATA names a directory of tiny datasets made once per session:
+$DATA/Pong/1/replay_logs and $DATA/Pong/2/replay_logs (two checkpoints of
+real Pong each, Dopamine's files) and $RLU_MIRROR a local copy, laid out
+like RL Unplugged's bucket, of two shards of real Breakout; $BATCH_RL a
+stand-in for a batch_rl checkout holding its five config files
+(tests/data/batch_rl_configs/).
+"""
+
+import concurrent.futures
+import dataclasses
+import os
+import pathlib
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+PAGES = sorted(
+  [ROOT / 'README.md'] + list((ROOT / 'docs').rglob('*.md')),
+  key=lambda p: str(p.relative_to(ROOT)),
+)
+RUNNABLE = ('bash', 'python')
+BLOCK_TIMEOUT_S = 600
+
+# Appended to every `train` of a block marked `tiny`: one short iteration.
+TINY_TRAIN = [
+  '--gin_bindings=FixedReplayRunner.num_iterations = 1',
+  '--gin_bindings=FixedReplayRunner.training_steps = 20',
+  '--gin_bindings=FixedReplayRunner.evaluation_steps = 20',
+  '--gin_bindings=FixedReplayRunner.max_steps_per_episode = 20',
+]
+
+# Shell functions a `tiny` block runs under: the commands as printed, with
+# the tiny budget after the printed flags (later gin bindings win).
+_TINY_PRELUDE = """
+TINY_TRAIN=({tiny})
+fixed-replay() {{
+  if [ "${{1:-}}" = train ]; then
+    command fixed-replay "$@" "${{TINY_TRAIN[@]}}"
+  else
+    command fixed-replay "$@"
+  fi
+}}
+python() {{
+  if [ "${{1:-}}" = -m ] && [ "${{2:-}}" = fixed_replay.train ]; then
+    command python "$@" "${{TINY_TRAIN[@]}}"
+  else
+    command python "$@"
+  fi
+}}
+"""
+
+_FENCE = re.compile(r'^(\s*)```(\S*)\s*$')
+_DIRECTIVE = re.compile(r'^\s*<!--\s*docs-test:\s*(.*?)\s*-->\s*$')
+
+
+@dataclasses.dataclass
+class Block:
+  page: str
+  line: int
+  lang: str
+  code: str
+  skip: str | None = None
+  file: str | None = None
+  subs: list = dataclasses.field(default_factory=list)
+  tiny: bool = False
+
+  @property
+  def where(self):
+    return f'{self.page}:{self.line}'
+
+
+def parse(path):
+  """The fenced blocks of a Markdown file, with their directives."""
+  lines = path.read_text().splitlines()
+  page = str(path.relative_to(ROOT))
+  blocks, pending, i = [], [], 0
+  while i < len(lines):
+    directive = _DIRECTIVE.match(lines[i])
+    fence = _FENCE.match(lines[i])
+    if directive:
+      pending.append(directive.group(1))
+      i += 1
+      continue
+    if not fence:
+      if lines[i].strip():
+        pending = []
+      i += 1
+      continue
+    lang = fence.group(2)
+    start, i = i + 1, i + 1
+    while i < len(lines) and lines[i].strip() != '```':
+      i += 1
+    code = textwrap.dedent('\n'.join(lines[start:i])) + '\n'
+    block = Block(page, start, lang, code)
+    for text in pending:
+      kind, _, rest = text.partition(' ')
+      if kind == 'skip':  # The reason is prose: taken as it is.
+        block.skip = rest.strip()
+        continue
+      args = shlex.split(rest)
+      if kind == 'file':
+        (block.file,) = args
+      elif kind == 'sub':
+        old, new = args
+        block.subs.append((old, new))
+      elif kind == 'tiny':
+        block.tiny = True
+      else:
+        raise ValueError(f'{page}:{start}: unknown docs-test directive {text}')
+    pending = []
+    blocks.append(block)
+    i += 1
+  return blocks
+
+
+def _runs(block):
+  return block.lang in RUNNABLE and block.skip is None and block.file is None
+
+
+def _heavy(blocks):
+  """Whether a page's examples train (or play) for more than a few seconds."""
+  return any(
+    _runs(b) and re.search(r'\btrain\b|\bgenerate\b|FixedReplayRunner', b.code)
+    for b in blocks
+  )
+
+
+def _page_params():
+  params = []
+  for path in PAGES:
+    blocks = parse(path)
+    if not any(_runs(b) for b in blocks):
+      continue
+    marks = [pytest.mark.slow] if _heavy(blocks) else []
+    page = str(path.relative_to(ROOT))
+    params.append(pytest.param(page, marks=marks, id=page))
+  return params
+
+
+def test_site_builds_strictly(tmp_path):
+  """`mkdocs build --strict`: any warning fails the build."""
+  site = tmp_path / 'site'
+  result = subprocess.run(
+    [sys.executable, '-m', 'mkdocs', 'build', '--strict', '-q', '-d', site],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    env=_env(),
+    timeout=300,
+    check=False,
+  )
+  assert result.returncode == 0, result.stdout + result.stderr
+  assert 'WARNING' not in result.stderr, result.stderr
+  cli_page = (site / 'reference' / 'cli' / 'index.html').read_text()
+  _assert_every_flag_listed(cli_page)
+  buffers = (site / 'reference' / 'buffers' / 'index.html').read_text()
+  for argument in ('data_dir', 'replay_suffix', 'num_buffers_to_load'):
+    assert argument in buffers, argument
+
+
+def _help_flags(command):
+  """The flag names `fixed-replay COMMAND --help` prints."""
+  result = subprocess.run(
+    [sys.executable, '-m', 'fixed_replay.cli', command, '--help'],
+    capture_output=True,
+    text=True,
+    env=_env(),
+    timeout=120,
+    check=False,
+  )
+  names = re.findall(r'^\s+--(?:\[no\])?([a-z_0-9]+)', result.stdout, re.M)
+  assert names, (command, result.stdout, result.stderr)
+  return names
+
+
+def _assert_every_flag_listed(cli_page):
+  """Every flag `fixed-replay CMD --help` prints is on the CLI page."""
+  from fixed_replay import cli
+
+  with concurrent.futures.ThreadPoolExecutor(max_workers=4) as pool:
+    names = list(pool.map(_help_flags, cli.SUBCOMMANDS))
+  helps = dict(zip(cli.SUBCOMMANDS, names, strict=True))
+  for command, names in helps.items():
+    assert f'fixed-replay {command}' in cli_page, command
+    for name in names:
+      assert f'--{name}' in cli_page, f'fixed-replay {command} --{name}'
+
+
+def test_every_example_is_run_or_says_why():
+  """A bash or python block not run says why (skip REASON) or is a file."""
+  seen = 0
+  for path in PAGES:
+    for block in parse(path):
+      if block.lang not in RUNNABLE:
+        continue
+      seen += 1
+      if block.skip is not None:
+        assert block.skip.strip(), f'{block.where}: skip without a reason'
+      for old, _ in block.subs:
+        assert old in block.code, f'{block.where}: sub {old!r} not in block'
+  assert seen > 10
+
+
+def test_readme_is_short():
+  assert len((ROOT / 'README.md').read_text().splitlines()) <= 250
+
+
+def test_no_closed_bucket_in_runnable_examples():
+  """gs://atari-replay-datasets is closed: no example reads it."""
+  for path in PAGES:
+    for block in parse(path):
+      assert 'gs://atari-replay-datasets' not in block.code, block.where
+
+
+def _env(**extra):
+  env = dict(os.environ)
+  bin_dir = os.path.dirname(sys.executable)
+  env['PATH'] = bin_dir + os.pathsep + env.get('PATH', '')
+  env['PYTHONPATH'] = os.pathsep.join(
+    [str(ROOT)] + [p for p in env.get('PYTHONPATH', '').split(os.pathsep) if p]
+  )
+  env.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
+  env['NO_MKDOCS_2_WARNING'] = '1'
+  env.update(extra)
+  return env
+
+
+@pytest.fixture(scope='session')
+def docs_data(tmp_path_factory):
+  """$DATA: two tiny Dopamine-written runs of real Pong."""
+  data = tmp_path_factory.mktemp('docs_data')
+  run_1 = data / 'Pong' / '1' / 'replay_logs'
+  subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'generate',
+      '--game=Pong',
+      '--num_checkpoints=2',
+      '--checkpoint_rows=1000',
+      f'--output_dir={run_1}',
+    ],
+    env=_env(),
+    capture_output=True,
+    timeout=300,
+    check=True,
+  )
+  shutil.copytree(run_1, data / 'Pong' / '2' / 'replay_logs')
+  return data
+
+
+@pytest.fixture(scope='session')
+def rlu_mirror(tmp_path_factory):
+  """$RLU_MIRROR: two shards of real Breakout, laid out like the bucket."""
+  mirror = tmp_path_factory.mktemp('rlu_mirror')
+  subprocess.run(
+    [sys.executable, '-c', _WRITE_MIRROR, str(mirror / 'Breakout')],
+    env=_env(),
+    capture_output=True,
+    timeout=300,
+    check=True,
+  )
+  return mirror
+
+
+@pytest.fixture(scope='session')
+def batch_rl_checkout(tmp_path_factory):
+  """$BATCH_RL: batch_rl's five config files where a checkout has them."""
+  batch_rl = tmp_path_factory.mktemp('batch_rl_checkout')
+  shutil.copytree(
+    ROOT / 'tests' / 'data' / 'batch_rl_configs',
+    batch_rl / 'batch_rl' / 'fixed_replay' / 'configs',
+  )
+  return batch_rl
+
+
+# Two shards of real Breakout in RL Unplugged's layout (tests/rlu_data.py).
+_WRITE_MIRROR = f"""
+import os, sys
+sys.path.insert(0, {str(ROOT / 'tests')!r})
+import rlu_data
+directory = sys.argv[1]
+os.makedirs(directory)
+episodes = rlu_data.play(4, max_steps=150)
+for number in range(2):
+  first = number * len(episodes)  # episode_idx runs on across the run
+  shard = [
+    rlu_data.relabel(e, number, first + i) for i, e in enumerate(episodes)
+  ]
+  rlu_data.write_shard(rlu_data.shard_path(directory, 1, number, 50), shard)
+"""
+
+
+_FIXTURES = {
+  'DATA': 'docs_data',
+  'RLU_MIRROR': 'rlu_mirror',
+  'BATCH_RL': 'batch_rl_checkout',
+}
+
+
+def _substituted(block):
+  code = block.code
+  for old, new in block.subs:
+    code = code.replace(old, new)
+  return code
+
+
+def _script(block):
+  code = _substituted(block)
+  if block.lang == 'python':
+    return code
+  prelude = 'set -euo pipefail\n'
+  if block.tiny:
+    tiny = ' '.join(shlex.quote(flag) for flag in TINY_TRAIN)
+    prelude += _TINY_PRELUDE.format(tiny=tiny)
+  return prelude + code
+
+
+@pytest.mark.parametrize('page', _page_params())
+def test_examples_run(page, request, tmp_path):
+  """Runs a page's examples in order, each in a fresh process."""
+  text = (ROOT / page).read_text()
+  extra = {'HOME': str(tmp_path)}
+  for variable, fixture in _FIXTURES.items():
+    if '$' + variable in text:  # Made only for the pages that use it.
+      extra[variable] = str(request.getfixturevalue(fixture))
+  work = tmp_path / 'work'
+  work.mkdir()
+  (work / 'configs').symlink_to(ROOT / 'configs')
+  env = _env(**extra)
+  ran = 0
+  for index, block in enumerate(parse(ROOT / page)):
+    if block.lang not in RUNNABLE or block.skip is not None:
+      continue
+    if block.file is not None:
+      (work / block.file).write_text(_substituted(block))
+      continue
+    script = (
+      tmp_path / f'block_{index}.{"py" if block.lang == "python" else "sh"}'
+    )
+    script.write_text(_script(block))
+    command = [sys.executable if block.lang == 'python' else 'bash', script]
+    result = subprocess.run(
+      command,
+      cwd=work,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=BLOCK_TIMEOUT_S,
+      check=False,
+    )
+    assert result.returncode == 0, (
+      f'{block.where} exited {result.returncode}\n--- block\n{block.code}'
+      f'--- stdout\n{result.stdout[-4000:]}\n--- stderr\n'
+      f'{result.stderr[-6000:]}'
+    )
+    ran += 1
+  assert ran
