@@ -45,7 +45,9 @@ def prefetch_to_device(
     raise ValueError(f'depth must be at least 1, got {depth}')
   in_flight = collections.deque()
   for batch in iterable:
-    in_flight.append(jax.device_put(batch, device))
+    placed = jax.device_put(batch, device)
+    # device_put returns a dict sorted by key; keep Dopamine's order.
+    in_flight.append({name: placed[name] for name in batch})
     if len(in_flight) > depth:
       yield in_flight.popleft()
   while in_flight:
