@@ -1,0 +1,82 @@
+"""Minibatches as named numpy arrays, for training loops outside Dopamine.
+
+PyTorch (fixed_replay/torch.py) and plain JAX (fixed_replay/jax_batches.py)
+loops both want the same thing from the library: the buffer that reads a
+directory, its exact minibatches as `{element name: array}`, and one seed per
+parallel stream. Those three decisions live here, once, with no framework
+imported, so the framework modules only convert arrays.
+"""
+
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+
+from fixed_replay.store import store_inspection
+
+
+def open_buffer(data_dir: str, arguments: dict[str, Any]):
+  """The buffer that reads `data_dir`, built with `arguments`.
+
+  The one place that chooses between the two readers: a compact store
+  (`fixed-replay convert`) is sampled by CompactReplayBuffer, anything else
+  by FixedReplayBuffer (Dopamine's gzip checkpoints, local or gs://).
+
+  CompactReplayBuffer gets one batch thread unless `num_workers` is given:
+  with several, batches come out in whichever order the threads finish, so
+  a seed would no longer reproduce the stream.
+
+  Args:
+    data_dir: str, a directory of Dopamine checkpoints or a compact store.
+    arguments: dict of the buffer's keyword arguments.
+
+  Returns:
+    The buffer (FixedReplayBuffer or CompactReplayBuffer).
+
+  Raises:
+    CheckpointError, ValueError, TypeError, MemoryError: whatever the buffer
+      raises for this directory and these arguments.
+  """
+  # Imported here: both pull gin and the replay core, and a caller that only
+  # derives seeds should not pay for them.
+  if store_inspection.is_store(data_dir):
+    from fixed_replay.replay import compact_replay_buffer
+
+    return compact_replay_buffer.CompactReplayBuffer(
+      data_dir, **{'num_workers': 1, **arguments}
+    )
+  from fixed_replay.replay import fixed_replay_buffer
+
+  return fixed_replay_buffer.FixedReplayBuffer(data_dir, **arguments)
+
+
+def named(buffer, batch: tuple) -> dict[str, np.ndarray]:
+  """A buffer's batch tuple as {element name: array}, in Dopamine's order."""
+  elements = buffer.get_transition_elements(len(batch[0]))
+  return {e.name: array for e, array in zip(elements, batch, strict=True)}
+
+
+def sample(buffer, num_batches: int | None = None) -> Iterator[dict]:
+  """Yields `num_batches` (None: endless) minibatches of `buffer`, named."""
+  count = 0
+  while num_batches is None or count < num_batches:
+    yield named(buffer, buffer.sample_transition_batch())
+    count += 1
+
+
+def stream_seed(seed: int, stream: int) -> int:
+  """The buffer seed of parallel stream `stream` of a run seeded `seed`.
+
+  Spawned from one SeedSequence, so streams are statistically independent
+  (no two repeat each other) and stream k is the same whatever the number
+  of streams.
+  """
+  sequence = np.random.SeedSequence(seed, spawn_key=(int(stream),))
+  return int(sequence.generate_state(1, np.uint64)[0])
+
+
+def stream_share(num_batches: int | None, stream: int, num_streams: int):
+  """Batches stream `stream` of `num_streams` yields out of `num_batches`."""
+  if num_batches is None:
+    return None
+  return num_batches // num_streams + (stream < num_batches % num_streams)

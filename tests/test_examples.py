@@ -1,0 +1,72 @@
+"""The single-file examples, run as a user runs them, with tiny budgets.
+
+Whether they learn is benchmarks/offline_dqn_examples.py's question.
+"""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope='module')
+def cartpole_store(cartpole_dir, tmp_path_factory):
+  from fixed_replay.store import convert
+
+  directory = tmp_path_factory.mktemp('cartpole_store')
+  convert.convert(cartpole_dir, directory, workers=0)
+  return str(directory)
+
+
+def _run(example, *flags):
+  completed = subprocess.run(
+    [sys.executable, os.path.join(ROOT, 'examples', example), *flags],
+    capture_output=True,
+    text=True,
+    timeout=600,
+    env=dict(os.environ),
+  )
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  last = completed.stdout.strip().splitlines()[-1]
+  assert re.fullmatch(r'eval return: -?\d+\.\d+', last), completed.stdout
+  return float(last.split(':')[1]), completed.stderr
+
+
+# Each example on one layout: the layouts themselves are ReplayDataset's and
+# ReplayBatches' tests; here it is the script end to end.
+@pytest.mark.parametrize(
+  'example, layout',
+  [('torch_offline_dqn.py', 'dopamine'), ('jax_offline_dqn.py', 'store')],
+)
+def test_cartpole(example, layout, cartpole_dir, cartpole_store):
+  replay_dir = cartpole_dir if layout == 'dopamine' else cartpole_store
+  value, log = _run(
+    example,
+    f'--replay_dir={replay_dir}',
+    '--environment=cartpole',
+    '--num_updates=30',
+    '--seed=1',
+    '--eval_episodes=2',
+  )
+  assert 'update 30/30' in log
+  assert 0 < value <= 200
+
+
+@pytest.mark.parametrize(
+  'example', ['torch_offline_dqn.py', 'jax_offline_dqn.py']
+)
+def test_atari_store_unchanged(example, store):
+  value, log = _run(
+    example,
+    f'--replay_dir={store}',
+    '--environment=Pong',
+    '--num_updates=2',
+    '--seed=0',
+    '--max_steps_per_episode=30',
+  )
+  assert 'update 2/2' in log
+  assert -30 <= value <= 30

@@ -1,0 +1,232 @@
+"""ReplayDataset: the buffer's exact minibatches through real DataLoaders."""
+
+import gc
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from replay_oracle import assert_equals_oracle
+
+torch = pytest.importorskip('torch')
+
+from torch.utils.data import DataLoader  # noqa: E402
+
+from fixed_replay import batches  # noqa: E402
+from fixed_replay.errors import CheckpointError  # noqa: E402
+from fixed_replay.torch import ReplayDataset  # noqa: E402
+
+CARTPOLE = dict(
+  observation_shape=(4, 1), stack_size=1, observation_dtype=np.float64
+)
+
+
+def _numpy(batch):
+  return {name: tensor.numpy() for name, tensor in batch.items()}
+
+
+def _assert_same(left, right):
+  assert list(left) == list(right)
+  for name in left:
+    assert left[name].dtype == right[name].dtype, name
+    np.testing.assert_array_equal(left[name], right[name], err_msg=name)
+
+
+@pytest.mark.parametrize('layout', ['dopamine', 'store'])
+def test_items_are_the_buffers_own_batches(
+  layout, dopamine_dir, store, oracles
+):
+  directory, capacity, _ = dopamine_dir
+  data_dir = str(directory if layout == 'dopamine' else store)
+  arguments = dict(
+    replay_capacity=capacity, batch_size=16, update_horizon=3, seed=5
+  )
+  dataset = ReplayDataset(data_dir, num_batches=3, **arguments)
+  items = [_numpy(b) for b in DataLoader(dataset, batch_size=None)]
+  assert len(items) == 3
+  reference = batches.open_buffer(data_dir, arguments)
+  try:
+    for item in items:
+      # The same seeded stream as the buffer sampling on its own ...
+      _assert_same(
+        item, batches.named(reference, reference.sample_transition_batch())
+      )
+      # ... every transition the buffer's for its (checkpoint, row) ...
+      again = batches.named(
+        reference,
+        reference.sample_transition_batch(
+          indices=item['indices'], suffixes=item['suffix']
+        ),
+      )
+      _assert_same(item, again)
+      assert len(np.unique(item['suffix'])) > 1
+      # ... and Dopamine's own.
+      assert_equals_oracle(item, lambda s: oracles(s, update_horizon=3))
+  finally:
+    reference.close()
+    dataset.close()
+
+
+def test_channels_first_moves_the_stack_to_the_front(store):
+  arguments = dict(replay_capacity=1000, batch_size=8, seed=2)
+  last = next(iter(ReplayDataset(str(store), **arguments)))
+  first = next(
+    iter(ReplayDataset(str(store), channels_first=True, **arguments))
+  )
+  assert first['state'].shape == (8, 4, 84, 84)
+  assert first['state'].is_contiguous()
+  np.testing.assert_array_equal(
+    first['next_state'].numpy(), np.moveaxis(last['next_state'].numpy(), -1, 1)
+  )
+  np.testing.assert_array_equal(first['action'].numpy(), last['action'].numpy())
+
+
+def _expected_worker_stream(data_dir, dataset, num_workers, per_worker):
+  """What each worker's buffer, seeded as the dataset says, samples."""
+  streams = []
+  for worker in range(num_workers):
+    arguments = dict(dataset.buffer_arguments, seed=dataset.worker_seed(worker))
+    buffer = batches.open_buffer(data_dir, arguments)
+    streams.append(list(batches.sample(buffer, per_worker)))
+    buffer.close()
+  # DataLoader hands out the workers' items in turn.
+  return [
+    streams[i % num_workers][i // num_workers]
+    for i in range(num_workers * per_worker)
+  ]
+
+
+def test_workers_draw_distinct_seeded_streams(cartpole_dir):
+  dataset = ReplayDataset(
+    cartpole_dir, num_batches=6, batch_size=32, seed=11, **CARTPOLE
+  )
+  loader = DataLoader(dataset, batch_size=None, num_workers=2)
+  first = [_numpy(b) for b in loader]
+  second = [_numpy(b) for b in loader]  # A new pass: new worker processes.
+  assert len(first) == 6
+  for a, b in zip(first, second, strict=True):
+    _assert_same(a, b)
+  expected = _expected_worker_stream(cartpole_dir, dataset, 2, 3)
+  for item, want in zip(first, expected, strict=True):
+    _assert_same(item, want)
+  worker_rows = [
+    np.concatenate([b['indices'] for b in first[w::2]]) for w in (0, 1)
+  ]
+  assert not np.array_equal(worker_rows[0], worker_rows[1])
+  # Neither worker repeats the main process's stream either.
+  main = _numpy(next(iter(dataset)))
+  assert not np.array_equal(main['indices'], first[0]['indices'])
+  dataset.close()
+
+
+def test_unseeded_workers_follow_torch_manual_seed(cartpole_dir):
+  dataset = ReplayDataset(
+    cartpole_dir, num_batches=2, batch_size=32, **CARTPOLE
+  )
+  runs = []
+  for seed in (3, 3, 4):
+    torch.manual_seed(seed)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2)
+    runs.append(np.concatenate([b['indices'].numpy() for b in loader]))
+  np.testing.assert_array_equal(runs[0], runs[1])
+  assert not np.array_equal(runs[0], runs[2])
+  dataset.close()
+
+
+def test_a_failing_worker_raises_in_the_main_process_naming_the_data(
+  dopamine_dir, tmp_path
+):
+  directory, capacity, _ = dopamine_dir
+  copy = tmp_path / 'replay'
+  shutil.copytree(directory, copy)
+  dataset = ReplayDataset(
+    str(copy), replay_capacity=capacity, batch_size=8, seed=0
+  )
+  dataset.close()
+  # The data changes under the loader: a checkpoint file is cut short.
+  damaged = copy / '$store$_observation_ckpt.1.gz'
+  damaged.write_bytes(damaged.read_bytes()[:500])
+  loader = DataLoader(dataset, batch_size=None, num_workers=2, timeout=120)
+  began = time.monotonic()
+  with pytest.raises(RuntimeError) as raised:
+    next(iter(loader))
+  message = str(raised.value)
+  assert 'DataLoader worker' in message
+  assert str(copy) in message
+  assert 'CheckpointError' in message
+  assert '$store$_observation_ckpt.1.gz' in message
+  assert time.monotonic() - began < 120
+
+
+def test_construction_errors_come_from_the_buffer_in_the_main_process(
+  tmp_path, store
+):
+  with pytest.raises(CheckpointError) as raised:
+    ReplayDataset(str(tmp_path))
+  assert str(tmp_path) in str(raised.value)
+  with pytest.raises(CheckpointError, match='observation'):
+    ReplayDataset(str(store), observation_shape=(4, 1))
+  with pytest.raises(ValueError, match='stack_size'):
+    ReplayDataset(str(store), stack_size=0)
+  with pytest.raises(TypeError):
+    ReplayDataset(str(store), no_such_argument=1)
+
+
+def test_pin_memory(cartpole_dir):
+  dataset = ReplayDataset(
+    cartpole_dir, num_batches=4, batch_size=16, seed=1, **CARTPOLE
+  )
+  plain = [
+    _numpy(b) for b in DataLoader(dataset, batch_size=None, num_workers=1)
+  ]
+  if torch.cuda.is_available():
+    loader = DataLoader(
+      dataset, batch_size=None, num_workers=1, pin_memory=True
+    )
+    pinned = list(loader)
+    assert all(t.is_pinned() for b in pinned for t in b.values())
+  else:
+    # Without an accelerator DataLoader warns and hands out the same tensors.
+    with pytest.warns(UserWarning, match='no accelerator'):
+      loader = DataLoader(
+        dataset, batch_size=None, num_workers=1, pin_memory=True
+      )
+      pinned = list(loader)
+  for a, b in zip(plain, pinned, strict=True):
+    _assert_same(a, _numpy(b))
+  dataset.close()
+
+
+def test_workers_stop_when_the_loader_is_dropped(cartpole_dir):
+  dataset = ReplayDataset(cartpole_dir, batch_size=16, seed=1, **CARTPOLE)
+  iterator = iter(DataLoader(dataset, batch_size=None, num_workers=2))
+  next(iterator)  # Endless: the workers are mid-stream.
+  workers = list(iterator._workers)
+  assert all(w.is_alive() for w in workers)
+  del iterator
+  gc.collect()
+  deadline = time.monotonic() + 30
+  while any(w.is_alive() for w in workers) and time.monotonic() < deadline:
+    time.sleep(0.1)
+  assert not any(w.is_alive() for w in workers)
+  assert all(w.exitcode == 0 for w in workers)
+  dataset.close()
+
+
+def test_the_dopamine_path_does_not_import_torch(cartpole_dir):
+  code = (
+    'import sys, fixed_replay\n'
+    'from fixed_replay import batches, jax_batches\n'
+    'from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer\n'
+    'import numpy as np\n'
+    f'b = FixedReplayBuffer({cartpole_dir!r}, observation_shape=(4, 1),'
+    ' stack_size=1, observation_dtype=np.float64)\n'
+    'b.sample_transition_batch()\n'
+    'assert "torch" not in sys.modules, "torch imported"\n'
+  )
+  subprocess.run(
+    [sys.executable, '-c', code], check=True, env=dict(os.environ), timeout=300
+  )
