@@ -22,6 +22,7 @@ import os
 
 from absl import logging
 
+from fixed_replay.dataset import layout
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.dataset import rlu_tfds
 from fixed_replay.errors import CheckpointError
@@ -37,24 +38,13 @@ KINDS = ('rlu', 'tfds')
 # Asterix, Seaquest and Enduro); benchmarks/rlu_convert_benchmark.py shows
 # what it does to the conversion's speed.
 CLEVEL = 3
+_KIND_OF = {layout.Kind.RLU: 'rlu', layout.Kind.TFDS: 'tfds'}
 _BYTES_PER_FRAME_GUESS = 1000  # RL Unplugged's PNGs: ~1 KB a frame.
 
 
 def default_options(**overrides):
   """ConvertOptions for RL Unplugged input: the store's, but CLEVEL."""
   return convert.ConvertOptions(**{'clevel': CLEVEL, **overrides})
-
-
-def detect_kind(source):
-  """'rlu' for shard files, 'tfds' for a prepared dataset, else None."""
-  try:
-    rlu_shards.find_runs(source)
-    return 'rlu'
-  except CheckpointError:
-    pass
-  if rlu_tfds.is_prepared_dataset(source):
-    return 'tfds'
-  return None
 
 
 def discover(source, kind, run=None):
@@ -287,7 +277,8 @@ def _prepare(source, store_dir, kind, run, options, parts, recheck, plan, ray):
   if ray:  # Ray tasks may run in another directory, or on another node.
     source = source if storage.is_remote(source) else os.path.abspath(source)
     store_dir = os.path.abspath(store_dir)
-  kind = kind or detect_kind(source)
+  if kind is None:
+    kind = _KIND_OF.get(layout.detect(source).kind)
   if kind is None:
     raise CheckpointError(
       source,
