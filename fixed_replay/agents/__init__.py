@@ -9,6 +9,8 @@ replay_data_dir=..., summary_writer=...)`, JAX agents without `sess`.
 import importlib
 import inspect
 
+from fixed_replay.errors import UsageError
+
 # agent_name -> (module, class). Modules are imported on demand so that TF
 # agents never import JAX and the other way round.
 AGENTS = {
@@ -52,14 +54,15 @@ def agent_class(agent_name):
     agent_name: str, a key of AGENTS or 'package.module:Class'.
 
   Raises:
-    ValueError: for an unknown name, or a path that names no class.
+    UsageError: (a ValueError) for an unknown name, or a path that names no
+      module or class.
   """
   if ':' in agent_name:
     module_name, _, class_name = agent_name.partition(':')
   elif agent_name in AGENTS:
     module_name, class_name = AGENTS[agent_name]
   else:
-    raise ValueError(
+    raise UsageError(
       f'unknown agent_name {agent_name!r}: choose one of '
       f'{", ".join(sorted(AGENTS))}, or give your own agent class as '
       "'package.module:Class'"
@@ -70,13 +73,13 @@ def agent_class(agent_name):
     missing = error.name or ''
     if not (module_name + '.').startswith(missing + '.'):
       raise  # The module exists; something it imports does not.
-    raise ValueError(
+    raise UsageError(
       f'agent_name={agent_name!r}: no module {module_name!r} (for your own '
       'agent, put its directory on PYTHONPATH, e.g. PYTHONPATH=.)'
     ) from error
   cls = getattr(module, class_name, None)
   if not inspect.isclass(cls):
-    raise ValueError(
+    raise UsageError(
       f'agent_name={agent_name!r}: {module_name} has no class {class_name!r}'
     )
   return cls

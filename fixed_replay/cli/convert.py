@@ -56,6 +56,7 @@ and --replay_dir=DST (or FixedReplayBuffer on the Dopamine files).
 
 import dataclasses
 import os
+import re
 import sys
 
 from absl import app
@@ -133,6 +134,14 @@ _SOURCE = flags.DEFINE_enum(
   ['dopamine', 'rlu', 'tfds'],
   'Form of SRC (default: detected from its file names).',
 )
+_GAME = flags.DEFINE_string(
+  'game',
+  None,
+  "The dataset's game as Dopamine names it (Pong, MsPacman), recorded in "
+  "the store's manifests so that `fixed-replay train` evaluates in it. "
+  "Default: the game SRC's path names (<Game>/<run>/replay_logs, RL "
+  "Unplugged's <Game>/run_<r>-...), if any.",
+)
 _RUN = flags.DEFINE_string(
   'run',
   None,
@@ -162,6 +171,7 @@ _USAGE = (
 )
 
 
+_GAME_NAME = re.compile(r'^[A-Za-z0-9]+$')
 # What each layout.Kind that converts is called by --source.
 _SOURCE_OF = {
   layout.Kind.DOPAMINE: 'dopamine',
@@ -185,6 +195,13 @@ def _source(path):
   if found.kind not in _SOURCE_OF:
     raise found.error()
   return _SOURCE_OF[found.kind], found.data_dir
+
+
+def _game():
+  """--game, checked; None leaves it to the game SRC's path names."""
+  if _GAME.value and not _GAME_NAME.match(_GAME.value):
+    raise app.UsageError(f'--game={_GAME.value}: letters and digits only')
+  return _GAME.value
 
 
 def _ray():
@@ -262,7 +279,11 @@ def _convert_runs(runs, options):
         'Unplugged runs of one shard directory convert with --run=all'
       )
   _check_dopamine_flags(options)
-  options = dataclasses.replace(options, clevel=_clevel('dopamine'))
+  options = dataclasses.replace(
+    options,
+    clevel=_clevel('dopamine'),
+    game=_game(),
+  )
   results = convert.convert_runs(runs, options, _WORKERS.value, _ray())
   return 'dopamine', results
 
@@ -292,7 +313,7 @@ def _convert_all_runs(source, destination, options):
   """--run=all: [(store, result)] of every run of the shards in SRC."""
   if _source(source)[0] != 'rlu':
     raise app.UsageError('--run=all is for RL Unplugged shards (--source=rlu)')
-  options = dataclasses.replace(options, clevel=_clevel('rlu'))
+  options = dataclasses.replace(options, clevel=_clevel('rlu'), game=_game())
   results = rlu_convert.convert_all_runs(
     source, destination, options, workers=_WORKERS.value, ray=_ray()
   )
@@ -304,7 +325,7 @@ def _convert_all_runs(source, destination, options):
 
 def _convert(source, destination, options):
   kind, directory = _source(source)
-  options = dataclasses.replace(options, clevel=_clevel(kind))
+  options = dataclasses.replace(options, clevel=_clevel(kind), game=_game())
   if kind == 'dopamine':
     _check_dopamine_flags(options)
     return kind, convert.convert(

@@ -178,6 +178,18 @@ def dopamine_game(data_dir: str) -> str | None:
   return _game_name(_basename(_parent(run_dir)))
 
 
+def game_of(*paths: str) -> str | None:
+  """The one game the datasets at `paths` name (layout or path), or None."""
+  games = set()
+  for path in paths:
+    try:
+      found = detect(path).game
+    except CheckpointError:
+      found = None  # Remote storage did not answer: the path alone.
+    games.add(found or dopamine_game(str(path)))
+  return games.pop() if len(games) == 1 else None
+
+
 def _complete_checkpoints(directory: str) -> tuple[dict, dict] | None:
   try:
     return checkpoints.scan_checkpoints(directory)

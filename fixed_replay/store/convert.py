@@ -24,12 +24,14 @@ the path and the cause.
 """
 
 import contextlib
+import dataclasses
 import os
 import time
 
 from absl import logging
 
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import layout
 from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import CheckpointProblems
 from fixed_replay.io import files as storage
@@ -196,6 +198,9 @@ def convert_runs(runs, options=None, workers=None, ray=None):
   """
   began = time.perf_counter()
   options = options or ConvertOptions()
+  if options.game is None:  # The game the sources' paths name, if one.
+    game = layout.game_of(*(str(s) for s, _ in runs))
+    options = dataclasses.replace(options, game=game)
   if ray:
     runs = [(_absolute(str(s)), _absolute(str(d))) for s, d in runs]
   runs = [(str(s), str(d)) for s, d in runs]

@@ -18,6 +18,7 @@ episode order) round 1 does all the work, reading each shard once; round 2
 only checks.
 """
 
+import dataclasses
 import os
 
 from absl import logging
@@ -45,6 +46,13 @@ _BYTES_PER_FRAME_GUESS = 1000  # RL Unplugged's PNGs: ~1 KB a frame.
 def default_options(**overrides):
   """ConvertOptions for RL Unplugged input: the store's, but CLEVEL."""
   return convert.ConvertOptions(**{'clevel': CLEVEL, **overrides})
+
+
+def _with_game(options, source):
+  """options, with the game the source's path names if it has none."""
+  if options.game is not None:
+    return options
+  return dataclasses.replace(options, game=layout.game_of(str(source)))
 
 
 def discover(source, kind, run=None):
@@ -262,7 +270,7 @@ def convert_rlu(
     CheckpointError: naming the shard and the episode for damaged input;
       as convert.convert for the store.
   """
-  options = options or default_options()
+  options = _with_game(options or default_options(), source)
   location, store_dir, rounds = _prepare(
     source, store_dir, kind, run, options, parts, recheck, plan, ray
   )
@@ -319,7 +327,7 @@ def convert_all_runs(source, destination, options=None, workers=None, ray=None):
   Raises:
     CheckpointError: as for `convert_rlu`.
   """
-  options = options or default_options()
+  options = _with_game(options or default_options(), source)
   runs = sorted(rlu_shards.find_runs(str(source)))
   prepared = [
     _prepare(

@@ -124,6 +124,9 @@ def parse_configs(dataset, gin_files, gin_bindings):
     dataset: layout.Layout, the data trained on.
     gin_files: sequence of gin files.
     gin_bindings: sequence of gin bindings, applied after the files.
+
+  Returns:
+    str, the Atari game evaluated in, or None for another environment.
   """
   gin_files_lib.load_gin_configs(list(gin_files), [], finalize_config=False)
   file_game = bound_game()
@@ -137,4 +140,7 @@ def parse_configs(dataset, gin_files, gin_bindings):
       bound_game() if binds_game else None,
     )
     gin.bind_parameter(GAME_PARAMETER, game)
+  else:
+    game = None
   gin.finalize()
+  return game

@@ -393,7 +393,7 @@ def create_runner(
   # Registers every gin name the run uses before the configs are parsed
   # (and locked): the agent's, the buffers', the runner's.
   agents.import_gin_names(agents.agent_class(agent_name))
-  data_game.parse_configs(dataset, gin_files, gin_bindings)
+  game = data_game.parse_configs(dataset, gin_files, gin_bindings)
   logging.info('Agent %s on %s', agent_name, dataset.data_dir)
   create_agent_fn = functools.partial(
     agents.create_agent,
@@ -401,5 +401,9 @@ def create_runner(
     replay_data_dir=dataset.data_dir,
     replay_suffix=replay_suffix,
     init_checkpoint_dir=init_checkpoint_dir,
+  )
+  # Before the agent loads any data: actions the game lacks are an error.
+  create_agent_fn = agent_checks.checking_actions(
+    create_agent_fn, dataset, game
   )
   return FixedReplayRunner(os.fspath(base_dir), create_agent_fn)
