@@ -333,11 +333,12 @@ def test_sweep_without_games_trains_on_the_one_dataset(dataset, tmp_path):
     check=False,
     env=marked_environment(mark),
   )
-  left = wait_until_gone(mark, seconds=GRACE_SECONDS)
+  # What outlives the command is test_sweep_runs_every_trial_to_the_end's
+  # business; here it is only cleaned up.
+  wait_until_gone(mark, seconds=GRACE_SECONDS)
   end_marked_processes(mark)
   assert result.returncode == 0, result.stderr[-3000:]
   assert '1 trials: 1 done, 0 failed' in result.stdout
-  assert not left, describe(left)
   # Named after the dataset's directory (CartPole data names no game).
   name = os.path.basename(os.path.dirname(dataset))
   (directory,) = trial_dirs(base_dir)
