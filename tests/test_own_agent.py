@@ -195,3 +195,28 @@ def test_tf_recipe_evaluates_in_the_datas_game(recipes):
   _, stderr, _ = recipes['tf']
   # No game is bound: the data's path, DATA/Pong/1, names it.
   assert "Evaluating in Pong, the data's game" in stderr
+
+
+def test_top_level_names_import_after_the_config_is_locked(tmp_path):
+  """A recipe whose gin file imports none of ours: first use comes late."""
+  code = (
+    'import fixed_replay, gin\n'
+    "gin.parse_config('')\n"
+    'gin.finalize()\n'
+    'assert gin.config_is_locked()\n'
+    'for name in fixed_replay.__all__:\n'
+    '  getattr(fixed_replay, name)\n'
+    'assert gin.config_is_locked()\n'
+    "print('ok')\n"
+  )
+  result = subprocess.run(
+    [sys.executable, '-c', code],
+    cwd=tmp_path,
+    env=dict(os.environ, PYTHONPATH=ROOT),
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+  )
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert result.stdout.strip() == 'ok'
