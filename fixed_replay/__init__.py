@@ -7,10 +7,17 @@ The names most users need, importable from the top:
   from fixed_replay import CheckpointError
 
 They are imported on first use, so `import fixed_replay` stays light (it does
-not import TensorFlow or JAX; see compat.py for what it does set up).
+not import TensorFlow or JAX; see compat.py for what it does set up). First
+use may come after gin's config is locked (an agent's `_build_replay_buffer`
+runs inside the runner): the import then registers its gin names with the
+lock lifted, since no binding can name them yet (parsing a binding of a name
+not yet registered fails), instead of gin's "Attempted to add a new
+configurable after the config was locked".
 """
 
+import contextlib
 import importlib
+import sys
 
 from fixed_replay import compat as _compat
 from fixed_replay import module_aliases as _module_aliases
@@ -36,9 +43,18 @@ __all__ = sorted(_PUBLIC)
 def __getattr__(name):
   if name not in _PUBLIC:
     raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
-  value = getattr(importlib.import_module(_PUBLIC[name]), name)
+  with _gin_unlocked():
+    value = getattr(importlib.import_module(_PUBLIC[name]), name)
   globals()[name] = value
   return value
+
+
+def _gin_unlocked():
+  """gin.unlock_config() if gin is in use, else nothing (gin stays unloaded)."""
+  gin = sys.modules.get('gin')
+  if gin is None:
+    return contextlib.nullcontext()
+  return gin.unlock_config()
 
 
 def __dir__():

@@ -37,3 +37,10 @@ class CheckpointProblems(CheckpointError):
 
 class RemoteError(CheckpointError):
   """Remote storage did not answer, or refused: the cause, never 'missing'."""
+
+
+class UsageError(ValueError):
+  """A mistake in what was asked for: an agent name, a gin file, the data.
+
+  The command line prints its message as one line, without a traceback.
+  """

@@ -20,6 +20,7 @@ import re
 
 import gin
 
+from fixed_replay.errors import UsageError
 from fixed_replay.io import files
 
 _INCLUDE = re.compile(r"""^\s*include\s+['"]([^'"]+)['"]""", re.MULTILINE)
@@ -69,6 +70,20 @@ def _includes_next_to(config_file):
     prefixes.remove(directory)  # The first occurrence: the one put there.
 
 
+def _check_exists(config_file):
+  """Raises UsageError for a gin file that is not there, saying where."""
+  config_file = os.fspath(config_file)
+  if files.exists(config_file):
+    return
+  where = config_file
+  if not files.is_remote(config_file):
+    where = os.path.abspath(config_file)
+  raise UsageError(
+    f'gin file {config_file} not found (looked for {where}; relative paths '
+    f'are relative to the working directory, {os.getcwd()})'
+  )
+
+
 def load_gin_configs(gin_files, gin_bindings, finalize_config=True):
   """Parses gin files, then bindings (which win), as Dopamine does.
 
@@ -77,7 +92,12 @@ def load_gin_configs(gin_files, gin_bindings, finalize_config=True):
       them is looked up next to it first.
     gin_bindings: sequence of gin binding strings, applied after the files.
     finalize_config: bool, lock the config afterwards (as Dopamine does).
+
+  Raises:
+    UsageError: naming a gin file that is not there.
   """
+  for config_file in gin_files:
+    _check_exists(config_file)
   for config_file in gin_files:
     with _includes_next_to(config_file):
       gin.parse_config_file(os.fspath(config_file))

@@ -6,9 +6,12 @@ train` (see fixed_replay/cli/train.py), with batch_rl's flags (--base_dir,
 --init_checkpoint_dir).
 """
 
+import functools
+
 from absl import app
 from absl import flags
 
+from fixed_replay import cli
 from fixed_replay.cli import train as _train
 
 # --help lists the flags of the command, defined in fixed_replay.cli.train.
@@ -16,4 +19,5 @@ flags.adopt_module_key_flags(_train)
 main = _train.main
 
 if __name__ == '__main__':
-  app.run(main)
+  # Errors in the data or the request print as one line, as in the CLI.
+  app.run(functools.partial(cli.run_command, 'train', main))

@@ -129,7 +129,7 @@ def test_registry_names_classes_and_bases():
     assert issubclass(cls, dqn_agent.DQNAgent)
   assert issubclass(agents.agent_class('c51'), rainbow_agent.RainbowAgent)
   assert issubclass(agents.agent_class('c51'), c51_agent.FixedReplayC51Agent)
-  with pytest.raises(ValueError, match='Unknown agent_name'):
+  with pytest.raises(ValueError, match='unknown agent_name'):
     agents.agent_class('rem_typo')
   # Any agent class by its path.
   assert agents.agent_class(

@@ -346,7 +346,7 @@ def test_cli_table_and_json(written):
 def test_cli_fails_without_a_complete_checkpoint(tmp_path):
   result = _cli(tmp_path)
   assert result.returncode == 1
-  assert f'{tmp_path}: no complete replay checkpoint' in result.stderr
+  assert f'{tmp_path}: empty directory: expected one of' in result.stderr
   result = _cli(tmp_path / 'absent')
   assert result.returncode == 1
   assert str(tmp_path / 'absent') in result.stderr

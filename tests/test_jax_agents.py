@@ -28,6 +28,7 @@ import pytest
 
 from fixed_replay import agents
 from fixed_replay import gin_files
+from fixed_replay.errors import CheckpointError
 from fixed_replay.replay import prefetch
 from fixed_replay.training import run_experiment
 from fixed_replay.agents.jax import cql_agent as jax_cql_agent
@@ -638,7 +639,7 @@ def test_init_checkpoint_dir_continues_another_run(cartpole_dir, tmp_path):
 def test_init_checkpoint_dir_refuses_missing_or_mismatched_checkpoints(
   cartpole_dir, tmp_path
 ):
-  with pytest.raises(ValueError, match='no Dopamine checkpoint'):
+  with pytest.raises(CheckpointError, match='no complete Dopamine agent'):
     _runner(
       str(tmp_path / 'run'), cartpole_dir, 1, init_checkpoint_dir=str(tmp_path)
     )

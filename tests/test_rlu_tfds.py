@@ -15,6 +15,7 @@ import sys
 
 import pytest
 
+from fixed_replay.dataset import layout
 from fixed_replay.dataset import rlu_tfds
 from fixed_replay.store import compact_store
 from fixed_replay.store import rlu_convert
@@ -122,3 +123,37 @@ def test_tfds_split_episodes_match_the_shards(rlu_dir, prepared):
       assert ours.terminal == theirs.terminal
       assert ours.actions.tolist() == theirs.actions.tolist()
       assert ours.rewards.tolist() == theirs.rewards.tolist()
+
+
+def test_layout_knows_a_prepared_dataset_and_train_says_convert(prepared):
+  found = layout.detect(prepared)
+  assert found.kind is layout.Kind.TFDS and not found.trainable
+  assert found.game == 'Breakout'  # From the config, Breakout_run_1.
+  assert found.data_dir == rlu_tfds.find_dataset_dir(prepared)
+  command = layout.convert_command(found)
+  assert command == (
+    f'fixed-replay convert {prepared} {prepared.parent / prepared.name}_store'
+  )
+  completed = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'train',
+      f'--base_dir={prepared.parent / "run"}',
+      f'--replay_dir={prepared}',
+    ],
+    capture_output=True,
+    text=True,
+    check=False,
+  )
+  assert completed.returncode == 1
+  assert 'Traceback' not in completed.stderr
+  lines = [
+    x for x in completed.stderr.splitlines() if x.startswith('fixed-replay')
+  ]
+  assert lines == [
+    f'fixed-replay train: {prepared}: a TFDS-prepared '
+    'rlu_atari_checkpoints_ordered dataset: convert it first, then train on '
+    f'the store: {command}'
+  ]

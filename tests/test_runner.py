@@ -22,6 +22,8 @@ import tensorflow as tf
 from fixed_replay import agents
 from fixed_replay import progress
 from fixed_replay import WrappedFixedReplayBuffer
+from fixed_replay.dataset import layout
+from fixed_replay.errors import CheckpointError
 from fixed_replay.training import plotting
 from fixed_replay.training import reporting
 from fixed_replay.training import run_experiment
@@ -97,7 +99,7 @@ def make_runner(base_dir, replay_dir, init_checkpoint_dir=None, **kwargs):
   create_agent_fn = functools.partial(
     agents.create_agent,
     agent_name='dqn',
-    replay_data_dir=run_experiment.resolve_replay_dir(replay_dir),
+    replay_data_dir=layout.detect(replay_dir).data_dir,
     init_checkpoint_dir=init_checkpoint_dir,
   )
   runner = run_experiment.FixedReplayRunner(
@@ -291,10 +293,10 @@ def test_train_help_and_required_flags(command):
 
 def test_replay_dir_accepts_a_run_or_its_replay_logs(replay_run, tmp_path):
   replay_logs = str(replay_run / 'replay_logs')
-  assert run_experiment.resolve_replay_dir(replay_run) == replay_logs
-  assert run_experiment.resolve_replay_dir(replay_logs) == replay_logs
-  with pytest.raises(ValueError, match='no such directory'):
-    run_experiment.resolve_replay_dir(tmp_path / 'missing')
+  assert layout.detect(replay_run).data_dir == replay_logs
+  assert layout.detect(replay_logs).data_dir == replay_logs
+  with pytest.raises(CheckpointError, match='no such directory'):
+    layout.detect(tmp_path / 'missing').require_trainable()
 
 
 def test_losses_reported_to_a_collector_dispatcher_are_averaged(tmp_path):
@@ -379,7 +381,7 @@ def test_init_checkpoint_dir_continues_another_run(replay_run, tmp_path):
     assert third.start_iteration == 2
   gin.clear_config()
   with tf.Graph().as_default():
-    with pytest.raises(ValueError, match='no Dopamine checkpoint'):
+    with pytest.raises(CheckpointError, match='no complete Dopamine agent'):
       make_runner(
         tmp_path / 'fourth', replay_run, init_checkpoint_dir=str(tmp_path)
       )

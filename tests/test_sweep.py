@@ -247,6 +247,34 @@ def test_trial_of_another_configuration_is_refused(tmp_path):
     sweep.pending([trial])
 
 
+def test_plan_without_games_sweeps_the_one_dataset(tmp_path):
+  (tmp_path / 'Pong' / '1').mkdir(parents=True)
+  (tmp_path / 'cartpole' / 'replay_logs').mkdir(parents=True)
+  arguments = dict(agents=['dqn'], seeds=[0, 1])
+  trials = sweep.plan(
+    str(tmp_path / 'sweep'), str(tmp_path / 'Pong' / '1'), **arguments
+  )
+  assert [t.key for t in trials] == ['Pong/1/dqn/seed_0', 'Pong/1/dqn/seed_1']
+  # No game binding: train evaluates in the data's game.
+  assert all(t.gin_bindings == () for t in trials)
+  (trial, _) = sweep.plan(
+    str(tmp_path / 'sweep'),
+    str(tmp_path / 'cartpole' / 'replay_logs'),
+    **arguments,
+  )
+  assert trial.key == 'cartpole/1/dqn/seed_0'
+  assert trial.replay_dir == str(tmp_path / 'cartpole' / 'replay_logs')
+  with pytest.raises(ValueError, match='has {game}: list the values'):
+    sweep.plan(str(tmp_path / 'sweep'), str(tmp_path / '{game}'), **arguments)
+  with pytest.raises(ValueError, match='without --games: --replay_dir names'):
+    sweep.plan(
+      str(tmp_path / 'sweep'),
+      str(tmp_path / 'Pong' / '1'),
+      runs=['1', '2'],
+      **arguments,
+    )
+
+
 # ------------------------------------------------ sweeps, real processes
 
 
@@ -290,6 +318,38 @@ def test_sweep_runs_every_trial_to_the_end(finished_sweep):
     iterations, _ = plotting.load_eval_returns(directory)
     assert list(iterations) == [0, 1]
     assert started_iterations(directory) == [0, 1]
+
+
+def test_sweep_without_games_trains_on_the_one_dataset(dataset, tmp_path):
+  base_dir = str(tmp_path / 'sweep')
+  argv = sweep_argv(base_dir, dataset, iterations=1, agents='dqn', seeds='0')
+  argv.remove('--games=CartPole')
+  mark = uuid.uuid4().hex
+  result = subprocess.run(
+    argv,
+    capture_output=True,
+    text=True,
+    timeout=600,
+    check=False,
+    env=marked_environment(mark),
+  )
+  # What outlives the command is test_sweep_runs_every_trial_to_the_end's
+  # business; here it is only cleaned up.
+  wait_until_gone(mark, seconds=GRACE_SECONDS)
+  end_marked_processes(mark)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert '1 trials: 1 done, 0 failed' in result.stdout
+  # Named after the dataset's directory (CartPole data names no game).
+  name = os.path.basename(os.path.dirname(dataset))
+  (directory,) = trial_dirs(base_dir)
+  assert os.path.relpath(directory, base_dir) == f'{name}/1/dqn/seed_0'
+  state = trial_lib.read_state(directory)
+  assert state['status'] == 'done'
+  assert state['config']['gin_bindings'][0].startswith(
+    'FixedReplayRunner.num_iterations'
+  )
+  iterations, _ = plotting.load_eval_returns(directory)
+  assert list(iterations) == [0]
 
 
 def test_rerunning_a_finished_sweep_returns_at_once(finished_sweep):

@@ -9,6 +9,8 @@ replay_data_dir=..., summary_writer=...)`, JAX agents without `sess`.
 import importlib
 import inspect
 
+from fixed_replay.errors import UsageError
+
 # agent_name -> (module, class). Modules are imported on demand so that TF
 # agents never import JAX and the other way round.
 AGENTS = {
@@ -52,23 +54,59 @@ def agent_class(agent_name):
     agent_name: str, a key of AGENTS or 'package.module:Class'.
 
   Raises:
-    ValueError: for an unknown name, or a path that names no class.
+    UsageError: (a ValueError) for an unknown name, or a path that names no
+      module or class.
   """
   if ':' in agent_name:
     module_name, _, class_name = agent_name.partition(':')
   elif agent_name in AGENTS:
     module_name, class_name = AGENTS[agent_name]
   else:
-    raise ValueError(
-      f'Unknown agent_name {agent_name!r}; choose one of {sorted(AGENTS)} '
-      "or give your own agent class as 'package.module:Class'"
+    raise UsageError(
+      f'unknown agent_name {agent_name!r}: choose one of '
+      f'{", ".join(sorted(AGENTS))}, or give your own agent class as '
+      "'package.module:Class'"
     )
-  cls = getattr(importlib.import_module(module_name), class_name, None)
+  try:
+    module = importlib.import_module(module_name)
+  except ModuleNotFoundError as error:
+    missing = error.name or ''
+    if not (module_name + '.').startswith(missing + '.'):
+      raise  # The module exists; something it imports does not.
+    raise UsageError(
+      f'agent_name={agent_name!r}: no module {module_name!r} (for your own '
+      'agent, put its directory on PYTHONPATH, e.g. PYTHONPATH=.)'
+    ) from error
+  cls = getattr(module, class_name, None)
   if not inspect.isclass(cls):
-    raise ValueError(
+    raise UsageError(
       f'agent_name={agent_name!r}: {module_name} has no class {class_name!r}'
     )
   return cls
+
+
+# Our modules that register gin names a config may bind: imported before a
+# config is parsed (and so locked), never first from inside a run, where gin
+# would refuse "a new configurable after the config was locked".
+_GIN_MODULES = (
+  'fixed_replay.replay.fixed_replay_buffer',
+  'fixed_replay.replay.wrapped_fixed_replay_buffer',
+  'fixed_replay.replay.compact_replay_buffer',
+  'fixed_replay.training.run_experiment',
+)
+_TF_GIN_MODULES = ('fixed_replay.agents.tf.runtime',)
+
+
+def import_gin_names(cls):
+  """Imports every module of ours whose gin names training with cls uses.
+
+  Call it before parsing the configs: the buffers (FixedReplayBuffer.*,
+  WrappedFixedReplayBuffer.*, CompactReplayBuffer.*), the runner and, for a
+  TF agent, TF's optimizers and `preferred_tf_device`.
+  """
+  modules = _GIN_MODULES + (() if is_jax_agent(cls) else _TF_GIN_MODULES)
+  for module_name in modules:
+    importlib.import_module(module_name)
 
 
 def is_jax_agent(cls):

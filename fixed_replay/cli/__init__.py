@@ -7,12 +7,19 @@ different subcommands never meet and `--help` shows just the relevant ones.
 
 import functools
 import importlib
+import re
 import sys
 import traceback
 
 from absl import app
 from absl import flags
 from absl import logging
+
+from fixed_replay.errors import CheckpointError
+from fixed_replay.errors import UsageError
+
+# A line gin adds to an exception raised inside a configurable.
+_GIN_CALL = re.compile(r'^\s+In call to configurable ')
 
 SUBCOMMANDS = {
   'demo': 'The main job: writes small Atari and CartPole datasets, checks '
@@ -93,18 +100,37 @@ def main(argv=None):
   sys.argv[0] = module.__name__
   sys.modules['__main__'].__doc__ = module.__doc__
   app.run(
-    functools.partial(_run, module.main),
+    functools.partial(run_command, command, module.main),
     argv=[f'fixed-replay {command}'] + argv[2:],
   )
   return 0
 
 
-def _run(command_main, argv):
-  """Runs a subcommand; leaves at once if remote calls are left hanging."""
+def user_message(error):
+  """An error's message without the call stack gin appends to it."""
+  lines = str(error).splitlines()
+  kept = [line for line in lines if not _GIN_CALL.match(line)]
+  return '\n'.join(kept).rstrip()
+
+
+def run_command(command, command_main, argv):
+  """Runs a subcommand; leaves at once if remote calls are left hanging.
+
+  Damaged or unsuitable data (CheckpointError, naming the path) and a
+  mistake in what was asked for (UsageError) are printed as their message
+  alone, with no traceback, and exit with status 1.
+  """
   from fixed_replay.io import remote
 
   try:
     code = command_main(argv)
+  except (CheckpointError, UsageError) as error:
+    if remote.hanging():
+      traceback.print_exc()
+      remote.exit_now(1)
+    print(f'fixed-replay {command}: {user_message(error)}', file=sys.stderr)
+    remote.exit_now(1)
+    return 1
   except Exception:
     if remote.hanging():
       traceback.print_exc()

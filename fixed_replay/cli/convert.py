@@ -56,13 +56,14 @@ and --replay_dir=DST (or FixedReplayBuffer on the Dopamine files).
 
 import dataclasses
 import os
+import re
 import sys
 
 from absl import app
 from absl import flags
 
 from fixed_replay import cli
-from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import layout
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay import memory_budget as memory
@@ -133,6 +134,14 @@ _SOURCE = flags.DEFINE_enum(
   ['dopamine', 'rlu', 'tfds'],
   'Form of SRC (default: detected from its file names).',
 )
+_GAME = flags.DEFINE_string(
+  'game',
+  None,
+  "The dataset's game as Dopamine names it (Pong, MsPacman), recorded in "
+  "the store's manifests so that `fixed-replay train` evaluates in it. "
+  "Default: the game SRC's path names (<Game>/<run>/replay_logs, RL "
+  "Unplugged's <Game>/run_<r>-...), if any.",
+)
 _RUN = flags.DEFINE_string(
   'run',
   None,
@@ -162,26 +171,37 @@ _USAGE = (
 )
 
 
-def detect_source(path):
-  """The form of SRC: 'dopamine', 'rlu' or 'tfds'.
+_GAME_NAME = re.compile(r'^[A-Za-z0-9]+$')
+# What each layout.Kind that converts is called by --source.
+_SOURCE_OF = {
+  layout.Kind.DOPAMINE: 'dopamine',
+  layout.Kind.DOPAMINE_RUN: 'dopamine',
+  layout.Kind.RLU: 'rlu',
+  layout.Kind.TFDS: 'tfds',
+}
+
+
+def _source(path):
+  """(form, directory) of SRC: --source's form and SRC itself, or detected.
+
+  The directory is where the data's files are (a run's replay_logs/).
 
   Raises:
-    CheckpointError: if SRC is none of them.
+    CheckpointError: naming what SRC lacks or holds, if it is none of them.
   """
-  try:
-    if checkpoints.scan_checkpoints(path)[0]:
-      return 'dopamine'
-  except CheckpointError:
-    pass
-  kind = rlu_convert.detect_kind(path)
-  if kind is None:
-    raise CheckpointError(
-      path,
-      'holds no Dopamine checkpoint (*_ckpt.N.gz), no RL Unplugged shard '
-      '(run_<r>-NNNNN-of-MMMMM) and no prepared rlu_atari_checkpoints_ordered '
-      'dataset',
-    )
-  return kind
+  if _SOURCE.value:
+    return _SOURCE.value, path
+  found = layout.detect(path)
+  if found.kind not in _SOURCE_OF:
+    raise found.error()
+  return _SOURCE_OF[found.kind], found.data_dir
+
+
+def _game():
+  """--game, checked; None leaves it to the game SRC's path names."""
+  if _GAME.value and not _GAME_NAME.match(_GAME.value):
+    raise app.UsageError(f'--game={_GAME.value}: letters and digits only')
+  return _GAME.value
 
 
 def _ray():
@@ -215,14 +235,6 @@ def _check_dopamine_flags(options):
     raise app.UsageError('--run is for RL Unplugged shards (--source=rlu)')
 
 
-def run_name(path):
-  """The store name of a run: its directory's name, above replay_logs/."""
-  parts = [p for p in str(path).rstrip('/').split('/') if p]
-  if len(parts) > 1 and parts[-1] == 'replay_logs':
-    return parts[-2]
-  return parts[-1] if parts else str(path)
-
-
 def several_runs(sources, destination):
   """[(run, store)] when SRC names several runs, None for a single run.
 
@@ -232,21 +244,13 @@ def several_runs(sources, destination):
   if len(sources) == 1:
     if _SOURCE.value:
       return None
-    try:
-      detect_source(sources[0])
-      return None
-    except CheckpointError:
-      try:
-        runs = convert.find_runs(sources[0])
-      except (CheckpointError, OSError):
-        runs = None
-      if not runs:
-        return None  # Converting it as one run names what is wrong.
-      return [
-        (run_dir, os.path.join(destination, name))
-        for name, run_dir in runs.items()
-      ]
-  names = [run_name(source) for source in sources]
+    found = layout.detect(sources[0])
+    if found.kind is not layout.Kind.GAME:
+      return None  # Converting it as one run names what is wrong.
+    return [
+      (run_dir, os.path.join(destination, name)) for name, run_dir in found.runs
+    ]
+  names = [layout.run_name(source) for source in sources]
   repeated = sorted({name for name in names if names.count(name) > 1})
   if repeated:
     raise app.UsageError(
@@ -263,19 +267,23 @@ def _checkpoint_dir(source):
   """A listed run's checkpoints: in SRC, or in SRC/replay_logs."""
   if _SOURCE.value:
     return source
-  return convert.run_checkpoint_dir(source) or source
+  return layout.run_checkpoint_dir(source) or source
 
 
 def _convert_runs(runs, options):
   for source, _ in runs:
-    kind = _SOURCE.value or detect_source(source)
+    kind, _ = _source(source)
     if kind != 'dopamine':
       raise app.UsageError(
         f'{source}: a list of runs is for Dopamine checkpoints; all RL '
         'Unplugged runs of one shard directory convert with --run=all'
       )
   _check_dopamine_flags(options)
-  options = dataclasses.replace(options, clevel=_clevel('dopamine'))
+  options = dataclasses.replace(
+    options,
+    clevel=_clevel('dopamine'),
+    game=_game(),
+  )
   results = convert.convert_runs(runs, options, _WORKERS.value, _ray())
   return 'dopamine', results
 
@@ -303,9 +311,9 @@ def _one_rlu_run(source):
 
 def _convert_all_runs(source, destination, options):
   """--run=all: [(store, result)] of every run of the shards in SRC."""
-  if (_SOURCE.value or detect_source(source)) != 'rlu':
+  if _source(source)[0] != 'rlu':
     raise app.UsageError('--run=all is for RL Unplugged shards (--source=rlu)')
-  options = dataclasses.replace(options, clevel=_clevel('rlu'))
+  options = dataclasses.replace(options, clevel=_clevel('rlu'), game=_game())
   results = rlu_convert.convert_all_runs(
     source, destination, options, workers=_WORKERS.value, ray=_ray()
   )
@@ -316,12 +324,12 @@ def _convert_all_runs(source, destination, options):
 
 
 def _convert(source, destination, options):
-  kind = _SOURCE.value or detect_source(source)
-  options = dataclasses.replace(options, clevel=_clevel(kind))
+  kind, directory = _source(source)
+  options = dataclasses.replace(options, clevel=_clevel(kind), game=_game())
   if kind == 'dopamine':
     _check_dopamine_flags(options)
     return kind, convert.convert(
-      source, destination, options, workers=_WORKERS.value, ray=_ray()
+      directory, destination, options, workers=_WORKERS.value, ray=_ray()
     )
   if kind == 'rlu' and _run() is None:
     _one_rlu_run(source)

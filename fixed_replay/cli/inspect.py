@@ -33,6 +33,7 @@ from absl import flags
 from fixed_replay import cli
 from fixed_replay.cli import tables
 from fixed_replay.dataset import inspection
+from fixed_replay.dataset import layout
 from fixed_replay.dataset import rlu_inspection
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import rlu_convert
@@ -113,23 +114,32 @@ def main(argv):
     )
   cli.apply_remote_timeout(_REMOTE_TIMEOUT)
   directory = argv[1]
-  if store_inspection.is_store(directory):
+  try:
+    found = layout.detect(directory)
+  except CheckpointError as error:  # Remote storage did not answer.
+    print(f'fixed-replay inspect: {error}', file=sys.stderr)
+    return 1
+  if layout.Kind.STORE in (found.kind, found.partial_of):
     summary = store_inspection.summarize_store(
-      directory,
+      found.data_dir,
+      stack_size=_STACK_SIZE.value,
+      update_horizon=_UPDATE_HORIZON.value,
+      verify=_VERIFY.value,
+    )
+  elif found.kind in (layout.Kind.RLU, layout.Kind.TFDS):
+    return _inspect_run(directory, found.kind.name.lower())
+  elif found.kind in (layout.Kind.DOPAMINE, layout.Kind.DOPAMINE_RUN) or (
+    found.partial_of is layout.Kind.DOPAMINE
+  ):
+    summary = inspection.summarize_directory(
+      found.data_dir,
       stack_size=_STACK_SIZE.value,
       update_horizon=_UPDATE_HORIZON.value,
       verify=_VERIFY.value,
     )
   else:
-    kind = rlu_convert.detect_kind(directory)
-    if kind is not None:
-      return _inspect_run(directory, kind)
-    summary = inspection.summarize_directory(
-      directory,
-      stack_size=_STACK_SIZE.value,
-      update_horizon=_UPDATE_HORIZON.value,
-      verify=_VERIFY.value,
-    )
+    print(f'fixed-replay inspect: {found.error()}', file=sys.stderr)
+    return 1
   return _report(summary, tables.format_table)
 
 

@@ -10,6 +10,12 @@ trial; the game also goes to Dopamine's Atari environment.
       --games=Pong,Breakout --runs=1,2 --agents=dqn,rem --seeds=0,1,2 \
       --gin_files='configs/{agent}.gin'
 
+Without --games, the sweep trains on the one dataset --replay_dir names
+(its agents x seeds), evaluating in the data's own game:
+
+  fixed-replay sweep --base_dir=/tmp/sweep --replay_dir=/data/cartpole \
+      --agents=dqn --seeds=0,1 --gin_files='configs/cartpole/{agent}.gin'
+
 Without --ray_address Ray runs on this machine only (127.0.0.1, started and
 stopped by the command); --ray_address=auto or HOST:PORT uses a running
 cluster (`ray start --head` on the head node). Rerun the same command after
@@ -36,7 +42,8 @@ _GAMES = flags.DEFINE_list(
   'games',
   None,
   'Games, e.g. Pong,Breakout (names the trial directories and, for Atari, '
-  'the game played in evaluation).',
+  'the game played in evaluation). Without it, the sweep trains on the one '
+  'dataset --replay_dir names, evaluating in its own game.',
 )
 _RUNS = flags.DEFINE_list('runs', ['1'], 'Dataset runs, e.g. 1,2,3,4,5.')
 _AGENTS = flags.DEFINE_list(
@@ -80,7 +87,7 @@ _ALLOW_CHANGED_CONFIG = flags.DEFINE_boolean(
   'started (by default such a sweep is refused).',
 )
 
-REQUIRED_FLAGS = ('base_dir', 'replay_dir', 'games')
+REQUIRED_FLAGS = ('base_dir', 'replay_dir')
 
 
 def _seeds():

@@ -16,13 +16,10 @@ last completed iteration. --agent_name also takes your own agent class as
 `package.module:Class` (see the README, "Your own agent").
 """
 
-import sys
-
 from absl import app
 from absl import flags
 
 from fixed_replay import cli
-from fixed_replay.errors import CheckpointError
 
 _BASE_DIR = flags.DEFINE_string(
   'base_dir',
@@ -71,20 +68,17 @@ def main(argv):
   # Imported here so that --help does not wait for TensorFlow and JAX.
   from fixed_replay.training import run_experiment
 
-  try:
-    runner = run_experiment.create_runner(
-      _BASE_DIR.value,
-      agent_name=_AGENT_NAME.value,
-      replay_dir=_REPLAY_DIR.value,
-      gin_files=_GIN_FILES.value,
-      gin_bindings=_GIN_BINDINGS.value,
-      init_checkpoint_dir=_INIT_CHECKPOINT_DIR.value,
-    )
-    runner.run_experiment()
-  except CheckpointError as error:
-    # Damaged or unreachable data: the message names the file and cause.
-    print(f'fixed-replay train: {error}', file=sys.stderr)
-    return 1
+  # A CheckpointError (damaged or untrainable data) or UsageError is
+  # printed as one line by fixed_replay.cli.
+  runner = run_experiment.create_runner(
+    _BASE_DIR.value,
+    agent_name=_AGENT_NAME.value,
+    replay_dir=_REPLAY_DIR.value,
+    gin_files=_GIN_FILES.value,
+    gin_bindings=_GIN_BINDINGS.value,
+    init_checkpoint_dir=_INIT_CHECKPOINT_DIR.value,
+  )
+  runner.run_experiment()
   return 0
 
 

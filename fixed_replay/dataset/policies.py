@@ -286,39 +286,6 @@ class AgentPolicy:
     return int(self._agent.step(reward, observation))
 
 
-def find_agent_checkpoint_dir(checkpoint_dir):
-  """Returns the directory holding a Dopamine Runner's agent checkpoints.
-
-  Accepts the Runner's base_dir (checkpoints live in `base_dir/checkpoints`)
-  or the checkpoints directory itself.
-
-  Args:
-    checkpoint_dir: str.
-
-  Returns:
-    (directory, iteration): the directory and its latest complete iteration.
-
-  Raises:
-    CheckpointError: if neither holds a complete agent checkpoint.
-  """
-  from dopamine.discrete_domains import checkpointer
-
-  checkpoint_dir = str(checkpoint_dir)
-  for directory in (
-    checkpoint_dir,
-    checkpoint_dir.rstrip('/') + '/checkpoints',
-  ):
-    iteration = checkpointer.get_latest_checkpoint_number(directory)
-    if iteration >= 0:
-      return directory, iteration
-  raise CheckpointError(
-    checkpoint_dir,
-    'no complete Dopamine agent checkpoint (sentinel_checkpoint_complete.N '
-    "and ckpt.N files); pass the Runner's base_dir or its checkpoints/ "
-    'directory',
-  )
-
-
 def load_agent(
   checkpoint_dir,
   environment,
@@ -360,8 +327,9 @@ def load_agent(
   import tensorflow as tf
 
   from fixed_replay import gin_files as gin_files_lib
+  from fixed_replay.training import run_dirs
 
-  directory, latest = find_agent_checkpoint_dir(checkpoint_dir)
+  directory, latest = run_dirs.latest_agent_checkpoint(checkpoint_dir)
   iteration = latest if iteration is None else iteration
   # Unlocked: the caller may already have parsed (and so locked) a config,
   # e.g. when the agent was trained in this process.

@@ -21,6 +21,7 @@ from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
 
 
@@ -252,6 +253,8 @@ def _write_checkpoint(source, directory, options, threads):
     'episode_end_indices': episode_ends,
     'files': file_entries,
   }
+  if options.game:
+    manifest[manifest_lib.GAME_KEY] = options.game
   compact_store.write_manifest(directory, manifest)
   return manifest, arrays, valid
 

@@ -24,12 +24,14 @@ the path and the cause.
 """
 
 import contextlib
+import dataclasses
 import os
 import time
 
 from absl import logging
 
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import layout
 from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import CheckpointProblems
 from fixed_replay.io import files as storage
@@ -196,6 +198,9 @@ def convert_runs(runs, options=None, workers=None, ray=None):
   """
   began = time.perf_counter()
   options = options or ConvertOptions()
+  if options.game is None:  # The game the sources' paths name, if one.
+    game = layout.game_of(*(str(s) for s, _ in runs))
+    options = dataclasses.replace(options, game=game)
   if ray:
     runs = [(_absolute(str(s)), _absolute(str(d))) for s, d in runs]
   runs = [(str(s), str(d)) for s, d in runs]
@@ -296,38 +301,3 @@ def convert_source_runs(runs, options=None, workers=None, ray=None):
       raise destination.error(runs[0][1], error) from error
     seconds = time.perf_counter() - began
     return [store.result(seconds) for store in held]
-
-
-def run_checkpoint_dir(run_dir):
-  """Where a run directory's Dopamine checkpoints are: itself or replay_logs/.
-
-  Returns:
-    str, or None if neither holds a complete checkpoint.
-  """
-  for candidate in (storage.join(run_dir, 'replay_logs'), run_dir):
-    try:
-      if checkpoints.scan_checkpoints(candidate)[0]:
-        return candidate
-    except (CheckpointError, OSError):
-      continue  # Not a run (a file, an empty or unreadable directory).
-  return None
-
-
-def find_runs(game_dir):
-  """The runs of a game directory of the DQN Replay Dataset's layout.
-
-  Args:
-    game_dir: str, a directory whose subdirectories are runs: each holds
-      Dopamine checkpoints itself or in `replay_logs/` (as in
-      `gs://atari-replay-datasets/dqn/Pong/1/replay_logs`).
-
-  Returns:
-    dict, run name (the subdirectory's name) -> its checkpoint directory,
-    sorted by name; empty if there is none.
-  """
-  runs = {}
-  for name in sorted(storage.listdir(game_dir)):
-    found = run_checkpoint_dir(storage.join(game_dir, name))
-    if found is not None:
-      runs[name] = found
-  return runs

@@ -24,6 +24,9 @@ class ConvertOptions:
       at 2 compresses an Atari frame in ~7 us to ~1.6x the bytes of
       Dopamine's own level 9, which takes ~70 us (6: ~14 us, 1.4x); see
       benchmarks/rlu_convert_benchmark.py.
+    game: str or None, the dataset's game, recorded in each compact
+      checkpoint's manifest (not an option of the format: a rerun with
+      another game skips what is there).
   """
 
   block_rows: int = 16
@@ -34,6 +37,7 @@ class ConvertOptions:
   slice_bytes: int = 64 << 20
   output_format: str = 'compact'
   gzip_level: int = 2
+  game: str | None = None
 
   def stored(self):
     """The options a compact checkpoint records (its format's, not

@@ -30,6 +30,9 @@ _CHECKPOINT_DIR = re.compile(r'^checkpoint_(?P<suffix>\d+)$')
 _PARTIAL_DIR = re.compile(r'^\.checkpoint_(?P<suffix>\d+)\.partial-\d+$')
 _VERIFY_READ_BYTES = 16 << 20
 MANIFEST_CRC_KEY = 'manifest_crc32'
+# The dataset's game ('Pong', as Dopamine names it), when known at
+# conversion (`fixed-replay convert --game`, or the source's path).
+GAME_KEY = 'game'
 # Entries every manifest has, and their types (checked before any is used).
 _MANIFEST_FIELDS = {
   'suffix': int,
@@ -123,6 +126,8 @@ def _check_manifest(path, manifest):
   _check_fields(
     path, manifest['observation'], _OBSERVATION_FIELDS, 'observation.'
   )
+  if GAME_KEY in manifest:  # Optional: the game, where the source named it.
+    _check_fields(path, manifest, {GAME_KEY: str}, '')
 
 
 def read_manifest(directory):

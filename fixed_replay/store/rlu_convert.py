@@ -18,10 +18,12 @@ episode order) round 1 does all the work, reading each shard once; round 2
 only checks.
 """
 
+import dataclasses
 import os
 
 from absl import logging
 
+from fixed_replay.dataset import layout
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.dataset import rlu_tfds
 from fixed_replay.errors import CheckpointError
@@ -37,6 +39,7 @@ KINDS = ('rlu', 'tfds')
 # Asterix, Seaquest and Enduro); benchmarks/rlu_convert_benchmark.py shows
 # what it does to the conversion's speed.
 CLEVEL = 3
+_KIND_OF = {layout.Kind.RLU: 'rlu', layout.Kind.TFDS: 'tfds'}
 _BYTES_PER_FRAME_GUESS = 1000  # RL Unplugged's PNGs: ~1 KB a frame.
 
 
@@ -45,16 +48,11 @@ def default_options(**overrides):
   return convert.ConvertOptions(**{'clevel': CLEVEL, **overrides})
 
 
-def detect_kind(source):
-  """'rlu' for shard files, 'tfds' for a prepared dataset, else None."""
-  try:
-    rlu_shards.find_runs(source)
-    return 'rlu'
-  except CheckpointError:
-    pass
-  if rlu_tfds.is_prepared_dataset(source):
-    return 'tfds'
-  return None
+def _with_game(options, source):
+  """options, with the game the source's path names if it has none."""
+  if options.game is not None:
+    return options
+  return dataclasses.replace(options, game=layout.game_of(str(source)))
 
 
 def discover(source, kind, run=None):
@@ -272,7 +270,7 @@ def convert_rlu(
     CheckpointError: naming the shard and the episode for damaged input;
       as convert.convert for the store.
   """
-  options = options or default_options()
+  options = _with_game(options or default_options(), source)
   location, store_dir, rounds = _prepare(
     source, store_dir, kind, run, options, parts, recheck, plan, ray
   )
@@ -287,7 +285,8 @@ def _prepare(source, store_dir, kind, run, options, parts, recheck, plan, ray):
   if ray:  # Ray tasks may run in another directory, or on another node.
     source = source if storage.is_remote(source) else os.path.abspath(source)
     store_dir = os.path.abspath(store_dir)
-  kind = kind or detect_kind(source)
+  if kind is None:
+    kind = _KIND_OF.get(layout.detect(source).kind)
   if kind is None:
     raise CheckpointError(
       source,
@@ -328,7 +327,7 @@ def convert_all_runs(source, destination, options=None, workers=None, ray=None):
   Raises:
     CheckpointError: as for `convert_rlu`.
   """
-  options = options or default_options()
+  options = _with_game(options or default_options(), source)
   runs = sorted(rlu_shards.find_runs(str(source)))
   prepared = [
     _prepare(

@@ -21,22 +21,6 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.store import compact_store
 
 
-def is_store(directory):
-  """Whether a local directory holds compact store checkpoints."""
-  directory = str(directory)
-  if not os.path.isdir(directory):
-    return False
-  for name in os.listdir(directory):
-    path = os.path.join(directory, name)
-    if name.startswith('checkpoint_') and os.path.isfile(
-      os.path.join(path, compact_store.MANIFEST)
-    ):
-      return True
-    if compact_store.is_partial_dirname(name):
-      return True
-  return False
-
-
 def _valid_count(stored, stack_size, update_horizon):
   table = stored.valid_rows_table(stack_size, update_horizon)
   if table is not None:

@@ -1,33 +1,44 @@
-"""The directories a run reads: its replay data and the run it continues.
+"""Where a run's agent checkpoints are, and restoring another run's.
 
-A DQN Replay Dataset run keeps its replay checkpoints in `replay_logs/`; a
-Dopamine run keeps its agent checkpoints in `checkpoints/`. Both may be
-named by the folder above.
+A Dopamine Runner keeps its agent checkpoints (`ckpt.N` with
+`sentinel_checkpoint_complete.N`) in `base_dir/checkpoints/`; users name
+either folder. `latest_agent_checkpoint` is the one place that looks, for
+`--init_checkpoint_dir` and for generating data with a trained agent
+(dataset/policies.py), so both accept the same folders in the same order and
+fail with the same error. Where a dataset's replay files are is
+dataset/layout.py's answer.
 """
 
-import os
-
 from dopamine.discrete_domains import checkpointer
-import tensorflow as tf
 
+from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 
+CHECKPOINTS = 'checkpoints'
 
-def latest_checkpoint(init_dir):
-  """(checkpoint folder, latest complete checkpoint number) of a run.
+
+def latest_agent_checkpoint(directory: str) -> tuple[str, int]:
+  """(checkpoint folder, latest complete number) of a Runner's checkpoints.
+
+  Args:
+    directory: str, the Runner's base_dir or its checkpoints/ folder; the
+      checkpoints/ folder below it is looked at first.
 
   Raises:
-    ValueError: if neither init_dir nor init_dir/checkpoints holds one.
+    CheckpointError: if neither holds a complete agent checkpoint.
   """
-  for directory in (os.path.join(init_dir, 'checkpoints'), init_dir):
-    if not tf.io.gfile.isdir(directory):
+  directory = str(directory)
+  for candidate in (storage.join(directory, CHECKPOINTS), directory):
+    if not storage.isdir(candidate):
       continue
-    number = checkpointer.get_latest_checkpoint_number(directory)
+    number = checkpointer.get_latest_checkpoint_number(candidate)
     if number >= 0:
-      return directory, number
-  raise ValueError(
-    f'init_checkpoint_dir={init_dir}: no Dopamine checkpoint (ckpt.N with '
-    'its sentinel file) there or in its checkpoints/ folder'
+      return candidate, number
+  raise CheckpointError(
+    directory,
+    'no complete Dopamine agent checkpoint (ckpt.N with its '
+    f'sentinel_checkpoint_complete.N) in it or in its {CHECKPOINTS}/ folder; '
+    "name a Runner's base_dir or its checkpoints/ folder",
   )
 
 
@@ -43,9 +54,10 @@ def restore_init_checkpoint(agent, init_dir, checkpoint_file_prefix):
     (checkpoint folder, checkpoint number, the checkpoint's data dict).
 
   Raises:
-    ValueError: if there is no checkpoint or the agent cannot restore it.
+    CheckpointError: if there is no checkpoint.
+    ValueError: if the agent cannot restore it.
   """
-  directory, number = latest_checkpoint(init_dir)
+  directory, number = latest_agent_checkpoint(init_dir)
   data = checkpointer.Checkpointer(
     directory, checkpoint_file_prefix
   ).load_checkpoint(number)
@@ -55,28 +67,3 @@ def restore_init_checkpoint(agent, init_dir, checkpoint_file_prefix):
       f'could not restore checkpoint {number} of {directory}'
     )
   return directory, number, data
-
-
-def resolve_replay_dir(replay_dir):
-  """Returns the directory holding the replay checkpoints.
-
-  Args:
-    replay_dir: str, a run directory (with a `replay_logs/` folder, as in the
-      DQN Replay Dataset) or the checkpoint folder itself.
-
-  Returns:
-    str, `replay_dir/replay_logs` if that exists, else replay_dir.
-
-  Raises:
-    ValueError: if replay_dir is not a directory.
-  """
-  replay_dir = str(replay_dir)
-  nested = storage.join(replay_dir, 'replay_logs')
-  if storage.isdir(nested):
-    return nested
-  if not storage.isdir(replay_dir):
-    raise ValueError(
-      f'replay_dir={replay_dir}: no such directory (expected a run '
-      'directory with replay_logs/ or a folder of replay checkpoints)'
-    )
-  return replay_dir

@@ -28,15 +28,13 @@ from dopamine.discrete_domains import run_experiment
 import gin
 
 from fixed_replay import agents
-from fixed_replay import gin_files as gin_files_lib
 from fixed_replay import progress
+from fixed_replay.dataset import layout
 from fixed_replay.replay import arguments
 from fixed_replay.training import agent_checks
+from fixed_replay.training import data_game
 from fixed_replay.training import reporting
 from fixed_replay.training import run_dirs
-
-# Callers import it from here, where it was before run_dirs.py.
-resolve_replay_dir = run_dirs.resolve_replay_dir
 
 # Marks a runner argument left to Dopamine's Runner (its gin bindings, then
 # its defaults).
@@ -366,10 +364,14 @@ def create_runner(
 ):
   """Parses gin configs and creates a FixedReplayRunner.
 
+  The runner evaluates in the data's game unless a gin binding names
+  another (see data_game.py for the rule).
+
   Args:
     base_dir: str, where the run writes checkpoints, logs and summaries.
     agent_name: str, a name registered in fixed_replay.agents.AGENTS.
-    replay_dir: str, the dataset: a run directory or its replay_logs/.
+    replay_dir: str, the dataset: a run directory, its replay_logs/ or a
+      compact store (see dataset/layout.py).
     gin_files: list of gin config files.
     gin_bindings: list of gin bindings, applied after the files.
     init_checkpoint_dir: str or None, a run whose latest weights initialise
@@ -380,22 +382,28 @@ def create_runner(
     FixedReplayRunner.
 
   Raises:
-    ValueError: on a missing directory or unknown agent name.
+    CheckpointError: if replay_dir holds nothing trainable (saying why).
+    UsageError: on an unknown agent name, a missing gin file or no game.
   """
   if not base_dir:
     raise ValueError('base_dir is required')
   if not replay_dir:
     raise ValueError('replay_dir is required')
-  # Registers the agent's gin configurables before the configs are parsed.
-  agents.agent_class(agent_name)
-  gin_files_lib.load_gin_configs(list(gin_files), list(gin_bindings))
-  replay_data_dir = run_dirs.resolve_replay_dir(replay_dir)
-  logging.info('Agent %s on %s', agent_name, replay_data_dir)
+  dataset = layout.detect(replay_dir).require_trainable()
+  # Registers every gin name the run uses before the configs are parsed
+  # (and locked): the agent's, the buffers', the runner's.
+  agents.import_gin_names(agents.agent_class(agent_name))
+  game = data_game.parse_configs(dataset, gin_files, gin_bindings)
+  logging.info('Agent %s on %s', agent_name, dataset.data_dir)
   create_agent_fn = functools.partial(
     agents.create_agent,
     agent_name=agent_name,
-    replay_data_dir=replay_data_dir,
+    replay_data_dir=dataset.data_dir,
     replay_suffix=replay_suffix,
     init_checkpoint_dir=init_checkpoint_dir,
+  )
+  # Before the agent loads any data: actions the game lacks are an error.
+  create_agent_fn = agent_checks.checking_actions(
+    create_agent_fn, dataset, game
   )
   return FixedReplayRunner(os.fspath(base_dir), create_agent_fn)

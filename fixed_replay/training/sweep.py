@@ -22,6 +22,7 @@ from absl import logging
 
 from fixed_replay import agents as agents_lib
 from fixed_replay import progress
+from fixed_replay.dataset import layout
 from fixed_replay.io import files as storage
 from fixed_replay.training import trial as trial_lib
 
@@ -71,7 +72,7 @@ def plan(
   replay_dir,
   agents,
   seeds,
-  games,
+  games=None,
   runs=('1',),
   gin_files=(),
   gin_bindings=(),
@@ -84,7 +85,8 @@ def plan(
       replay_logs/), e.g. '/data/{game}/{run}'.
     agents: list of agent names (fixed_replay.agents.AGENTS).
     seeds: list of int.
-    games: list of game names, e.g. ['Pong', 'Breakout'].
+    games: list of game names, e.g. ['Pong', 'Breakout'], or None for the
+      one dataset replay_dir names (see `_one_dataset`).
     runs: list of run names, e.g. ['1', '2'].
     gin_files: list of gin file patterns, e.g. ['configs/{agent}.gin'].
     gin_bindings: list of gin bindings (placeholders filled as well).
@@ -103,6 +105,9 @@ def plan(
   # Workers need not share the driver's working directory.
   base_dir, replay_dir = _absolute(base_dir), _absolute(replay_dir)
   gin_files = [_absolute(path) for path in gin_files]
+  bind_game = games is not None
+  if not bind_game:
+    games, runs = _one_dataset(replay_dir, runs)
   games = [str(g) for g in games]
   runs = [str(r) for r in runs]
   _check_names('games', games)
@@ -140,10 +145,40 @@ def plan(
               run,
               agent,
               int(seed),
+              bind_game,
             )
           )
   _check_inputs_exist(trials)
   return trials
+
+
+def _one_dataset(replay_dir, runs):
+  """([game], [run]) naming the trials of a sweep without --games.
+
+  The dataset is replay_dir itself (no {game} or {run} to fill). Its
+  trials go to BASE/<game>/<run>/...: the data's game and run where its
+  path says them (`/data/Pong/1`), else the dataset's directory name and
+  the one --runs value. Training then evaluates in the data's own game.
+
+  Raises:
+    ValueError: if replay_dir has {game} or {run}, or runs lists several.
+  """
+  for name in ('game', 'run'):
+    if '{' + name + '}' in replay_dir:
+      raise ValueError(
+        f'--replay_dir={replay_dir!r} has {{{name}}}: list the values with '
+        f'--{name}s, or name one dataset'
+      )
+  runs = [str(r) for r in runs]
+  if len(runs) != 1:
+    raise ValueError(
+      f'--runs={",".join(runs)} without --games: --replay_dir names one '
+      'dataset'
+    )
+  game = layout.detect(replay_dir).game or layout.dopamine_game(replay_dir)
+  if game is None:
+    return [layout.run_name(replay_dir)], runs
+  return [game], [layout.run_name(replay_dir)]
 
 
 def _absolute(path):
@@ -151,12 +186,14 @@ def _absolute(path):
   return path if storage.is_remote(path) else os.path.abspath(path)
 
 
-def _trial(base_dir, replay_dir, gin_files, gin_bindings, game, run, agent, s):
+def _trial(
+  base_dir, replay_dir, gin_files, gin_bindings, game, run, agent, s, bind_game
+):
   values = dict(game=game, run=run, agent=agent)
   directory = base_dir
   for part in (game, run, agent, f'seed_{s}'):
     directory = storage.join(directory, part)
-  bindings = [GAME_BINDING.format(game=game)]
+  bindings = [GAME_BINDING.format(game=game)] if bind_game else []
   bindings += [fill(binding, **values) for binding in gin_bindings]
   return trial_lib.Trial(
     game=game,
