@@ -15,9 +15,9 @@ from absl import logging
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_output
-from fixed_replay.store import compact_store
 from fixed_replay.store import destination
 from fixed_replay.store import dopamine_output
+from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
 
 
@@ -53,7 +53,7 @@ def convert_checkpoint(files, store_dir, options, threads=1):
   output = output_of(options)
   final = output.final_path(store_dir, source.suffix)
   partial = os.path.join(
-    store_dir, compact_store.partial_dirname(source.suffix)
+    store_dir, manifest_lib.partial_dirname(source.suffix)
   )
   try:
     if os.path.exists(partial):
@@ -83,6 +83,6 @@ def convert_checkpoint(files, store_dir, options, threads=1):
 def remove_partials(store_dir):
   """Deletes partial checkpoints of killed conversions (ours by name)."""
   for name in os.listdir(store_dir):
-    if compact_store.is_partial_dirname(name):
+    if manifest_lib.is_partial_dirname(name):
       logging.info('Removing %s, left by an interrupted conversion', name)
       shutil.rmtree(os.path.join(store_dir, name))

@@ -21,6 +21,8 @@ from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_store
+from fixed_replay.store import frame_blocks
+from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
 
 
@@ -118,14 +120,14 @@ def _compress_slices(slices, out, cparams, options, threads):
   # A few tasks per thread and slice: one per 16-frame block cost more in
   # futures than the blocks' compression on one core.
   compress = lambda group: [
-    compact_store.compress_block(block, cparams) for block in group
+    frame_blocks.compress_block(block, cparams) for block in group
   ]
   offsets, crcs = [0], []
   frames_crc, blocks_crc, num_rows = 0, 0, 0
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
     for part in slices:
       num_rows += len(part)
-      frames_crc = compact_store.crc32(part, frames_crc)
+      frames_crc = manifest_lib.crc32(part, frames_crc)
       blocks = [
         part[i : i + block_rows] for i in range(0, len(part), block_rows)
       ]
@@ -134,15 +136,15 @@ def _compress_slices(slices, out, cparams, options, threads):
       for chunk in itertools.chain.from_iterable(pool.map(compress, groups)):
         out.write(chunk)
         offsets.append(offsets[-1] + len(chunk))
-        crcs.append(compact_store.crc32(chunk))
-        blocks_crc = compact_store.crc32(chunk, blocks_crc)
+        crcs.append(manifest_lib.crc32(chunk))
+        blocks_crc = manifest_lib.crc32(chunk, blocks_crc)
       worker_processes.count_progress(len(part))
   return offsets, crcs, frames_crc, blocks_crc, num_rows
 
 
 def _write_frames(reader, directory, options, threads):
   """Streams a source's frames into blocks; returns the manifest entry."""
-  cparams = compact_store.block_cparams(
+  cparams = frame_blocks.block_cparams(
     options.codec,
     options.clevel,
     options.block_rows,
@@ -152,19 +154,19 @@ def _write_frames(reader, directory, options, threads):
   slices = reader.frame_slices(
     slice_rows(reader.row_shape, reader.dtype, options)
   )
-  with open(os.path.join(directory, compact_store.BLOCKS_FILE), 'wb') as out:
+  with open(os.path.join(directory, manifest_lib.BLOCKS_FILE), 'wb') as out:
     offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
       slices, out, cparams, options, threads
     )
     out.flush()
     os.fsync(out.fileno())
   _write_npy(
-    directory, compact_store.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
+    directory, manifest_lib.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
   )
-  _write_npy(directory, compact_store.CRC_FILE, np.array(crcs, dtype=np.uint32))
+  _write_npy(directory, manifest_lib.CRC_FILE, np.array(crcs, dtype=np.uint32))
   dtype = np.dtype(reader.dtype)
   spec = {
-    'file': compact_store.BLOCKS_FILE,
+    'file': manifest_lib.BLOCKS_FILE,
     'dtype': dtype.str,
     'row_shape': list(reader.row_shape),
     'codec': options.codec,
@@ -191,11 +193,11 @@ def _write_checkpoint(source, directory, options, threads):
     name: _write_npy(directory, f'{name}.npy', array)
     for name, array in arrays.items()
   }
-  _write_npy(directory, compact_store.INVALID_RANGE_FILE, meta.invalid_range)
+  _write_npy(directory, manifest_lib.INVALID_RANGE_FILE, meta.invalid_range)
   episode_ends = None
   if meta.episode_end_indices is not None:
     episode_ends = _write_npy(
-      directory, compact_store.EPISODE_ENDS_FILE, meta.episode_end_indices
+      directory, manifest_lib.EPISODE_ENDS_FILE, meta.episode_end_indices
     )
   if num_rows >= 2**31:
     raise CheckpointError(directory, f'{num_rows} rows: too many')
@@ -211,25 +213,25 @@ def _write_checkpoint(source, directory, options, threads):
   ).astype(np.int32)
   _write_npy(
     directory,
-    compact_store.VALID_MASK_FILE,
+    manifest_lib.VALID_MASK_FILE,
     compact_store.pack_valid_rows(valid, num_rows),
   )
   names = [
-    compact_store.OFFSETS_FILE,
-    compact_store.CRC_FILE,
-    compact_store.INVALID_RANGE_FILE,
-    compact_store.VALID_MASK_FILE,
+    manifest_lib.OFFSETS_FILE,
+    manifest_lib.CRC_FILE,
+    manifest_lib.INVALID_RANGE_FILE,
+    manifest_lib.VALID_MASK_FILE,
   ] + list(written.values())
   if episode_ends:
     names.append(episode_ends)
   file_entries = {
-    name: compact_store.file_entry(os.path.join(directory, name))
+    name: manifest_lib.file_entry(os.path.join(directory, name))
     for name in names
   }
-  file_entries[compact_store.BLOCKS_FILE] = blocks_entry
+  file_entries[manifest_lib.BLOCKS_FILE] = blocks_entry
   manifest = {
-    'format': compact_store.FORMAT,
-    'version': compact_store.VERSION,
+    'format': manifest_lib.FORMAT,
+    'version': manifest_lib.VERSION,
     'suffix': source.suffix,
     'num_rows': num_rows,
     'add_count': meta.add_count,
@@ -244,7 +246,7 @@ def _write_checkpoint(source, directory, options, threads):
       for name, array in arrays.items()
     },
     'valid_rows': {
-      'file': compact_store.VALID_MASK_FILE,
+      'file': manifest_lib.VALID_MASK_FILE,
       'stack_size': options.stack_size,
       'update_horizon': options.update_horizon,
       'count': len(valid),
@@ -252,7 +254,7 @@ def _write_checkpoint(source, directory, options, threads):
     'episode_end_indices': episode_ends,
     'files': file_entries,
   }
-  compact_store.write_manifest(directory, manifest)
+  manifest_lib.write_manifest(directory, manifest)
   return manifest, arrays, valid
 
 
@@ -288,7 +290,7 @@ class CompactOutput:
   """The compact store: checkpoint_<suffix>/ directories (compact_store.py)."""
 
   def final_path(self, store_dir, suffix):
-    return os.path.join(store_dir, compact_store.checkpoint_dirname(suffix))
+    return os.path.join(store_dir, manifest_lib.checkpoint_dirname(suffix))
 
   def exists(self, store_dir, suffix):
     return os.path.exists(self.final_path(store_dir, suffix))
@@ -297,7 +299,7 @@ class CompactOutput:
     """manifest['source'] of a stored checkpoint, or None if absent."""
     if not self.exists(store_dir, suffix):
       return None
-    return compact_store.read_manifest(self.final_path(store_dir, suffix))[
+    return manifest_lib.read_manifest(self.final_path(store_dir, suffix))[
       'source'
     ]
 
@@ -322,7 +324,7 @@ class CompactOutput:
 
   def remove(self, store_dir, suffix):
     """Deletes a stored checkpoint (renamed away first: never half there)."""
-    doomed = os.path.join(store_dir, compact_store.partial_dirname(suffix))
+    doomed = os.path.join(store_dir, manifest_lib.partial_dirname(suffix))
     os.rename(self.final_path(store_dir, suffix), doomed)
     fsync_directory(store_dir)
     shutil.rmtree(doomed)
@@ -332,7 +334,7 @@ class CompactOutput:
 
   def stored_rows(self, store_dir, suffix):
     path = self.final_path(store_dir, suffix)
-    return compact_store.read_manifest(path)['num_rows']
+    return manifest_lib.read_manifest(path)['num_rows']
 
 
 def store_bytes(directory):

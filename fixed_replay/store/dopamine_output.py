@@ -32,7 +32,7 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.io.gzip_stream import GzipStream
 from fixed_replay.store import compact_output
-from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
 
 FORMAT = 'fixed_replay.store.dopamine_output'
@@ -58,7 +58,7 @@ def _frames_crc(path):
     left = header.nbytes
     while left:
       chunk = stream.read(min(left, _READ_BYTES))
-      value = compact_store.crc32(chunk, value)
+      value = manifest_lib.crc32(chunk, value)
       left -= len(chunk)
     if stream.read_to_end():
       raise CheckpointError(path, 'more data after the rows its header lists')
@@ -104,7 +104,7 @@ class DopamineOutput:
   def verify_stored(self, store_dir, suffix):
     """Checks every file of a committed checkpoint; returns the manifest."""
     manifest = self.read_manifest(store_dir, suffix)
-    compact_store.verify_files(store_dir, manifest)
+    manifest_lib.verify_files(store_dir, manifest)
     return manifest
 
   def check_existing(self, store_dir, source, options):
@@ -185,11 +185,11 @@ class DopamineOutput:
       'source': rows.description,
       'options': stored_options(options),
       'files': {
-        entry: compact_store.file_entry(os.path.join(partial, entry))
+        entry: manifest_lib.file_entry(os.path.join(partial, entry))
         for entry in sorted(os.listdir(partial))
       },
     }
-    compact_store.write_manifest(partial, manifest)
+    manifest_lib.write_manifest(partial, manifest)
     return writer.num_rows, (manifest, rows)
 
   def verify(self, partial, written):
@@ -220,7 +220,7 @@ class DopamineOutput:
       )
     ):
       raise CheckpointError(partial, 'bookkeeping differs when read back')
-    compact_store.verify_files(partial, manifest)
+    manifest_lib.verify_files(partial, manifest)
 
   def commit(self, partial, store_dir, suffix):
     names = sorted(n for n in os.listdir(partial) if file_names.parse(n))

@@ -19,6 +19,7 @@ from fixed_replay.dataset import summaries
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 
 
 def is_store(directory):
@@ -29,10 +30,10 @@ def is_store(directory):
   for name in os.listdir(directory):
     path = os.path.join(directory, name)
     if name.startswith('checkpoint_') and os.path.isfile(
-      os.path.join(path, compact_store.MANIFEST)
+      os.path.join(path, manifest_lib.MANIFEST)
     ):
       return True
-    if compact_store.is_partial_dirname(name):
+    if manifest_lib.is_partial_dirname(name):
       return True
   return False
 
@@ -118,7 +119,7 @@ def _check_shapes(checkpoints):
     if summary.observation_shape is not None and shape != first:
       summary.problems.append(
         summaries.Problem(
-          compact_store.checkpoint_dirname(summary.suffix),
+          manifest_lib.checkpoint_dirname(summary.suffix),
           f"frames {shape[0]} {shape[1]}, the store's first checkpoint has "
           f'{first[0]} {first[1]}',
         )
@@ -139,13 +140,13 @@ def summarize_store(store_dir, stack_size=4, update_horizon=1, verify=False):
     verified=verify,
   )
   try:
-    found = compact_store.find_stored_checkpoints(store_dir)
+    found = manifest_lib.find_stored_checkpoints(store_dir)
   except CheckpointError as error:
     summary.problems.append(summaries.Problem(error.path, error.problem))
     found = {}
   partial = {}
   for name in os.listdir(store_dir) if os.path.isdir(store_dir) else []:
-    suffix = compact_store.partial_suffix(name)
+    suffix = manifest_lib.partial_suffix(name)
     if suffix is not None:
       partial[suffix] = name
   for suffix in sorted(set(found) | set(partial)):
@@ -155,7 +156,7 @@ def summarize_store(store_dir, stack_size=4, update_horizon=1, verify=False):
       )
       continue
     incomplete = summaries.CheckpointSummary(
-      suffix=suffix, complete=False, missing=[compact_store.MANIFEST]
+      suffix=suffix, complete=False, missing=[manifest_lib.MANIFEST]
     )
     incomplete.problems.append(
       summaries.Problem(
