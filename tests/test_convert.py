@@ -12,6 +12,7 @@ import pytest
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import convert
+from fixed_replay.store import convert_options
 from fixed_replay.store import manifest as manifest_lib
 
 # More checkpoints than conftest's four, as hard links (nothing copied), so
@@ -139,7 +140,10 @@ def test_damaged_stored_checkpoint_is_not_skipped_silently(source, tmp_path):
 def test_other_options_on_resume_are_refused(source, reference):
   with pytest.raises(CheckpointError, match='block_rows.: 32'):
     convert.convert(
-      source, reference[0], convert.ConvertOptions(block_rows=32), workers=0
+      source,
+      reference[0],
+      convert_options.ConvertOptions(block_rows=32),
+      workers=0,
     )
 
 

@@ -8,7 +8,7 @@ goes into `episode_end_indices`, an episode cut without terminal included
 (`add(..., episode_end=True)`), so that no n-step transition crosses it.
 
 EpisodeRows builds exactly those rows from validated episodes
-(rlu_shards.Episode), decoding frames into one reused slice buffer, and
+(rlu_episodes.Episode), decoding frames into one reused slice buffer, and
 chooses the bookkeeping so that Dopamine's own `load` of the result samples
 those rows and nothing else: after the R rows added comes one more all-zero
 row, `add_count` is R (the buffer is not full, its cursor on that last row)
@@ -21,7 +21,7 @@ import concurrent.futures
 
 import numpy as np
 
-from fixed_replay.dataset import rlu_shards
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 
@@ -42,7 +42,7 @@ class EpisodeRows:
   """
 
   def __init__(self, slice_rows, stack_size=4, update_horizon=1, threads=1):
-    self._frames = np.zeros((slice_rows,) + rlu_shards.FRAME_SHAPE, np.uint8)
+    self._frames = np.zeros((slice_rows,) + rlu_episodes.FRAME_SHAPE, np.uint8)
     self._filled = 0
     self._stack_size = stack_size
     self._update_horizon = update_horizon
@@ -71,11 +71,13 @@ class EpisodeRows:
     parts = len(out) // _MIN_FRAMES_PER_THREAD
     parts = min(self._threads, parts)
     if parts <= 1:
-      rlu_shards.decode_frames(episode, start, out)
+      rlu_episodes.decode_frames(episode, start, out)
       return
     bounds = np.linspace(0, len(out), parts + 1).astype(int)
     jobs = [
-      self._pool.submit(rlu_shards.decode_frames, episode, start + a, out[a:b])
+      self._pool.submit(
+        rlu_episodes.decode_frames, episode, start + a, out[a:b]
+      )
       for a, b in zip(bounds[:-1], bounds[1:], strict=True)
     ]
     for job in jobs:

@@ -48,16 +48,6 @@ from fixed_replay.dataset import replay_dumps
 # fast.
 
 POLICIES = ('random', 'scripted', 'agent')
-# Callers import these from here (they lived here before environments.py and
-# replay_dumps.py were split off).
-ATARI_MAX_STEPS_PER_EPISODE = environments.ATARI_MAX_STEPS_PER_EPISODE
-CARTPOLE_MAX_STEPS_PER_EPISODE = environments.CARTPOLE_MAX_STEPS_PER_EPISODE
-ENVIRONMENTS = environments.ENVIRONMENTS
-ENVIRONMENT_SPECS = environments.ENVIRONMENT_SPECS
-EnvironmentSpec = environments.EnvironmentSpec
-create_environment = environments.create_environment
-CheckpointSummary = replay_dumps.CheckpointSummary
-STAGING_PREFIX = replay_dumps.STAGING_PREFIX
 
 
 @dataclasses.dataclass
@@ -66,7 +56,7 @@ class DatasetSummary:
 
   Attributes:
     output_dir: str.
-    checkpoints: list of CheckpointSummary, in suffix order.
+    checkpoints: list of replay_dumps.CheckpointSummary, in suffix order.
     episode_returns: list of float, unclipped returns of the episodes that
       ended before the last checkpoint, in order.
     episode_lengths: list of int, their lengths in agent steps.
@@ -159,7 +149,8 @@ def _check_output_dir(output_dir):
     taken = sorted(
       name
       for name in os.listdir(output_dir)
-      if file_names.FILE_PATTERN.match(name) or name.startswith(STAGING_PREFIX)
+      if file_names.FILE_PATTERN.match(name)
+      or name.startswith(replay_dumps.STAGING_PREFIX)
     )
     if taken:
       shown = ', '.join(taken[:3]) + (', ...' if len(taken) > 3 else '')
@@ -299,10 +290,11 @@ def generate_dataset(
       f'{output_dir}: generate writes local directories only; copy the '
       'result to remote storage afterwards'
     )
-  spec = ENVIRONMENT_SPECS.get(environment)
+  spec = environments.ENVIRONMENT_SPECS.get(environment)
   if spec is None:
     raise ValueError(
-      f'unknown environment {environment!r}; choose from {ENVIRONMENTS}'
+      f'unknown environment {environment!r}; choose from '
+      f'{environments.ENVIRONMENTS}'
     )
   cursor = checkpoint_rows - 1 if cursor is None else cursor
   max_steps = max_steps_per_episode or spec.max_steps_per_episode
@@ -312,7 +304,7 @@ def generate_dataset(
   _check_output_dir(output_dir)
 
   rng = np.random.default_rng(seed)
-  env = create_environment(environment, game, sticky_actions)
+  env = environments.create_environment(environment, game, sticky_actions)
   # Seeds the emulator / physics once; Dopamine's wrappers reset unseeded.
   env.environment.reset(seed=seed)
   behaviour = make_policy(

@@ -14,7 +14,7 @@ from absl import logging
 import numpy as np
 
 from fixed_replay import progress
-from fixed_replay.dataset import rlu_shards
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.dataset import summaries
 from fixed_replay.errors import CheckpointError
 
@@ -78,7 +78,7 @@ class RunSummary:
 def _decode_all(episode, scratch):
   for start in range(0, episode.num_steps, len(scratch)):
     count = min(len(scratch), episode.num_steps - start)
-    rlu_shards.decode_frames(episode, start, scratch[:count])
+    rlu_episodes.decode_frames(episode, start, scratch[:count])
 
 
 def _read_part(open_part, part, verify, scratch, found, summary):
@@ -112,14 +112,14 @@ def summarize_run(kind, location, parts, open_part, verify=False):
     kind: str, 'rlu' or 'tfds' (for the report).
     location: str, directory of the parts.
     parts: list of objects with `name` and `num_bytes`.
-    open_part: callable(part) -> iterator of rlu_shards.Episode.
+    open_part: callable(part) -> iterator of rlu_episodes.Episode.
     verify: bool, also decode every frame.
 
   Returns:
     RunSummary; problems are collected, never raised.
   """
   summary = RunSummary(location=location, kind=kind, verified=verify)
-  scratch = np.empty((_DECODE_ROWS,) + rlu_shards.FRAME_SHAPE, np.uint8)
+  scratch = np.empty((_DECODE_ROWS,) + rlu_episodes.FRAME_SHAPE, np.uint8)
   found = {}
   bar = progress.bar(
     sum(p.num_bytes for p in parts), 'reading', unit='B', unit_scale=True

@@ -24,17 +24,6 @@ SHARD_NAME = re.compile(
 )
 _RECORD_FRAMING_BYTES = 16  # Length, its CRC and the data CRC of a record.
 
-# The episodes' names, imported from here since before rlu_episodes.py.
-NUM_CHECKPOINTS = rlu_episodes.NUM_CHECKPOINTS
-FRAME_SHAPE = rlu_episodes.FRAME_SHAPE
-REQUIRED_KEYS = rlu_episodes.REQUIRED_KEYS
-Episode = rlu_episodes.Episode
-check_checkpoint_idx = rlu_episodes.check_checkpoint_idx
-check_steps = rlu_episodes.check_steps
-check_actions = rlu_episodes.check_actions
-parse_episode = rlu_episodes.parse_episode
-decode_frames = rlu_episodes.decode_frames
-
 
 @dataclasses.dataclass(frozen=True)
 class Shard:
@@ -207,7 +196,7 @@ def iter_episodes(path, wanted=None):
   for number, data in read_records(path, lambda: last[0]):
     if wanted is not None and number not in wanted:
       continue
-    episode = parse_episode(data, path, number)
+    episode = rlu_episodes.parse_episode(data, path, number)
     last[0] = episode.where()
     yield episode
 

@@ -22,7 +22,7 @@ import re
 
 import numpy as np
 
-from fixed_replay.dataset import rlu_shards
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 
@@ -167,10 +167,10 @@ def episode_from_example(example, label, record):
     record: int, the episode's position in the split.
 
   Returns:
-    rlu_shards.Episode.
+    rlu_episodes.Episode.
 
   Raises:
-    CheckpointError: as rlu_shards.parse_episode does.
+    CheckpointError: as rlu_episodes.parse_episode does.
   """
   checkpoint_idx = int(
     _flat(example, 'checkpoint_id', 'int64_list', label, record)[0]
@@ -178,7 +178,7 @@ def episode_from_example(example, label, record):
   episode_idx = int(
     _flat(example, 'episode_id', 'int64_list', label, record)[0]
   )
-  rlu_shards.check_checkpoint_idx(label, record, checkpoint_idx, episode_idx)
+  rlu_episodes.check_checkpoint_idx(label, record, checkpoint_idx, episode_idx)
   kinds = {
     'observation': 'bytes_list',
     'action': 'int64_list',
@@ -196,17 +196,17 @@ def episode_from_example(example, label, record):
   if len(set(lengths.values())) > 1:
     raise CheckpointError(label, f'{where}: steps of unequal length {lengths}')
   is_terminal = np.asarray(steps['is_terminal'], bool)
-  episode = rlu_shards.Episode(
+  episode = rlu_episodes.Episode(
     shard=label,
     record=record,
     checkpoint_idx=checkpoint_idx,
     episode_idx=episode_idx,
     frames=steps['observation'],
-    actions=rlu_shards.check_actions(label, where, steps['action']),
+    actions=rlu_episodes.check_actions(label, where, steps['action']),
     rewards=np.clip(np.asarray(steps['reward'], np.float32), -1, 1),
     terminal=bool(len(is_terminal)) and bool(is_terminal[-1]),
   )
-  rlu_shards.check_steps(episode, is_terminal)
+  rlu_episodes.check_steps(episode, is_terminal)
   return episode
 
 

@@ -52,9 +52,7 @@ def convert_checkpoint(files, store_dir, options, threads=1):
   source = checkpoint_source.as_source(files)
   output = output_of(options)
   final = output.final_path(store_dir, source.suffix)
-  partial = os.path.join(
-    store_dir, manifest_lib.partial_dirname(source.suffix)
-  )
+  partial = os.path.join(store_dir, manifest_lib.partial_dirname(source.suffix))
   try:
     if os.path.exists(partial):
       shutil.rmtree(partial)

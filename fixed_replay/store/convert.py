@@ -35,19 +35,9 @@ from fixed_replay.errors import CheckpointProblems
 from fixed_replay.io import files as storage
 from fixed_replay.store import checkpoint_commit
 from fixed_replay.store import checkpoint_source
-from fixed_replay.store import compact_output
 from fixed_replay.store import convert_options
 from fixed_replay.store import convert_runners
 from fixed_replay.store import destination
-
-# The public names of this module before it was split (kept importable).
-ConvertOptions = convert_options.ConvertOptions
-ConversionResult = convert_options.ConversionResult
-CompactOutput = compact_output.CompactOutput
-check_existing = compact_output.check_existing
-slice_rows = compact_output.slice_rows
-output_of = checkpoint_commit.output_of
-convert_checkpoint = checkpoint_commit.convert_checkpoint
 
 
 def _check_not_source(source_dir, store_dir):
@@ -129,7 +119,7 @@ class _Store:
       for source in self.seen.values()
       for name, size in source.source_files().items()
     }
-    return ConversionResult(
+    return convert_options.ConversionResult(
       converted=converted,
       skipped=sorted(set(self.skipped) - set(converted)),
       frames=sum(output.stored_rows(store_dir, s) for s in converted),
@@ -154,7 +144,7 @@ def convert(source_dir, store_dir, options=None, workers=None, ray=None):
   Args:
     source_dir: str, directory of gzip checkpoints (local or gs://).
     store_dir: str, local directory of the store (created if needed).
-    options: ConvertOptions or None for the defaults.
+    options: convert_options.ConvertOptions or None for the defaults.
     workers: int or None; processes converting checkpoints in parallel (None:
       one per core, at most one per checkpoint); 0 converts in this process.
       With a local Ray: its CPUs.
@@ -165,7 +155,7 @@ def convert(source_dir, store_dir, options=None, workers=None, ray=None):
       checkpoint is then a Ray task, retried if it fails or is lost.
 
   Returns:
-    ConversionResult.
+    convert_options.ConversionResult.
 
   Raises:
     CheckpointError: if the source holds no complete checkpoint, a source
@@ -189,13 +179,14 @@ def convert_runs(runs, options=None, workers=None, ray=None):
     options, workers, ray: as for `convert`.
 
   Returns:
-    list of ConversionResult, one per run, in the order of `runs`.
+    list of convert_options.ConversionResult, one per run, in the order of
+    `runs`.
 
   Raises:
     CheckpointError: as for `convert`; the stores must be distinct.
   """
   began = time.perf_counter()
-  options = options or ConvertOptions()
+  options = options or convert_options.ConvertOptions()
   if ray:
     runs = [(_absolute(str(s)), _absolute(str(d))) for s, d in runs]
   runs = [(str(s), str(d)) for s, d in runs]
@@ -234,11 +225,11 @@ def convert_sources(
     rounds: iterable of lists of sources (checkpoint_source.py). Each round
       is converted before the next is asked for, all under the store's
       lock, so a generator may plan a round from what the store holds.
-    options: ConvertOptions or None for the defaults.
+    options: convert_options.ConvertOptions or None for the defaults.
     workers, ray: as for `convert` (Ray's cluster serves every round).
 
   Returns:
-    ConversionResult.
+    convert_options.ConversionResult.
 
   Raises:
     CheckpointError: as for `convert`.
@@ -260,13 +251,14 @@ def convert_source_runs(runs, options=None, workers=None, ray=None):
     options, workers, ray: as for `convert_sources`.
 
   Returns:
-    list of ConversionResult, one per run, in the order of `runs`.
+    list of convert_options.ConversionResult, one per run, in the order of
+    `runs`.
 
   Raises:
     CheckpointError: as for `convert`.
   """
   began = time.perf_counter()
-  options = options or ConvertOptions()
+  options = options or convert_options.ConvertOptions()
   runs = [(str(s), str(d), rounds) for s, d, rounds in runs]
   stores = [os.path.realpath(d) for _, d, _ in runs]
   if len(set(stores)) != len(stores):

@@ -22,11 +22,14 @@ import os
 
 from absl import logging
 
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.dataset import rlu_tfds
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
+from fixed_replay.store import checkpoint_commit
 from fixed_replay.store import convert
+from fixed_replay.store import convert_options
 from fixed_replay.store import rlu_plan
 from fixed_replay.store import rlu_source
 
@@ -42,7 +45,7 @@ _BYTES_PER_FRAME_GUESS = 1000  # RL Unplugged's PNGs: ~1 KB a frame.
 
 def default_options(**overrides):
   """ConvertOptions for RL Unplugged input: the store's, but CLEVEL."""
-  return convert.ConvertOptions(**{'clevel': CLEVEL, **overrides})
+  return convert_options.ConvertOptions(**{'clevel': CLEVEL, **overrides})
 
 
 def detect_kind(source):
@@ -187,7 +190,7 @@ def unfinished(location, store_dir, parts, options):
     the parts it needs} for the checkpoints of the indexed parts that are
     not stored as planned.
   """
-  output = convert.output_of(options)
+  output = checkpoint_commit.output_of(options)
   unindexed = [p for p in parts if rlu_plan.read_index(store_dir, p) is None]
   indexed = [p for p in parts if p not in unindexed]
   planned = plan_checkpoints('rlu', location, indexed, store_dir, options)
@@ -201,10 +204,12 @@ def unfinished(location, store_dir, parts, options):
 
 
 def _rounds(kind, location, parts, store_dir, options, recheck, plan=True):
-  output = convert.output_of(options)
+  output = checkpoint_commit.output_of(options)
   rlu_plan.remove_temporaries(store_dir)
   existed = {
-    n for n in range(rlu_shards.NUM_CHECKPOINTS) if output.exists(store_dir, n)
+    n
+    for n in range(rlu_episodes.NUM_CHECKPOINTS)
+    if output.exists(store_dir, n)
   }
   sources, unindexed = _first_round(
     kind, location, parts, store_dir, options, output
@@ -254,7 +259,7 @@ def convert_rlu(
     store_dir: str, the local output directory.
     kind: 'rlu', 'tfds' or None to detect it.
     run: int or None; required when the directory holds several runs.
-    options: convert.ConvertOptions (output_format, stack_size, ...);
+    options: convert_options.ConvertOptions (output_format, stack_size, ...);
       default_options() when None.
     workers: int or None, as for convert.convert.
     parts: optional list of rlu_plan.Part to convert instead of all the
@@ -266,7 +271,7 @@ def convert_rlu(
       stays in this process).
 
   Returns:
-    convert.ConversionResult.
+    convert_options.ConversionResult.
 
   Raises:
     CheckpointError: naming the shard and the episode for damaged input;
@@ -323,7 +328,7 @@ def convert_all_runs(source, destination, options=None, workers=None, ray=None):
     options, workers, ray: as for `convert_rlu`.
 
   Returns:
-    dict, run -> convert.ConversionResult, in run order.
+    dict, run -> convert_options.ConversionResult, in run order.
 
   Raises:
     CheckpointError: as for `convert_rlu`.

@@ -42,7 +42,7 @@ def download_and_convert(
     store_dir: str, the converted output.
     checkpoints: optional iterable of shard numbers.
     root: str, the bucket directory or a local stand-in.
-    options: convert.ConvertOptions (rlu_convert.default_options()).
+    options: convert_options.ConvertOptions (rlu_convert.default_options()).
 
   Returns:
     download.DownloadResult with `conversion` set.

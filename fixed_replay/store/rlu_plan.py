@@ -54,7 +54,7 @@ class Entry:
 
 
 def entry_of(part, episode):
-  """The index entry of an rlu_shards.Episode read from `part` (a Part)."""
+  """The index entry of an rlu_episodes.Episode read from `part` (a Part)."""
   return Entry(
     part.name,
     episode.record,

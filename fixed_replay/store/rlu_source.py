@@ -18,6 +18,7 @@ memory at a time. Two ways to know which episodes:
 import dataclasses
 
 from fixed_replay.dataset import episode_rows
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.dataset import rlu_tfds
 from fixed_replay.errors import CheckpointError
@@ -95,7 +96,7 @@ class EpisodeSource:
 class _EpisodeReader:
   """Reads one EpisodeSource; see checkpoint_source.py for the protocol."""
 
-  row_shape = rlu_shards.FRAME_SHAPE
+  row_shape = rlu_episodes.FRAME_SHAPE
   dtype = 'uint8'
 
   def __init__(self, source, threads):
