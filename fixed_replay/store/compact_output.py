@@ -13,6 +13,7 @@ import concurrent.futures
 import itertools
 import os
 import shutil
+from typing import Any
 
 import blosc2
 import numpy as np
@@ -21,6 +22,7 @@ from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_store
+from fixed_replay.store import convert_options
 from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
@@ -287,15 +289,18 @@ def fsync_directory(path):
 
 
 class CompactOutput:
-  """The compact store: checkpoint_<suffix>/ directories (compact_store.py)."""
+  """The compact store: checkpoint_<suffix>/ directories (compact_store.py).
 
-  def final_path(self, store_dir, suffix):
+  A checkpoint_commit.ConverterOutput.
+  """
+
+  def final_path(self, store_dir: str, suffix: int) -> str:
     return os.path.join(store_dir, manifest_lib.checkpoint_dirname(suffix))
 
-  def exists(self, store_dir, suffix):
+  def exists(self, store_dir: str, suffix: int) -> bool:
     return os.path.exists(self.final_path(store_dir, suffix))
 
-  def stored_source(self, store_dir, suffix):
+  def stored_source(self, store_dir: str, suffix: int) -> dict | None:
     """manifest['source'] of a stored checkpoint, or None if absent."""
     if not self.exists(store_dir, suffix):
       return None
@@ -303,36 +308,47 @@ class CompactOutput:
       'source'
     ]
 
-  def check_existing(self, store_dir, source, options):
+  def check_existing(
+    self,
+    store_dir: str,
+    source: checkpoint_source.CheckpointSource,
+    options: convert_options.ConvertOptions,
+  ) -> None:
     check_existing(self.final_path(store_dir, source.suffix), source, options)
 
-  def clean(self, store_dir):
+  def clean(self, store_dir: str) -> None:
     """Nothing to tidy: partial directories are removed by the caller."""
 
-  def write(self, source, partial, options, threads):
+  def write(
+    self,
+    source: checkpoint_source.CheckpointSource,
+    partial: str,
+    options: convert_options.ConvertOptions,
+    threads: int,
+  ) -> tuple[int, Any]:
     """Returns (rows, what verify needs)."""
     manifest, arrays, valid = _write_checkpoint(
       source, partial, options, threads
     )
     return manifest['num_rows'], (arrays, valid)
 
-  def verify(self, partial, written):
+  def verify(self, partial: str, written: Any) -> None:
     _verify_written(partial, *written)
 
-  def commit(self, partial, store_dir, suffix):
+  def commit(self, partial: str, store_dir: str, suffix: int) -> None:
     os.rename(partial, self.final_path(store_dir, suffix))
 
-  def remove(self, store_dir, suffix):
+  def remove(self, store_dir: str, suffix: int) -> None:
     """Deletes a stored checkpoint (renamed away first: never half there)."""
     doomed = os.path.join(store_dir, manifest_lib.partial_dirname(suffix))
     os.rename(self.final_path(store_dir, suffix), doomed)
     fsync_directory(store_dir)
     shutil.rmtree(doomed)
 
-  def stored_bytes(self, store_dir, suffix):
+  def stored_bytes(self, store_dir: str, suffix: int) -> int:
     return store_bytes(self.final_path(store_dir, suffix))
 
-  def stored_rows(self, store_dir, suffix):
+  def stored_rows(self, store_dir: str, suffix: int) -> int:
     path = self.final_path(store_dir, suffix)
     return manifest_lib.read_manifest(path)['num_rows']
 

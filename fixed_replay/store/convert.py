@@ -26,6 +26,7 @@ the path and the cause.
 import contextlib
 import os
 import time
+from typing import Any
 
 from absl import logging
 
@@ -38,6 +39,30 @@ from fixed_replay.store import checkpoint_source
 from fixed_replay.store import convert_options
 from fixed_replay.store import convert_runners
 from fixed_replay.store import destination
+
+
+def _runner(
+  workers: int | None = None, ray: Any = None
+) -> convert_runners.ConversionRunner:
+  """The runner for `workers` and `ray` (see convert_runs).
+
+  Args:
+    workers: int or None; processes (or, with a local Ray, CPUs) converting
+      at once; None: one per core; 0: this process (not with Ray).
+    ray: None or False (no Ray), True (a private local Ray), a str (the
+      address of a Ray cluster) or a distributed.ClusterInfo (Ray already
+      connected in this process, e.g. by a notebook or a test).
+
+  Returns:
+    convert_runners.ConversionRunner.
+  """
+  if ray is None or ray is False:
+    if workers == 0:
+      return convert_runners.InProcess()
+    return convert_runners.ProcessPool(workers)
+  from fixed_replay.store import ray_convert  # Ray only when asked for.
+
+  return ray_convert.RayRunner(ray, workers)
 
 
 def _check_not_source(source_dir, store_dir):
@@ -201,7 +226,7 @@ def convert_runs(runs, options=None, workers=None, ray=None):
       for store, run_sources in zip(held, sources, strict=True):
         pending += store.plan(run_sources)
       if pending:
-        with convert_runners.runner(workers, ray) as run:
+        with _runner(workers, ray) as run:
           run.run(pending, options)
       for store in held:
         store.done(
@@ -266,7 +291,7 @@ def convert_source_runs(runs, options=None, workers=None, ray=None):
   with contextlib.ExitStack() as stack:
     try:
       held = [stack.enter_context(_Store(s, d, options)) for s, d, _ in runs]
-      run = stack.enter_context(convert_runners.runner(workers, ray))
+      run = stack.enter_context(_runner(workers, ray))
       active = [
         (store, iter(rounds))
         for store, (_, _, rounds) in zip(held, runs, strict=True)
