@@ -278,14 +278,14 @@ def check_feasible(info, tasks):
 
 def run_tasks(
   tasks,
-  max_attempts=3,
-  fresh_process=True,
-  desc='tasks',
-  unit='task',
-  already_done=0,
+  max_attempts: int = 3,
+  fresh_process: bool = True,
+  desc: str = 'tasks',
+  unit: str = 'task',
+  already_done: int = 0,
   progress_of=None,
   on_failed_attempt=None,
-  poll_seconds=5.0,
+  poll_seconds: float = 5.0,
 ):
   """Runs tasks on the connected Ray cluster until each succeeds or gives up.
 
@@ -378,7 +378,7 @@ def run_tasks(
   return outcome
 
 
-def _poll(progress_of, tasks, fractions):
+def _poll(progress_of, tasks, fractions) -> None:
   for task in tasks:
     try:
       fraction = progress_of(task)
@@ -391,7 +391,7 @@ def _poll(progress_of, tasks, fractions):
       fractions[task.key] = min(max(fraction, 0.0), 1.0)
 
 
-def _finish(ray, ref, task, attempt, submitted, outcome, errors):
+def _finish(ray, ref, task, attempt, submitted, outcome, errors) -> bool:
   """Stores an attempt's result; returns False (error noted) if it failed.
 
   A failed attempt's error text is its first line, a short summary, then the

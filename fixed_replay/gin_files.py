@@ -69,7 +69,9 @@ def _includes_next_to(config_file):
     prefixes.remove(directory)  # The first occurrence: the one put there.
 
 
-def load_gin_configs(gin_files, gin_bindings, finalize_config=True):
+def load_gin_configs(
+  gin_files, gin_bindings, finalize_config: bool = True
+) -> None:
   """Parses gin files, then bindings (which win), as Dopamine does.
 
   Args:

@@ -45,7 +45,7 @@ AGENTS = {
 _JAX_MODULES = ('dopamine.jax.', 'fixed_replay.agents.jax.')
 
 
-def agent_class(agent_name):
+def agent_class(agent_name: str):
   """Returns the agent class registered under agent_name.
 
   Args:
@@ -86,8 +86,8 @@ def _accepts(cls, name):
 
 def create_agent(
   sess,
-  environment,
-  agent_name,
+  environment: str,
+  agent_name: str,
   replay_data_dir,
   replay_suffix=None,
   init_checkpoint_dir=None,

@@ -14,7 +14,7 @@ from fixed_replay.io import npy_stream
 from fixed_replay.io.gzip_stream import GzipStream
 
 
-def verify_file(path, collector, progress, function):
+def verify_file(path: str, collector, progress, function):
   """Runs a full-decompression check of one file, reporting progress.
 
   Args:
@@ -32,13 +32,13 @@ def verify_file(path, collector, progress, function):
       progress.done(path)
 
 
-def verify_gzip(path):
+def verify_gzip(path: str) -> None:
   """Checks a gzip file that is not an array (e.g. a prioritized sum tree)."""
   with GzipStream(path) as stream:
     stream.read_to_end()
 
 
-def store_headers(files, collector, verify=False, progress=None):
+def store_headers(files, collector, verify: bool = False, progress=None):
   """Returns {element: ArrayHeader} of the readable `$store$_` arrays."""
   headers = {}
   for name, path in files.store_paths.items():
@@ -76,7 +76,7 @@ def common_rows(files, headers, collector):
   return usable[reference].num_rows
 
 
-def _small_array(path, collector, verify, progress):
+def _small_array(path: str, collector, verify, progress):
   """Reads a small `.npy` file whole, fully verified when asked."""
   if (
     verify and verify_file(path, collector, progress, npy_stream.verify) is None
@@ -85,7 +85,7 @@ def _small_array(path, collector, verify, progress):
   return collector.attempt(path, npy_stream.read_rows, path)
 
 
-def bookkeeping(files, rows, collector, verify=False, progress=None):
+def bookkeeping(files, rows, collector, verify: bool = False, progress=None):
   """Reads and checks add_count, invalid_range and episode_end_indices.
 
   Args:

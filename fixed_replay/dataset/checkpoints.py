@@ -59,7 +59,7 @@ class CheckpointFiles:
     return paths
 
 
-def scan_checkpoints(data_dir):
+def scan_checkpoints(data_dir: str):
   """Sorts the checkpoint files of a directory into complete and incomplete.
 
   Args:
@@ -113,7 +113,7 @@ def scan_checkpoints(data_dir):
   return complete, incomplete
 
 
-def find_checkpoints(data_dir, wanted=None):
+def find_checkpoints(data_dir: str, wanted=None):
   """Finds the complete checkpoints in a directory.
 
   Unrelated files are ignored; suffixes missing a required file are skipped
@@ -155,7 +155,7 @@ def find_checkpoints(data_dir, wanted=None):
   return complete
 
 
-def checkpoint_suffixes(data_dir):
+def checkpoint_suffixes(data_dir: str):
   """Returns the sorted suffixes of the complete checkpoints in data_dir."""
   return list(find_checkpoints(data_dir))
 
@@ -221,7 +221,7 @@ def read_store_headers(files):
   return headers
 
 
-def read_bookkeeping(files, num_rows):
+def read_bookkeeping(files, num_rows: int):
   """Reads and checks add_count, invalid_range and episode_end_indices.
 
   Args:
@@ -253,12 +253,12 @@ def read_bookkeeping(files, num_rows):
 
 def read_checkpoint(
   files,
-  start=0,
+  start: int = 0,
   count=None,
   observation_shape=None,
   observation_dtype=None,
   elements=None,
-  verify=True,
+  verify: bool = True,
 ):
   """Reads rows [start, start + count) of every array of one checkpoint.
 
@@ -318,7 +318,9 @@ def read_checkpoint(
   return _window(files, start, num_file_rows, store, bookkeeping)
 
 
-def read_terminal_window(files, start=0, count=None, verify=True):
+def read_terminal_window(
+  files, start: int = 0, count=None, verify: bool = True
+):
   """Reads only the terminal flags and bookkeeping of rows [start, +count).
 
   What deciding which rows and episodes to use needs (1 byte per row),

@@ -25,7 +25,7 @@ _PICKLE_BYTES_PER_ROW = 64
 _PICKLE_BYTES_BASE = 4096
 
 
-def store_header_errors(files, headers, reference='observation'):
+def store_header_errors(files, headers, reference: str = 'observation'):
   """Checks the `$store$_` headers of one checkpoint against each other.
 
   Args:
@@ -79,7 +79,7 @@ def store_headers(files, headers):
   return headers['observation'].num_rows
 
 
-def num_rows(path, rows):
+def num_rows(path: str, rows):
   """Raises unless 0 < rows <= MAX_ROWS."""
   if rows <= 0:
     raise CheckpointError(path, 'the arrays have no rows')
@@ -89,7 +89,7 @@ def num_rows(path, rows):
     )
 
 
-def add_count(path, array):
+def add_count(path: str, array):
   """Returns add_count as an int after checking it.
 
   Raises:
@@ -109,7 +109,7 @@ def add_count(path, array):
   return value
 
 
-def invalid_range(path, array, rows, count):
+def invalid_range(path: str, array, rows, count):
   """Returns invalid_range as int64 rows after checking it.
 
   Dopamine writes `[(cursor - n + k) % rows for k in range(stack_size + n)]`
@@ -160,7 +160,7 @@ def episode_ends_byte_limit(rows):
   return _PICKLE_BYTES_BASE + _PICKLE_BYTES_PER_ROW * rows
 
 
-def episode_ends(path, values, rows):
+def episode_ends(path: str, values, rows):
   """Returns the unpickled episode_end_indices as sorted int64 rows.
 
   Args:
@@ -240,7 +240,7 @@ class Collector:
     errors: list of CheckpointError, in the order found.
   """
 
-  def __init__(self, stop_on_remote=False):
+  def __init__(self, stop_on_remote: bool = False) -> None:
     """Creates an empty collector.
 
     Args:
@@ -251,15 +251,15 @@ class Collector:
     self._failed = set()
     self._stop_on_remote = stop_on_remote
 
-  def add(self, error):
+  def add(self, error) -> None:
     self.errors.append(error)
     self._failed.add(str(error.path))
 
-  def failed(self, path):
+  def failed(self, path: str) -> bool:
     """Whether a problem was already recorded for `path`."""
     return str(path) in self._failed
 
-  def attempt(self, path, function, *args):
+  def attempt(self, path: str, function, *args):
     """Returns function(*args), or None after recording its CheckpointError.
 
     A path that already failed is not tried again.
@@ -275,7 +275,7 @@ class Collector:
       self._failed.add(str(path))
       return None
 
-  def raise_all(self, path):
+  def raise_all(self, path: str):
     """Raises CheckpointProblems (or the one error) if anything was found."""
     if len(self.errors) == 1:
       raise self.errors[0]

@@ -34,7 +34,7 @@ _PICKLE_PROTOCOL = 4
 _zlib = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND]
 
 
-def gzip_bytes(data, level):
+def gzip_bytes(data, level: int):
   """One gzip member of `data` (bytes-like)."""
   compressor = _zlib.compressobj(level, zlib.DEFLATED, _GZIP_WBITS)
   return compressor.compress(data) + compressor.flush()
@@ -68,7 +68,9 @@ class GzipNpyWriter:
     crc32: int, CRC-32 of the row bytes written so far.
   """
 
-  def __init__(self, path, dtype, row_shape, level, threads=1):
+  def __init__(
+    self, path: str, dtype, row_shape, level: int, threads: int = 1
+  ) -> None:
     self._path = path
     self._dtype = np.dtype(dtype)
     self._row_shape = tuple(row_shape)
@@ -114,28 +116,28 @@ class GzipNpyWriter:
       self._file = None
       self._pool.shutdown()
 
-  def abort(self):
+  def abort(self) -> None:
     if self._file is not None:
       self._file.close()
       self._file = None
       self._pool.shutdown()
 
 
-def write_array(path, array, level):
+def write_array(path: str, array, level: int) -> None:
   """Writes an array whole, as Dopamine's save does (np.save in gzip)."""
   buffer = io.BytesIO()
   np.save(buffer, np.asarray(array), allow_pickle=False)
   _write_synced(path, gzip_bytes(buffer.getvalue(), level))
 
 
-def write_episode_end_indices(path, rows, level):
+def write_episode_end_indices(path: str, rows, level: int) -> None:
   """Writes episode_end_indices as Dopamine does: a pickled set of ints."""
   indices = {int(row) for row in sorted(rows)}
   data = pickle.dumps(indices, protocol=_PICKLE_PROTOCOL)
   _write_synced(path, gzip_bytes(data, level))
 
 
-def _write_synced(path, data):
+def _write_synced(path: str, data) -> None:
   with open(path, 'wb') as stream:
     stream.write(data)
     stream.flush()

@@ -83,7 +83,7 @@ def parse_checkpoints(text):
   return sorted(numbers)
 
 
-def list_run(root, game, run):
+def list_run(root: str, game: str, run):
   """The shards of a run in the bucket (or its stand-in), by number.
 
   Raises:
@@ -96,7 +96,7 @@ def list_run(root, game, run):
   ]
 
 
-def _remove_temporaries(directory):
+def _remove_temporaries(directory: str) -> None:
   for name in os.listdir(directory):
     if _TEMPORARY.match(name):
       logging.info('Removing %s, left by an interrupted download', name)
@@ -121,7 +121,7 @@ def _copy(shard, temporary):
   return copied
 
 
-def verify_shard(path, expected_bytes=None):
+def verify_shard(path: str, expected_bytes=None):
   """Reads a whole shard (every record, to the gzip trailer).
 
   Raises:
@@ -138,7 +138,7 @@ def verify_shard(path, expected_bytes=None):
   return records
 
 
-def fetch(shard, directory):
+def fetch(shard, directory: str):
   """Copies, verifies and renames one shard into `directory`.
 
   Returns:
@@ -172,7 +172,9 @@ def fetch(shard, directory):
   return final, copied
 
 
-def download_run(game, run, destination, checkpoints=None, root=DEFAULT_ROOT):
+def download_run(
+  game: str, run, destination, checkpoints=None, root=DEFAULT_ROOT
+):
   """Downloads (the selected checkpoints of) a run; see the module docstring.
 
   Args:
@@ -202,7 +204,7 @@ def download_run(game, run, destination, checkpoints=None, root=DEFAULT_ROOT):
   return result, shards, directory
 
 
-def select(shards, checkpoints, root, game):
+def select(shards, checkpoints, root: str, game: str):
   """The shards numbered in `checkpoints` (all when None)."""
   if checkpoints is None:
     return shards

@@ -44,7 +44,9 @@ ENVIRONMENT_SPECS = {
 }
 
 
-def create_environment(environment, game='Pong', sticky_actions=True):
+def create_environment(
+  environment: str, game: str = 'Pong', sticky_actions: bool = True
+):
   """Creates a Dopamine environment.
 
   Args:

@@ -37,7 +37,7 @@ class _IndexSetUnpickler(pickle.Unpickler):
     raise pickle.UnpicklingError(f'{module}.{name} is not allowed')
 
 
-def read_episode_end_indices(path, num_rows=None):
+def read_episode_end_indices(path: str, num_rows=None):
   """Reads Dopamine's pickled episode_end_indices set as sorted int64 rows.
 
   Args:

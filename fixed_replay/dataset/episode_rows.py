@@ -41,7 +41,13 @@ class EpisodeRows:
     arrays, add_count, invalid_range, episode_ends = rows.result()
   """
 
-  def __init__(self, slice_rows, stack_size=4, update_horizon=1, threads=1):
+  def __init__(
+    self,
+    slice_rows,
+    stack_size: int = 4,
+    update_horizon: int = 1,
+    threads: int = 1,
+  ) -> None:
     self._frames = np.zeros((slice_rows,) + rlu_episodes.FRAME_SHAPE, np.uint8)
     self._filled = 0
     self._stack_size = stack_size
@@ -67,7 +73,7 @@ class EpisodeRows:
         yield self._frames
         self._filled = 0
 
-  def _decode(self, episode, start, out):
+  def _decode(self, episode, start, out) -> None:
     parts = len(out) // _MIN_FRAMES_PER_THREAD
     parts = min(self._threads, parts)
     if parts <= 1:

@@ -92,13 +92,13 @@ class DatasetSummary:
 def make_policy(
   policy,
   env,
-  environment,
-  game,
+  environment: str,
+  game: str,
   rng,
-  epsilon=0.1,
-  action_repeat=1,
+  epsilon: float = 0.1,
+  action_repeat: int = 1,
   agent_checkpoint_dir=None,
-  agent_name='dqn',
+  agent_name: str = 'dqn',
   gin_files=(),
   gin_bindings=(),
 ):
@@ -165,7 +165,7 @@ def _check_output_dir(output_dir):
 
 
 def _check_arguments(
-  policy, num_checkpoints, checkpoint_rows, cursor, spec, max_steps
+  policy, num_checkpoints, checkpoint_rows: int, cursor: int, spec, max_steps
 ):
   """Raises ValueError for arguments generate_dataset cannot honour."""
   if policy not in POLICIES:
@@ -223,23 +223,23 @@ def _play(env, policy, buffer, writer, spec, max_steps, bar):
 
 def generate_dataset(
   output_dir,
-  environment='atari',
-  game='Pong',
-  num_checkpoints=2,
-  checkpoint_rows=1000,
-  policy='random',
-  epsilon=0.1,
-  action_repeat=1,
-  seed=0,
+  environment: str = 'atari',
+  game: str = 'Pong',
+  num_checkpoints: int = 2,
+  checkpoint_rows: int = 1000,
+  policy: str = 'random',
+  epsilon: float = 0.1,
+  action_repeat: int = 1,
+  seed: int = 0,
   cursor=None,
-  write_episode_end_indices=False,
+  write_episode_end_indices: bool = False,
   max_steps_per_episode=None,
-  sticky_actions=True,
+  sticky_actions: bool = True,
   agent_checkpoint_dir=None,
-  agent_name='dqn',
+  agent_name: str = 'dqn',
   gin_files=(),
   gin_bindings=(),
-  progress=True,
+  progress: bool = True,
 ):
   """Plays a game and writes its transitions as Dopamine replay checkpoints.
 

@@ -29,7 +29,7 @@ class RandomPolicy:
   jittering in place.
   """
 
-  def __init__(self, num_actions, rng, action_repeat=1):
+  def __init__(self, num_actions: int, rng, action_repeat: int = 1) -> None:
     """Initializes the policy.
 
     Args:
@@ -72,7 +72,7 @@ class EpsilonGreedyPolicy:
   stack) stay in sync even on exploratory steps.
   """
 
-  def __init__(self, policy, num_actions, epsilon, rng):
+  def __init__(self, policy, num_actions: int, epsilon: float, rng) -> None:
     """Initializes the policy.
 
     Args:
@@ -135,7 +135,7 @@ class CartPoleController(_StatelessController):
     return int(self.GAINS @ state > 0.0)
 
 
-def _action_index(action_meanings, name, game):
+def _action_index(action_meanings, name, game: str):
   try:
     return action_meanings.index(name)
   except ValueError:
@@ -164,7 +164,7 @@ class PongController(_StatelessController):
   _BALL_COLUMNS = slice(11, 72)
   _DEAD_ZONE = 2.0  # Rows; avoids jitter around the target.
 
-  def __init__(self, action_meanings):
+  def __init__(self, action_meanings) -> None:
     self._noop = _action_index(action_meanings, 'NOOP', 'Pong')
     self._up = _action_index(action_meanings, 'RIGHT', 'Pong')
     self._down = _action_index(action_meanings, 'LEFT', 'Pong')
@@ -203,7 +203,7 @@ class BreakoutController(_StatelessController):
   _COLUMNS = slice(5, 79)
   _DEAD_ZONE = 2.0  # Columns.
 
-  def __init__(self, action_meanings):
+  def __init__(self, action_meanings) -> None:
     self._noop = _action_index(action_meanings, 'NOOP', 'Breakout')
     self._fire = _action_index(action_meanings, 'FIRE', 'Breakout')
     self._right = _action_index(action_meanings, 'RIGHT', 'Breakout')
@@ -235,7 +235,7 @@ SCRIPTED_ATARI_GAMES = {
 }
 
 
-def make_scripted_policy(environment, game=None, action_meanings=None):
+def make_scripted_policy(environment: str, game=None, action_meanings=None):
   """Returns the scripted controller for an environment.
 
   Args:
@@ -270,7 +270,7 @@ class AgentPolicy:
   still keeps its own frame stack from the observations it is given.
   """
 
-  def __init__(self, agent):
+  def __init__(self, agent) -> None:
     self._agent = agent
     agent.eval_mode = True
     agent.epsilon_eval = 0.0
@@ -321,8 +321,8 @@ def find_agent_checkpoint_dir(checkpoint_dir):
 
 def load_agent(
   checkpoint_dir,
-  environment,
-  agent_name='dqn',
+  environment: str,
+  agent_name: str = 'dqn',
   gin_files=(),
   gin_bindings=(),
   iteration=None,

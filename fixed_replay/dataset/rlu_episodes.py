@@ -62,7 +62,7 @@ class Episode:
   def episode_return(self):
     return float(np.sum(self.rewards, dtype=np.float64))
 
-  def where(self):
+  def where(self) -> str:
     """Names the episode for messages."""
     return (
       f'episode {self.episode_idx} of checkpoint {self.checkpoint_idx} '
@@ -70,7 +70,7 @@ class Episode:
     )
 
 
-def check_checkpoint_idx(path, record, checkpoint_idx, episode_idx):
+def check_checkpoint_idx(path: str, record, checkpoint_idx, episode_idx):
   if not 0 <= checkpoint_idx < NUM_CHECKPOINTS:
     raise CheckpointError(
       path,
@@ -92,7 +92,7 @@ def check_steps(episode, terminals):
     )
 
 
-def check_actions(path, where, values):
+def check_actions(path: str, where, values):
   """Returns int64 actions as int32, refusing what Dopamine cannot store."""
   actions = np.asarray(values, dtype=np.int64)
   if len(actions) and (actions.min() < 0 or actions.max() > _MAX_ACTION):
@@ -104,7 +104,7 @@ def check_actions(path, where, values):
   return actions.astype(np.int32)
 
 
-def _values(feature, key, kind, path, record):
+def _values(feature, key, kind: str, path: str, record):
   if feature.WhichOneof('kind') != kind:
     raise CheckpointError(
       path,
@@ -114,7 +114,7 @@ def _values(feature, key, kind, path, record):
   return getattr(feature, kind).value
 
 
-def parse_episode(data, path, record):
+def parse_episode(data, path: str, record):
   """Parses and validates one serialized tf.train.Example episode.
 
   Args:
@@ -185,7 +185,7 @@ def parse_episode(data, path, record):
   return episode
 
 
-def decode_frames(episode, start, out):
+def decode_frames(episode, start, out) -> None:
   """Decodes frames [start, start + len(out)) of an episode into `out`.
 
   Args:

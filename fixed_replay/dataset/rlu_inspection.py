@@ -75,7 +75,7 @@ class RunSummary:
     }
 
 
-def _decode_all(episode, scratch):
+def _decode_all(episode, scratch) -> None:
   for start in range(0, episode.num_steps, len(scratch)):
     count = min(len(scratch), episode.num_steps - start)
     rlu_episodes.decode_frames(episode, start, scratch[:count])
@@ -105,7 +105,9 @@ def _read_part(open_part, part, verify, scratch, found, summary):
     )
 
 
-def summarize_run(kind, location, parts, open_part, verify=False):
+def summarize_run(
+  kind: str, location: str, parts, open_part, verify: bool = False
+):
   """Summarises a run's parts.
 
   Args:

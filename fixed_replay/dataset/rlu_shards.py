@@ -46,12 +46,12 @@ class Shard:
     return shard_name(self.run, self.number, self.total)
 
 
-def shard_name(run, number, total):
+def shard_name(run, number, total: int) -> str:
   """The file name RL Unplugged gives shard `number` of `total` of a run."""
   return f'run_{run}-{number:05d}-of-{total:05d}'
 
 
-def find_runs(directory):
+def find_runs(directory: str):
   """Returns {run: [Shard, ...] in shard order} for a directory.
 
   Raises:
@@ -79,7 +79,7 @@ def find_runs(directory):
   return {run: sorted(s, key=lambda s: s.number) for run, s in runs.items()}
 
 
-def select_run(directory, run=None):
+def select_run(directory: str, run=None):
   """Returns the shards of one run of a directory.
 
   Args:
@@ -111,7 +111,7 @@ def select_run(directory, run=None):
   return shards
 
 
-def _damaged(path, error, count, last):
+def _damaged(path: str, error, count, last):
   message = str(getattr(error, 'message', error))
   # TF wraps the reader's words in op names; keep only the words.
   message = re.sub(r'\{\{function_node [^}]*\}\}', '', message)
@@ -122,7 +122,7 @@ def _damaged(path, error, count, last):
   return CheckpointError(path, f'damaged GZIP TFRecord ({message}), {after}')
 
 
-def _check_gzip_trailer(path, uncompressed_bytes):
+def _check_gzip_trailer(path: str, uncompressed_bytes):
   """Checks the gzip trailer's length field, which TF's reader skips.
 
   TensorFlow reads a GZIP TFRecord whose last (up to 8) bytes are cut off
@@ -142,7 +142,7 @@ def _check_gzip_trailer(path, uncompressed_bytes):
     )
 
 
-def read_records(path, describe=None):
+def read_records(path: str, describe=None):
   """Yields (record number, serialized bytes) of a GZIP TFRecord file.
 
   Reads to the end: TF checks each record's length and data CRC-32C and the
@@ -181,7 +181,7 @@ def read_records(path, describe=None):
   _check_gzip_trailer(path, total)
 
 
-def iter_episodes(path, wanted=None):
+def iter_episodes(path: str, wanted=None):
   """Yields the validated Episodes of a shard, in file order.
 
   Args:
@@ -201,7 +201,7 @@ def iter_episodes(path, wanted=None):
     yield episode
 
 
-def log_shards(shards):
+def log_shards(shards) -> None:
   logging.info(
     'Run %d: %d shard(s) %s ... %s',
     shards[0].run,

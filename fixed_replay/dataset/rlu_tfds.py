@@ -48,11 +48,11 @@ class Split:
   num_bytes: int
 
 
-def _is_version_dir(path):
+def _is_version_dir(path: str):
   return storage.exists(storage.join(path, _INFO))
 
 
-def find_dataset_dir(path):
+def find_dataset_dir(path: str):
   """Returns the version directory of a prepared dataset under `path`.
 
   `path` may be the version directory (holding dataset_info.json), the
@@ -94,7 +94,7 @@ def find_dataset_dir(path):
   return found[0]
 
 
-def is_prepared_dataset(path):
+def is_prepared_dataset(path: str):
   """Whether `path` looks like a TFDS-prepared rlu dataset (cheap check)."""
   try:
     directory = find_dataset_dir(path)
@@ -145,7 +145,7 @@ def find_splits(dataset_dir):
   return sorted(splits, key=lambda s: s.number)
 
 
-def _flat(example, key, kind, label, record):
+def _flat(example, key, kind: str, label, record):
   features = example.features.feature
   if key not in features:
     raise CheckpointError(label, f'episode record {record} has no {key}')

@@ -36,7 +36,7 @@ METHODS = ('first_rows', 'random_episodes', 'first_episodes')
 EPISODE_METHODS = ('random_episodes', 'first_episodes')
 
 
-def check_arguments(method, fraction):
+def check_arguments(method, fraction: float):
   """Raises ValueError unless (method, fraction) choose a subset.
 
   Args:
@@ -63,7 +63,7 @@ def check_arguments(method, fraction):
     )
 
 
-def first_rows_count(num_rows, fraction, where):
+def first_rows_count(num_rows: int, fraction: float, where):
   """Rows kept by 'first_rows' out of num_rows.
 
   Raises:
@@ -78,7 +78,7 @@ def first_rows_count(num_rows, fraction, where):
   return count
 
 
-def episode_rng(seed, suffix):
+def episode_rng(seed, suffix: int):
   """The generator choosing random episodes of checkpoint `suffix`.
 
   Depends only on the buffer's seed (0 when unset) and the suffix, so a
@@ -112,7 +112,7 @@ def episode_ids(window):
   return ids
 
 
-def keep_rows(valid_rows, window, method, fraction, rng):
+def keep_rows(valid_rows, window, method, fraction: float, rng):
   """Returns the rows of `valid_rows` in the episodes an episode method keeps.
 
   Args:
@@ -163,7 +163,9 @@ def keep_rows(valid_rows, window, method, fraction, rng):
   return rows
 
 
-def plan_window(window, stack_size, update_horizon, method, fraction, rng):
+def plan_window(
+  window, stack_size: int, update_horizon: int, method, fraction: float, rng
+):
   """Chooses the rows an episode method keeps, before frames are read.
 
   Args:

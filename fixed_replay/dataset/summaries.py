@@ -27,7 +27,7 @@ class Problem:
   path: str
   problem: str
 
-  def __str__(self):
+  def __str__(self) -> str:
     return f'{self.path}: {self.problem}'
 
 

@@ -10,7 +10,9 @@ window, so nothing is ever stitched across the window's edges.
 import numpy as np
 
 
-def cursor_invalid_rows(cursor, capacity, stack_size, update_horizon):
+def cursor_invalid_rows(
+  cursor: int, capacity, stack_size: int, update_horizon: int
+):
   """Dopamine's `invalid_range`: rows made invalid by the writer's cursor.
 
   Args:
@@ -33,8 +35,8 @@ def valid_rows(
   add_count,
   invalid_range,
   episode_end_indices,
-  stack_size,
-  update_horizon,
+  stack_size: int,
+  update_horizon: int,
 ):
   """Returns the sorted file rows of a window that may be sampled.
 
@@ -88,7 +90,7 @@ def valid_rows(
   return rows[valid]
 
 
-def window_valid_rows(window, stack_size, update_horizon):
+def window_valid_rows(window, stack_size: int, update_horizon: int):
   """valid_rows of a checkpoints.CheckpointWindow (its terminal flags)."""
   return valid_rows(
     window.store['terminal'],

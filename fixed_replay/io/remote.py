@@ -63,7 +63,7 @@ _abandoned = []  # Calls that timed out and may still be running.
 _abandoned_lock = threading.Lock()
 
 
-def set_tensorflow_defaults():
+def set_tensorflow_defaults() -> None:
   """Sets TensorFlow's GCS retry and timeout settings the user left unset.
 
   Has an effect only before TensorFlow is imported (fixed_replay's import
@@ -75,7 +75,7 @@ def set_tensorflow_defaults():
     os.environ.setdefault(name, value)
 
 
-def set_timeout(seconds):
+def set_timeout(seconds: float):
   """Sets the longest wait for one remote call, in seconds (None: default).
 
   Raises:
@@ -130,7 +130,7 @@ _CAUSES = (
 )
 
 
-def _bucket(path):
+def _bucket(path: str):
   match = re.match(r'^gs://([^/]+)', str(path))
   return match.group(1) if match else None
 
@@ -147,7 +147,7 @@ def _first_line(message):
   return ' '.join(str(message).split())[:400]
 
 
-def remote_error(path, what, error):
+def remote_error(path: str, what, error):
   """Builds the RemoteError for a failed call, naming its cause."""
   message = str(getattr(error, 'message', None) or error)
   cause = classify(message) or 'network or storage error'
@@ -157,7 +157,7 @@ def remote_error(path, what, error):
   return RemoteError(str(path), problem)
 
 
-def closed_bucket_hint(path):
+def closed_bucket_hint(path: str) -> str:
   """For a path in the closed public bucket, a note saying where to go."""
   if _bucket(path) == CLOSED_BUCKET:
     return f'. Note: {_CLOSED_BUCKET_HINT}'
@@ -175,7 +175,7 @@ def _is_not_found(error):
 class _Call:
   """One call running in its own daemon thread."""
 
-  def __init__(self, function, args):
+  def __init__(self, function, args) -> None:
     self.done = threading.Event()
     self.result = None
     self.error = None
@@ -187,7 +187,7 @@ class _Call:
     )
     thread.start()
 
-  def _run(self, function, args):
+  def _run(self, function, args) -> None:
     try:
       self.result = function(*args)
     except BaseException as error:  # noqa: BLE001 - handed to the caller.
@@ -196,7 +196,7 @@ class _Call:
       self.done.set()
 
 
-def call(what, path, function, *args):
+def call(what, path: str, function, *args):
   """Runs function(*args), a remote storage call, within the time limit.
 
   Args:
@@ -244,7 +244,7 @@ def call(what, path, function, *args):
   raise remote_error(path, what, error) from error
 
 
-def _abandon(running):
+def _abandon(running) -> None:
   with _abandoned_lock:
     if not _abandoned:
       atexit.register(_wait_for_abandoned)
@@ -257,7 +257,7 @@ def _still_running():
     return list(_abandoned)
 
 
-def _flush():
+def _flush() -> None:
   for stream in (sys.stdout, sys.stderr):
     try:
       stream.flush()
@@ -265,7 +265,7 @@ def _flush():
       pass
 
 
-def _wait_for_abandoned():
+def _wait_for_abandoned() -> None:
   """At exit: lets abandoned calls end before TensorFlow is torn down."""
   running = _still_running()
   if not running:
@@ -289,7 +289,7 @@ def hanging():
   return bool(_still_running())
 
 
-def exit_now(code):
+def exit_now(code) -> None:
   """For command-line tools: exits at once with `code` if calls are stuck.
 
   Otherwise returns, and the caller exits as usual.

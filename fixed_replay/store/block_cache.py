@@ -17,7 +17,7 @@ import numpy as np
 class BlockCache:
   """Decoded blocks keyed by int, in an arena bounded in bytes."""
 
-  def __init__(self, num_slots, block_shape, dtype):
+  def __init__(self, num_slots, block_shape, dtype) -> None:
     """Creates the arena (memory is only committed as slots are filled).
 
     Args:
@@ -128,13 +128,13 @@ class BlockCache:
       with self._lock:
         self._publish(to_load)
 
-  def _publish(self, entries):
+  def _publish(self, entries) -> None:
     """Marks decoded blocks ready and wakes their waiters (lock held)."""
     for key, _ in entries:
       self._loading.discard(key)
     self._decoded.notify_all()
 
-  def _abandon(self, entries):
+  def _abandon(self, entries) -> None:
     """Forgets reserved slots whose blocks were not decoded (lock held)."""
     for key, slot in entries:
       if self._slot_of.get(key) == slot:
@@ -143,7 +143,7 @@ class BlockCache:
       self._loading.discard(key)
     self._decoded.notify_all()
 
-  def _wait_for(self, key, slot, load):
+  def _wait_for(self, key, slot, load) -> None:
     """Waits for another thread's decode of `key`; redoes it if it failed."""
     with self._lock:
       self._decoded.wait_for(lambda: key not in self._loading)
@@ -157,13 +157,13 @@ class BlockCache:
         self._key_of[slot] = key
         self._slot_of[key] = slot
 
-  def _unpin(self, slots):
+  def _unpin(self, slots) -> None:
     for slot in slots:
       self._pins[slot] -= 1
       if not self._pins[slot] and self._key_of[slot] is None:
         self._free.append(slot)
 
-  def release(self, slots):
+  def release(self, slots) -> None:
     """Unpins slots returned by acquire()."""
     with self._lock:
       self._unpin(int(s) for s in slots)

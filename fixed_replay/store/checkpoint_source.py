@@ -142,7 +142,7 @@ def as_source(
 class _GzipReader:
   """Streams the observation file; reads the small arrays at the end."""
 
-  def __init__(self, files: checkpoints.CheckpointFiles):
+  def __init__(self, files: checkpoints.CheckpointFiles) -> None:
     self._files = files
     self._path = files.store_paths['observation']
     # Reads (and checks) the headers, add_count, invalid_range and
@@ -191,7 +191,7 @@ class _GzipReader:
     )
 
 
-def _read_small_arrays(files, num_rows):
+def _read_small_arrays(files, num_rows: int):
   """Reads every `$store$_` array but the observations, checking its gzip."""
   arrays = {}
   for name, path in sorted(files.store_paths.items()):

@@ -39,7 +39,7 @@ def _stored_options(manifest):
   }
 
 
-def check_existing(directory, files, options):
+def check_existing(directory: str, files, options):
   """Verifies an already converted checkpoint before it is skipped.
 
   Args:
@@ -63,7 +63,7 @@ def check_existing(directory, files, options):
   return manifest
 
 
-def check_same_conversion(path, source, stored_source, stored, wanted):
+def check_same_conversion(path: str, source, stored_source, stored, wanted):
   """Refuses to skip a checkpoint converted from other files or options.
 
   Shared by both outputs (compact store and Dopamine files).
@@ -93,7 +93,7 @@ def check_same_conversion(path, source, stored_source, stored, wanted):
     )
 
 
-def _write_npy(directory, name, array):
+def _write_npy(directory: str, name, array):
   path = os.path.join(directory, name)
   with open(path, 'wb') as stream:
     np.save(stream, array, allow_pickle=False)
@@ -144,7 +144,7 @@ def _compress_slices(slices, out, cparams, options, threads):
   return offsets, crcs, frames_crc, blocks_crc, num_rows
 
 
-def _write_frames(reader, directory, options, threads):
+def _write_frames(reader, directory: str, options, threads):
   """Streams a source's frames into blocks; returns the manifest entry."""
   cparams = frame_blocks.block_cparams(
     options.codec,
@@ -183,7 +183,7 @@ def _write_frames(reader, directory, options, threads):
   return num_rows, spec, blocks_entry
 
 
-def _write_checkpoint(source, directory, options, threads):
+def _write_checkpoint(source, directory: str, options, threads):
   """Writes every file of one checkpoint into `directory`; returns manifest."""
   with source.open(threads) as reader:
     num_rows, frames_spec, blocks_entry = _write_frames(
@@ -260,7 +260,7 @@ def _write_checkpoint(source, directory, options, threads):
   return manifest, arrays, valid
 
 
-def _verify_written(directory, arrays, valid):
+def _verify_written(directory: str, arrays, valid):
   """Reads a freshly written checkpoint back; raises on any difference."""
   compact_store.verify_checkpoint(directory, decode=True)
   opened = compact_store.StoredCheckpoint(directory, verify=False)
@@ -280,7 +280,7 @@ def _verify_written(directory, arrays, valid):
     opened.close()
 
 
-def fsync_directory(path):
+def fsync_directory(path: str) -> None:
   descriptor = os.open(path, os.O_RDONLY)
   try:
     os.fsync(descriptor)
@@ -353,7 +353,7 @@ class CompactOutput:
     return manifest_lib.read_manifest(path)['num_rows']
 
 
-def store_bytes(directory):
+def store_bytes(directory: str):
   """Bytes of the files of a stored checkpoint directory."""
   return sum(
     os.path.getsize(os.path.join(directory, name))

@@ -40,14 +40,14 @@ from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
 
 
-def pack_valid_rows(rows, num_rows):
+def pack_valid_rows(rows, num_rows: int):
   """Packs sorted valid file rows into one bit per row (little bit order)."""
   mask = np.zeros(num_rows, dtype=bool)
   mask[rows] = True
   return np.packbits(mask, bitorder='little')
 
 
-def unpack_valid_rows(packed, num_rows):
+def unpack_valid_rows(packed, num_rows: int):
   """Inverse of pack_valid_rows: sorted int32 file rows."""
   mask = np.unpackbits(packed, count=num_rows, bitorder='little')
   return np.flatnonzero(mask).astype(np.int32)
@@ -69,7 +69,7 @@ class StoredCheckpoint:
     episode_end_indices: int64 array or None.
   """
 
-  def __init__(self, directory, verify=True):
+  def __init__(self, directory: str, verify: bool = True) -> None:
     """Opens a stored checkpoint.
 
     Args:
@@ -110,7 +110,7 @@ class StoredCheckpoint:
       )
     self.frames = frame_blocks.StoredFrames(self.directory, manifest)
 
-  def valid_rows_table(self, stack_size, update_horizon):
+  def valid_rows_table(self, stack_size: int, update_horizon: int):
     """The precomputed valid rows of the whole file, or None.
 
     Returns:
@@ -188,7 +188,7 @@ class StoredCheckpoint:
       episode_end_indices=self.episode_end_indices,
     )
 
-  def close(self):
+  def close(self) -> None:
     self.frames.close()
 
 
@@ -200,7 +200,7 @@ class VerifiedCheckpoint:
   frames_crc32: int
 
 
-def verify_checkpoint(directory, decode=False):
+def verify_checkpoint(directory: str, decode: bool = False):
   """Checks a stored checkpoint against its manifest.
 
   Args:

@@ -65,14 +65,14 @@ def _runner(
   return ray_convert.RayRunner(ray, workers)
 
 
-def _check_not_source(source_dir, store_dir):
+def _check_not_source(source_dir: str, store_dir: str):
   if not storage.is_remote(source_dir) and os.path.realpath(
     source_dir
   ) == os.path.realpath(store_dir):
     raise CheckpointError(store_dir, 'the store must not be the source')
 
 
-def _absolute(path):
+def _absolute(path: str):
   """A local path made absolute (Ray tasks run in other directories)."""
   return path if storage.is_remote(path) else os.path.abspath(path)
 
@@ -80,7 +80,7 @@ def _absolute(path):
 class _Store:
   """One store during a conversion: locked, tidied, what was done in it."""
 
-  def __init__(self, source_dir, store_dir, options):
+  def __init__(self, source_dir: str, store_dir: str, options) -> None:
     self.source_dir = source_dir
     self.store_dir = store_dir
     self._options = options
@@ -101,7 +101,7 @@ class _Store:
       raise
     return self
 
-  def __exit__(self, *unused_exc_info):
+  def __exit__(self, *unused_exc_info) -> bool:
     self._lock.close()
     return False
 
@@ -133,10 +133,10 @@ class _Store:
       )
     return pending
 
-  def done(self, pending):
+  def done(self, pending) -> None:
     self.converted += [item.source.suffix for item in pending]
 
-  def result(self, seconds):
+  def result(self, seconds: float):
     output, store_dir = self._output, self.store_dir
     converted = sorted(set(self.converted))
     source_files = {
@@ -154,7 +154,7 @@ class _Store:
     )
 
 
-def _gzip_sources(source_dir):
+def _gzip_sources(source_dir: str):
   """The checkpoints of a Dopamine run, all checked first."""
   found = checkpoints.find_checkpoints(source_dir)
   _, errors = checkpoints.check_run(found)
@@ -163,7 +163,9 @@ def _gzip_sources(source_dir):
   return [checkpoint_source.GzipSource(files) for files in found.values()]
 
 
-def convert(source_dir, store_dir, options=None, workers=None, ray=None):
+def convert(
+  source_dir: str, store_dir: str, options=None, workers=None, ray=None
+):
   """Converts every complete checkpoint of `source_dir` into a store.
 
   Args:
@@ -239,7 +241,7 @@ def convert_runs(runs, options=None, workers=None, ray=None):
 
 
 def convert_sources(
-  source_dir, store_dir, rounds, options=None, workers=None, ray=None
+  source_dir: str, store_dir: str, rounds, options=None, workers=None, ray=None
 ):
   """Converts checkpoints from sources into a store, round after round.
 
@@ -315,7 +317,7 @@ def convert_source_runs(runs, options=None, workers=None, ray=None):
     return [store.result(seconds) for store in held]
 
 
-def run_checkpoint_dir(run_dir):
+def run_checkpoint_dir(run_dir: str):
   """Where a run directory's Dopamine checkpoints are: itself or replay_logs/.
 
   Returns:

@@ -61,7 +61,7 @@ class ConversionRunner(Protocol):
     ...
 
 
-def _format_eta(seconds):
+def _format_eta(seconds: float) -> str:
   seconds = int(seconds)
   return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
 
@@ -69,7 +69,7 @@ def _format_eta(seconds):
 class FrameProgress:
   """A tqdm bar at a terminal, a log line every 30 s otherwise."""
 
-  def __init__(self, total: int):
+  def __init__(self, total: int) -> None:
     self._total = total
     self._bar = progress.bar(total, 'converting', unit='frame', unit_scale=True)
     self._began = time.perf_counter()
@@ -142,7 +142,7 @@ class ProcessPool:
   rerun has less to do.
   """
 
-  def __init__(self, workers: int | None = None):
+  def __init__(self, workers: int | None = None) -> None:
     self._workers = workers
 
   def __enter__(self) -> ConversionRunner:

@@ -53,7 +53,7 @@ def stored_options(options):
   }
 
 
-def _frames_crc(path):
+def _frames_crc(path: str):
   """CRC-32 of the rows of a gzip .npy file, read through to its trailer."""
   value = 0
   with GzipStream(path) as stream:

@@ -63,7 +63,7 @@ class StoredFrames:
   Thread-safe: reads use `os.pread` on one descriptor.
   """
 
-  def __init__(self, directory, manifest):
+  def __init__(self, directory: str, manifest) -> None:
     self.directory = directory
     self.suffix = manifest['suffix']
     spec = manifest['observation']
@@ -150,7 +150,7 @@ class StoredFrames:
       row += take
     return result
 
-  def close(self):
+  def close(self) -> None:
     if self._fd is not None:
       os.close(self._fd)
       self._fd = None
@@ -165,8 +165,8 @@ class UnheldFrames:
 
   nbytes = 0
 
-  def __init__(self, num_rows):
+  def __init__(self, num_rows: int) -> None:
     self._num_rows = num_rows
 
-  def __len__(self):
+  def __len__(self) -> int:
     return self._num_rows

@@ -73,7 +73,7 @@ def convert_task(
     lock.close()
 
 
-def _write_job_file(store_dir, token):
+def _write_job_file(store_dir: str, token):
   path = os.path.join(store_dir, JOB_FILE)
   try:
     with open(path, 'w') as stream:
@@ -84,7 +84,7 @@ def _write_job_file(store_dir, token):
     raise destination.error(path, error) from error
 
 
-def _remove_job_file(store_dir):
+def _remove_job_file(store_dir: str) -> None:
   with contextlib.suppress(FileNotFoundError):
     os.remove(os.path.join(store_dir, JOB_FILE))
 
@@ -102,7 +102,7 @@ class RayRunner:
 
   def __init__(
     self, ray: bool | str | distributed.ClusterInfo, workers: int | None = None
-  ):
+  ) -> None:
     """Takes the Ray to use.
 
     Args:

@@ -60,7 +60,7 @@ def detect_kind(source):
   return None
 
 
-def discover(source, kind, run=None):
+def discover(source, kind: str, run=None):
   """Returns (location, parts) of a run.
 
   Args:
@@ -89,7 +89,7 @@ def discover(source, kind, run=None):
   raise ValueError(f'kind {kind!r} is not one of {KINDS}')
 
 
-def _index_part(kind, location, part, store_dir):
+def _index_part(kind: str, location: str, part, store_dir: str):
   logging.info('Indexing %s', rlu_source.part_label(kind, location, part))
   entries = [
     rlu_plan.entry_of(part, episode)
@@ -100,7 +100,9 @@ def _index_part(kind, location, part, store_dir):
   return entries
 
 
-def _first_round(kind, location, parts, store_dir, options, output):
+def _first_round(
+  kind: str, location: str, parts, store_dir: str, options, output
+):
   """First-pass sources, and the parts that still need an index."""
   sources, unindexed = [], []
   for part in parts:
@@ -130,7 +132,7 @@ def _first_round(kind, location, parts, store_dir, options, output):
   return sources, unindexed
 
 
-def plan_checkpoints(kind, location, parts, store_dir, options):
+def plan_checkpoints(kind: str, location: str, parts, store_dir: str, options):
   """Plans every checkpoint from the parts' indexes (all must exist).
 
   Returns:
@@ -163,7 +165,7 @@ def plan_checkpoints(kind, location, parts, store_dir, options):
   return sources
 
 
-def stale_checkpoints(planned, store_dir, output):
+def stale_checkpoints(planned, store_dir: str, output):
   """Stored checkpoints made from a subset of their parts (see rlu_plan)."""
   stale = []
   for checkpoint, source in planned.items():
@@ -173,7 +175,7 @@ def stale_checkpoints(planned, store_dir, output):
   return stale
 
 
-def _done(planned, store_dir, output):
+def _done(planned, store_dir: str, output):
   """Checkpoints stored exactly as planned."""
   return {
     checkpoint
@@ -182,7 +184,7 @@ def _done(planned, store_dir, output):
   }
 
 
-def unfinished(location, store_dir, parts, options):
+def unfinished(location: str, store_dir: str, parts, options):
   """What a convert_rlu of the shards `parts` still has to do.
 
   Returns:
@@ -203,7 +205,15 @@ def unfinished(location, store_dir, parts, options):
   return unindexed, todo
 
 
-def _rounds(kind, location, parts, store_dir, options, recheck, plan=True):
+def _rounds(
+  kind: str,
+  location: str,
+  parts,
+  store_dir: str,
+  options,
+  recheck,
+  plan: bool = True,
+):
   output = checkpoint_commit.output_of(options)
   rlu_plan.remove_temporaries(store_dir)
   existed = {
@@ -241,14 +251,14 @@ def _rounds(kind, location, parts, store_dir, options, recheck, plan=True):
 
 def convert_rlu(
   source,
-  store_dir,
+  store_dir: str,
   kind=None,
   run=None,
   options=None,
   workers=None,
   parts=None,
-  recheck=True,
-  plan=True,
+  recheck: bool = True,
+  plan: bool = True,
   ray=None,
 ):
   """Converts the checkpoints of one RL Unplugged run into a store.
@@ -286,7 +296,9 @@ def convert_rlu(
   )
 
 
-def _prepare(source, store_dir, kind, run, options, parts, recheck, plan, ray):
+def _prepare(
+  source, store_dir: str, kind: str, run, options, parts, recheck, plan, ray
+):
   """(location, store_dir, rounds) of one run, for convert.convert_sources."""
   source = str(source)
   if ray:  # Ray tasks may run in another directory, or on another node.

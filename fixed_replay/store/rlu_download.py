@@ -25,10 +25,10 @@ def _part(shard):
 
 
 def download_and_convert(
-  game,
+  game: str,
   run,
   destination,
-  store_dir,
+  store_dir: str,
   checkpoints=None,
   root=download.DEFAULT_ROOT,
   options=None,
@@ -59,14 +59,14 @@ def download_and_convert(
   download._remove_temporaries(directory)
   result = download.DownloadResult([], [], 0, 0.0, {'converted': []})
 
-  def fetch(names):
+  def fetch(names) -> None:
     for name in sorted(names):
       _, copied = download.fetch(by_name[name], directory)
       if copied:
         result.downloaded.append(name)
         result.bytes += copied
 
-  def convert_parts(parts, **kwargs):
+  def convert_parts(parts, **kwargs) -> None:
     converted = rlu_convert.convert_rlu(
       directory,
       store_dir,

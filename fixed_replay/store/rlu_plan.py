@@ -64,11 +64,11 @@ def entry_of(part, episode):
   )
 
 
-def index_path(store_dir, part):
+def index_path(store_dir: str, part):
   return os.path.join(store_dir, INDEX_DIR, f'{part.name}.json')
 
 
-def write_index(store_dir, part, entries):
+def write_index(store_dir: str, part, entries) -> None:
   """Writes a part's index atomically (temporary name, then rename)."""
   path = index_path(store_dir, part)
   os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -89,7 +89,7 @@ def write_index(store_dir, part, entries):
   os.replace(temporary, path)
 
 
-def remove_temporaries(store_dir):
+def remove_temporaries(store_dir: str) -> None:
   """Deletes index files an interrupted conversion left half written."""
   directory = os.path.join(store_dir, INDEX_DIR)
   if os.path.isdir(directory):
@@ -98,7 +98,7 @@ def remove_temporaries(store_dir):
         os.remove(os.path.join(directory, name))
 
 
-def read_index(store_dir, part):
+def read_index(store_dir: str, part):
   """Returns a part's index entries, or None if not indexed at this size."""
   path = index_path(store_dir, part)
   try:
@@ -115,7 +115,7 @@ def read_index(store_dir, part):
   return [Entry(part.name, *record) for record in data['records']]
 
 
-def check_unique(entries, location):
+def check_unique(entries, location: str):
   """Raises if an episode_idx appears twice among `entries`."""
   seen = {}
   for entry in entries:
@@ -129,7 +129,7 @@ def check_unique(entries, location):
       )
 
 
-def checkpoints_of(indexes, location):
+def checkpoints_of(indexes, location: str):
   """Groups indexed episodes by checkpoint, in episode_idx order.
 
   Args:
@@ -175,7 +175,7 @@ def describe(entries, part_bytes):
   }
 
 
-def expected_rows(entries, stack_size):
+def expected_rows(entries, stack_size: int):
   """Rows of the converted checkpoint: padding, steps, one zero row."""
   return sum(e.num_steps + stack_size - 1 for e in entries) + 1
 

@@ -110,7 +110,7 @@ class _EpisodeReader:
   row_shape = rlu_episodes.FRAME_SHAPE
   dtype = 'uint8'
 
-  def __init__(self, source: EpisodeSource, threads: int):
+  def __init__(self, source: EpisodeSource, threads: int) -> None:
     self._source = source
     self._threads = threads
     self._rows = None
@@ -215,7 +215,7 @@ class _EpisodeReader:
 class _Taken:
   """What the description needs of an episode once its frames are gone."""
 
-  def __init__(self, episode: rlu_episodes.Episode):
+  def __init__(self, episode: rlu_episodes.Episode) -> None:
     self.record = episode.record
     self.checkpoint_idx = episode.checkpoint_idx
     self.episode_idx = episode.episode_idx

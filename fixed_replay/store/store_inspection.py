@@ -22,7 +22,7 @@ from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
 
 
-def is_store(directory):
+def is_store(directory: str) -> bool:
   """Whether a local directory holds compact store checkpoints."""
   directory = str(directory)
   if not os.path.isdir(directory):
@@ -38,7 +38,7 @@ def is_store(directory):
   return False
 
 
-def _valid_count(stored, stack_size, update_horizon):
+def _valid_count(stored, stack_size: int, update_horizon: int):
   table = stored.valid_rows_table(stack_size, update_horizon)
   if table is not None:
     return len(table)
@@ -64,7 +64,9 @@ def _data_bytes(manifest, stored):
   return manifest['num_rows'] * row_bytes + arrays
 
 
-def summarize_checkpoint(directory, stack_size, update_horizon, verify):
+def summarize_checkpoint(
+  directory: str, stack_size: int, update_horizon: int, verify
+):
   """CheckpointSummary of one stored checkpoint; problems never raised."""
   suffix = int(os.path.basename(directory).split('_')[1])
   summary = summaries.CheckpointSummary(suffix=suffix, verified=verify)
@@ -104,7 +106,7 @@ def summarize_checkpoint(directory, stack_size, update_horizon, verify):
   return summary
 
 
-def _check_shapes(checkpoints):
+def _check_shapes(checkpoints) -> None:
   """Flags checkpoints whose frames differ from the store's first."""
   shapes = [
     (s.observation_shape, s.observation_dtype)
@@ -126,7 +128,12 @@ def _check_shapes(checkpoints):
       )
 
 
-def summarize_store(store_dir, stack_size=4, update_horizon=1, verify=False):
+def summarize_store(
+  store_dir: str,
+  stack_size: int = 4,
+  update_horizon: int = 1,
+  verify: bool = False,
+):
   """Summarises (and optionally verifies) every checkpoint of a store.
 
   Returns:

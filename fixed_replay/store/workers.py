@@ -28,7 +28,7 @@ _parent_pid = None
 _workers_lock = None
 
 
-def _die_with_parent(parent_pid):
+def _die_with_parent(parent_pid) -> None:
   """Asks Linux to kill this process when its parent dies; exits if it has."""
   if sys.platform.startswith('linux'):
     try:
@@ -42,7 +42,7 @@ def _die_with_parent(parent_pid):
     os._exit(1)
 
 
-def initialize(counter, parent_pid, store_dirs):
+def initialize(counter, parent_pid, store_dirs) -> None:
   """Runs first in every worker: ties it to its parent, takes the locks."""
   global _progress_rows, _parent_pid, _workers_lock
   _die_with_parent(parent_pid)
@@ -56,7 +56,7 @@ def parent_alive():
   return _parent_pid is None or os.getppid() == _parent_pid
 
 
-def count_progress(rows):
+def count_progress(rows) -> None:
   """Adds to the rows-converted counter shared with the parent."""
   if _progress_rows is not None:
     with _progress_rows.get_lock():
@@ -85,7 +85,7 @@ def start_pool(num_workers, store_dirs):
   return pool, counter
 
 
-def kill(pool):
+def kill(pool) -> None:
   """Kills a pool's worker processes now (they may be mid-checkpoint)."""
   processes = list((getattr(pool, '_processes', None) or {}).values())
   for process in processes:

@@ -16,7 +16,7 @@ def method_of(agent):
   return getattr(agent, 'method', None) or type(agent).__name__
 
 
-def log_method(agent):
+def log_method(agent) -> None:
   """Logs the method trained, the agent class and its data."""
   memory = replay_memory(agent)
   logging.info(
@@ -39,7 +39,7 @@ def rows_loaded(agent):
   return None if add_count is None else int(add_count)
 
 
-def warn_if_no_training(agent):
+def warn_if_no_training(agent) -> None:
   """Warns when Dopamine's warm-up test would keep the agent from training.
 
   Dopamine's agents update only once `add_count > min_replay_history`; a
@@ -68,7 +68,7 @@ def train_step_of(agent):
   return agent._train_step  # noqa: SLF001  (batch_rl's contract)
 
 
-def reload_data(agent):
+def reload_data(agent) -> None:
   """Swaps in the agent's next set of checkpoints, whichever API it has."""
   if callable(getattr(agent, 'reload_data', None)):
     agent.reload_data()

@@ -24,7 +24,7 @@ _ITERATION_KEY = re.compile(r'^iteration_(\d+)$')
 Curve = collections.namedtuple('Curve', ['label', 'iterations', 'returns'])
 
 
-def _logs_dir(run_dir):
+def _logs_dir(run_dir: str):
   """Returns the folder of log_N files: run_dir/logs or run_dir itself."""
   run_dir = str(run_dir)
   for candidate in (storage.join(run_dir, 'logs'), run_dir):
@@ -38,7 +38,7 @@ def _logs_dir(run_dir):
   )
 
 
-def load_statistics(run_dir):
+def load_statistics(run_dir: str):
   """Returns {iteration: {statistic: [values]}} logged by a run.
 
   Args:
@@ -91,7 +91,7 @@ def _eval_return(statistics):
   return None
 
 
-def load_eval_returns(run_dir):
+def load_eval_returns(run_dir: str):
   """Returns (iterations, average evaluation returns) of a run, as arrays.
 
   Raises:
@@ -132,7 +132,7 @@ def load_curves(run_dirs, labels=None):
   ]
 
 
-def make_figure(curves, title=None, panels=False, references=None):
+def make_figure(curves, title=None, panels: bool = False, references=None):
   """Returns a matplotlib Figure with one line per curve.
 
   Uses the object-oriented API (no pyplot), so it needs no display and
@@ -188,8 +188,8 @@ def plot_eval_returns(
   run_dirs,
   output,
   title=None,
-  overwrite=False,
-  panels=False,
+  overwrite: bool = False,
+  panels: bool = False,
   labels=None,
   references=None,
 ):

@@ -37,7 +37,7 @@ TrialCurve = collections.namedtuple(
 )
 
 
-def find_trials(directory):
+def find_trials(directory: str):
   """Returns [(game, run, agent, seed, path)] of the trials under directory.
 
   Raises:
@@ -62,7 +62,7 @@ def find_trials(directory):
   return sorted(found)
 
 
-def _subdirectories(directory):
+def _subdirectories(directory: str):
   if not storage.isdir(directory):
     return []
   return sorted(
@@ -184,7 +184,7 @@ def medians(rows):
   return result
 
 
-def _number(value, digits=1):
+def _number(value, digits: int = 1) -> str:
   if value is None or (isinstance(value, float) and math.isnan(value)):
     return ''
   return f'{value:.{digits}f}'
@@ -296,7 +296,7 @@ def mean_curve(curves):
   return iterations, mean, std, count
 
 
-def make_game_figure(game, curves):
+def make_game_figure(game: str, curves):
   """One game's learning curves: per agent the mean over trials, ± 1 std."""
   compat.require('matplotlib', purpose='fixed-replay report')
   from matplotlib.figure import Figure
@@ -324,7 +324,7 @@ def make_game_figure(game, curves):
   return figure
 
 
-def write_report(directories, output=None, overwrite=False):
+def write_report(directories, output=None, overwrite: bool = False):
   """Reads sweeps, returns the Markdown table; writes files under output.
 
   Args:

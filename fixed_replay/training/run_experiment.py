@@ -71,7 +71,7 @@ class FixedReplayRunner(run_experiment.Runner):
 
   def __init__(
     self,
-    base_dir,
+    base_dir: str,
     create_agent_fn,
     create_environment_fn=_RUNNER_DEFAULT,
     checkpoint_file_prefix=_RUNNER_DEFAULT,
@@ -82,7 +82,7 @@ class FixedReplayRunner(run_experiment.Runner):
     evaluation_steps=_RUNNER_DEFAULT,
     max_steps_per_episode=_RUNNER_DEFAULT,
     clip_rewards=_RUNNER_DEFAULT,
-  ):
+  ) -> None:
     """Creates the environment and agent, and resumes from a checkpoint.
 
     Args:
@@ -190,7 +190,7 @@ class FixedReplayRunner(run_experiment.Runner):
     self._write_scalars(iteration, scalars)
     return statistics.data_lists
 
-  def _replay_wait_seconds(self, reset=False):
+  def _replay_wait_seconds(self, reset: bool = False):
     """Seconds the agent's train steps waited on minibatches, if it counts."""
     if not hasattr(self._agent, 'replay_wait_seconds'):
       return None
@@ -247,7 +247,7 @@ class FixedReplayRunner(run_experiment.Runner):
       self._eval_bar.update(1)
     return result
 
-  def run_experiment(self):
+  def run_experiment(self) -> None:
     """Runs iterations start_iteration..num_iterations-1, checkpointing each.
 
     Logs one line per iteration with its speed, evaluation return and the
@@ -325,7 +325,7 @@ class FixedReplayRunner(run_experiment.Runner):
 
   # -------------------------------------------------------------- summaries
 
-  def _write_scalars(self, iteration, scalars):
+  def _write_scalars(self, iteration, scalars) -> None:
     dispatcher = None
     if self._has_collector_dispatcher:
       dispatcher = self._collector_dispatcher
@@ -333,7 +333,7 @@ class FixedReplayRunner(run_experiment.Runner):
       self._summary_writer, dispatcher, iteration, scalars
     )
 
-  def _tap_agent_losses(self):
+  def _tap_agent_losses(self) -> None:
     """Routes the losses the agent reports into the per-iteration means."""
     reporting.tap_agent_losses(
       self._agent, self._collector_dispatcher, self._loss_tap
@@ -356,8 +356,8 @@ class FixedReplayRunner(run_experiment.Runner):
 
 
 def create_runner(
-  base_dir,
-  agent_name='dqn',
+  base_dir: str,
+  agent_name: str = 'dqn',
   replay_dir=None,
   gin_files=(),
   gin_bindings=(),

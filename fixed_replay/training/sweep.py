@@ -35,7 +35,7 @@ _FIELD = re.compile(r'\{([^{}]*)\}')
 _NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.+-]*$')
 
 
-def fill(pattern, game, run, agent):
+def fill(pattern, game: str, run, agent):
   """Replaces {game}, {run} and {agent} in pattern; other text is kept."""
   for name, value in (('game', game), ('run', run), ('agent', agent)):
     pattern = pattern.replace('{' + name + '}', str(value))
@@ -67,7 +67,7 @@ def _check_names(flag, names):
 
 
 def plan(
-  base_dir,
+  base_dir: str,
   replay_dir,
   agents,
   seeds,
@@ -146,12 +146,14 @@ def plan(
   return trials
 
 
-def _absolute(path):
+def _absolute(path: str):
   path = str(path)
   return path if storage.is_remote(path) else os.path.abspath(path)
 
 
-def _trial(base_dir, replay_dir, gin_files, gin_bindings, game, run, agent, s):
+def _trial(
+  base_dir: str, replay_dir, gin_files, gin_bindings, game: str, run, agent, s
+):
   values = dict(game=game, run=run, agent=agent)
   directory = base_dir
   for part in (game, run, agent, f'seed_{s}'):
@@ -209,7 +211,7 @@ class SweepResult:
   wall_seconds: float = 0.0
 
 
-def pending(trials, allow_changed_config=False):
+def pending(trials, allow_changed_config: bool = False):
   """Splits trials into (done, to_run).
 
   Raises:
@@ -238,10 +240,10 @@ def pending(trials, allow_changed_config=False):
 def run_sweep(
   trials,
   ray_address=None,
-  cpus_per_trial=1.0,
-  gpus_per_trial=0.0,
-  max_attempts=3,
-  allow_changed_config=False,
+  cpus_per_trial: float = 1.0,
+  gpus_per_trial: float = 0.0,
+  max_attempts: int = 3,
+  allow_changed_config: bool = False,
 ):
   """Runs every trial not done yet; see the module docstring.
 
@@ -321,7 +323,7 @@ def _common_root(trials):
 
 
 @contextlib.contextmanager
-def _exclusive(base_dir):
+def _exclusive(base_dir: str):
   """Holds a lock on a local sweep directory so two drivers never share it.
 
   The kernel drops the lock when the process ends, however it ends.

@@ -182,7 +182,7 @@ class ConservativeAgent:
   alpha.
   """
 
-  def __init__(self, *args, cql_alpha=1.0, **kwargs):
+  def __init__(self, *args, cql_alpha: float = 1.0, **kwargs) -> None:
     """Creates the agent.
 
     Args:

@@ -18,7 +18,7 @@ class FixedReplayJaxDQNAgent(
 
   method = 'DQN'
 
-  def __init__(self, *args, loss_type='huber', **kwargs):
+  def __init__(self, *args, loss_type: str = 'huber', **kwargs) -> None:
     """Creates the agent.
 
     Args:

@@ -146,7 +146,9 @@ class HeadedNetwork(nn.Module):
 
 
 @gin.configurable
-def JaxMultiHeadQNetwork(num_actions, num_heads, inputs_preprocessed=False):  # noqa: N802
+def JaxMultiHeadQNetwork(
+  num_actions: int, num_heads: int, inputs_preprocessed: bool = False
+):  # noqa: N802
   """Nature DQN torso with num_heads Q-value heads (REM on Atari)."""
   return HeadedNetwork(
     num_actions, num_heads, inputs_preprocessed=inputs_preprocessed
@@ -155,7 +157,7 @@ def JaxMultiHeadQNetwork(num_actions, num_heads, inputs_preprocessed=False):  # 
 
 @gin.configurable
 def JaxClassicControlMultiHeadQNetwork(  # noqa: N802
-  num_actions, num_heads, inputs_preprocessed=False, **torso
+  num_actions: int, num_heads: int, inputs_preprocessed: bool = False, **torso
 ):
   """An MLP with num_heads Q-value heads, for vector observations.
 
@@ -172,7 +174,7 @@ def JaxClassicControlMultiHeadQNetwork(  # noqa: N802
 
 @gin.configurable
 def JaxClassicControlQuantileNetwork(  # noqa: N802
-  num_actions, num_atoms, inputs_preprocessed=False, **torso
+  num_actions: int, num_atoms: int, inputs_preprocessed: bool = False, **torso
 ):
   """An MLP with num_atoms quantiles per action, for vector observations.
 

@@ -21,7 +21,7 @@ class FixedReplayJaxQuantileAgent(
   method = 'QR-DQN'
   loss_name = 'QuantileLoss'  # In summaries.
 
-  def __init__(self, *args, replay_scheme='uniform', **kwargs):
+  def __init__(self, *args, replay_scheme: str = 'uniform', **kwargs) -> None:
     """Creates the agent.
 
     Args:

@@ -20,7 +20,7 @@ from fixed_replay.agents.jax import networks as jax_networks
 from fixed_replay.agents.jax import offline as jax_offline
 
 
-def random_convex_weights(key, num_heads):
+def random_convex_weights(key, num_heads: int):
   """Returns [num_heads] draws of U(0, 1), normalised to sum to 1."""
   weights = jax.random.uniform(key, (num_heads,), minval=0.0, maxval=1.0)
   return weights / jnp.sum(weights)
@@ -93,10 +93,10 @@ class FixedReplayJaxREMAgent(
   def __init__(
     self,
     *args,
-    num_heads=200,
+    num_heads: int = 200,
     network=jax_networks.JaxMultiHeadQNetwork,
     **kwargs,
-  ):
+  ) -> None:
     """Creates the agent.
 
     Args:

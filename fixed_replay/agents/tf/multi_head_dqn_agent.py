@@ -36,7 +36,7 @@ def default_adam():
   )
 
 
-def chosen_action_values(values, actions, num_actions):
+def chosen_action_values(values, actions, num_actions: int):
   """Selects, per transition, the values of the action taken.
 
   Args:
@@ -51,7 +51,7 @@ def chosen_action_values(values, actions, num_actions):
   return tf.reduce_sum(values * one_hot, axis=1)
 
 
-def random_convex_weights(num_heads, num_combinations=1):
+def random_convex_weights(num_heads: int, num_combinations: int = 1):
   """Returns a [num_heads, num_combinations] tensor of convex weights.
 
   Each column holds U(0, 1) draws normalised to sum to 1. The draw is an
@@ -76,12 +76,12 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
   def __init__(
     self,
     *args,
-    num_heads=200,
-    transform_strategy='IDENTITY',
-    num_convex_combinations=1,
+    num_heads: int = 200,
+    transform_strategy: str = 'IDENTITY',
+    num_convex_combinations: int = 1,
     network=networks.AtariMultiHeadQNetwork,
     **kwargs,
-  ):
+  ) -> None:
     """Creates the agent.
 
     Args:
@@ -143,7 +143,7 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
   def _create_network(self, name):
     return self.network(self.num_actions, self.num_heads, name=name)
 
-  def _build_networks(self):
+  def _build_networks(self) -> None:
     if self.transform_strategy == 'STOCHASTIC':
       # Drawn before the Q-ops so online and target mixtures share it.
       self._mixing_weights = random_convex_weights(

@@ -30,12 +30,12 @@ class FixedReplayMultiNetworkDQNAgent(
   def __init__(
     self,
     *args,
-    num_networks=4,
-    transform_strategy='IDENTITY',
+    num_networks: int = 4,
+    transform_strategy: str = 'IDENTITY',
     network=networks.AtariMultiNetworkQNetwork,
-    use_deep_exploration=False,
+    use_deep_exploration: bool = False,
     **kwargs,
-  ):
+  ) -> None:
     """Creates the agent.
 
     Args:
@@ -67,5 +67,5 @@ class FixedReplayMultiNetworkDQNAgent(
     )
 
   @property
-  def method(self):
+  def method(self) -> str:
     return f'{super().method} over {self.num_networks} separate networks'

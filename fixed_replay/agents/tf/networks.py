@@ -44,7 +44,7 @@ QuantileNetworkType = collections.namedtuple(
 class NatureTorso(tf.keras.layers.Layer):
   """Nature DQN convolutions and 512-unit layer; uint8 frames in [0, 255]."""
 
-  def __init__(self, name=None):
+  def __init__(self, name=None) -> None:
     super().__init__(name=name)
     relu = tf.keras.activations.relu
     self.conv1 = tf.keras.layers.Conv2D(
@@ -70,7 +70,9 @@ class NatureTorso(tf.keras.layers.Layer):
 class MLPTorso(tf.keras.layers.Layer):
   """Fully connected ReLU layers over flattened vector observations."""
 
-  def __init__(self, hidden_units, min_vals=None, max_vals=None, name=None):
+  def __init__(
+    self, hidden_units, min_vals=None, max_vals=None, name=None
+  ) -> None:
     """Creates the layers.
 
     Args:
@@ -115,7 +117,9 @@ class HeadedNetwork(tf.keras.Model):
   way `q_values` is their mean over the last axis.
   """
 
-  def __init__(self, torso, num_actions, num_outputs, output_type, name=None):
+  def __init__(
+    self, torso, num_actions: int, num_outputs, output_type, name=None
+  ) -> None:
     """Creates the network.
 
     Args:
@@ -143,7 +147,9 @@ class HeadedNetwork(tf.keras.Model):
 class _MultiNetworkQNetwork(tf.keras.Model):
   """num_networks separate networks, each giving one Q-value per action."""
 
-  def __init__(self, make_torso, num_actions, num_networks, name=None):
+  def __init__(
+    self, make_torso, num_actions: int, num_networks: int, name=None
+  ) -> None:
     super().__init__(name=name)
     self.num_actions = num_actions
     self.num_heads = num_networks
@@ -167,7 +173,7 @@ class _MultiNetworkQNetwork(tf.keras.Model):
 class AtariMultiHeadQNetwork(HeadedNetwork):
   """Nature DQN torso with num_heads Q-value heads (batch_rl's network)."""
 
-  def __init__(self, num_actions, num_heads, name=None):
+  def __init__(self, num_actions: int, num_heads: int, name=None) -> None:
     super().__init__(
       NatureTorso(), num_actions, num_heads, MultiHeadNetworkType, name=name
     )
@@ -177,7 +183,7 @@ class AtariMultiHeadQNetwork(HeadedNetwork):
 class AtariQuantileNetwork(HeadedNetwork):
   """Nature DQN torso with num_quantiles outputs per action (QR-DQN)."""
 
-  def __init__(self, num_actions, num_quantiles, name=None):
+  def __init__(self, num_actions: int, num_quantiles: int, name=None) -> None:
     super().__init__(
       NatureTorso(), num_actions, num_quantiles, QuantileNetworkType, name=name
     )
@@ -187,7 +193,7 @@ class AtariQuantileNetwork(HeadedNetwork):
 class AtariMultiNetworkQNetwork(_MultiNetworkQNetwork):
   """num_networks Nature DQN networks (batch_rl's MulitNetworkQNetwork)."""
 
-  def __init__(self, num_actions, num_networks, name=None):
+  def __init__(self, num_actions: int, num_networks: int, name=None) -> None:
     super().__init__(NatureTorso, num_actions, num_networks, name=name)
 
 
@@ -197,12 +203,12 @@ class MLPQNetwork(tf.keras.Model):
 
   def __init__(
     self,
-    num_actions,
+    num_actions: int,
     name=None,
     hidden_units=(64, 64),
     min_vals=None,
     max_vals=None,
-  ):
+  ) -> None:
     super().__init__(name=name)
     self.num_actions = num_actions
     self.torso = MLPTorso(hidden_units, min_vals, max_vals)
@@ -219,13 +225,13 @@ class _MLPHeadedNetwork(HeadedNetwork):
 
   def __init__(
     self,
-    num_actions,
+    num_actions: int,
     num_outputs,
     name=None,
     hidden_units=(64, 64),
     min_vals=None,
     max_vals=None,
-  ):
+  ) -> None:
     torso = MLPTorso(hidden_units, min_vals, max_vals)
     super().__init__(
       torso, num_actions, num_outputs, type(self).output_type, name=name
@@ -258,7 +264,9 @@ class MLPQuantileNetwork(_MLPHeadedNetwork):
 class CartpoleQNetwork(MLPQNetwork):
   """MLPQNetwork with inputs rescaled by Dopamine's CartPole bounds."""
 
-  def __init__(self, num_actions, name=None, hidden_units=(64, 64)):
+  def __init__(
+    self, num_actions: int, name=None, hidden_units=(64, 64)
+  ) -> None:
     super().__init__(
       num_actions,
       name=name,
@@ -272,8 +280,8 @@ class _CartpoleHeadedNetwork(_MLPHeadedNetwork):
   """An MLP with Dopamine's CartPole input bounds (see subclasses)."""
 
   def __init__(
-    self, num_actions, num_outputs, name=None, hidden_units=(64, 64)
-  ):
+    self, num_actions: int, num_outputs, name=None, hidden_units=(64, 64)
+  ) -> None:
     super().__init__(
       num_actions,
       num_outputs,
@@ -303,8 +311,8 @@ class CartpoleMultiNetworkQNetwork(_MultiNetworkQNetwork):
   """num_networks MLPs with Dopamine's CartPole input bounds."""
 
   def __init__(
-    self, num_actions, num_networks, name=None, hidden_units=(64, 64)
-  ):
+    self, num_actions: int, num_networks: int, name=None, hidden_units=(64, 64)
+  ) -> None:
     def make_torso():
       return MLPTorso(
         hidden_units, gym_lib.CARTPOLE_MIN_VALS, gym_lib.CARTPOLE_MAX_VALS

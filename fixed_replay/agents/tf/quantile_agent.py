@@ -19,12 +19,12 @@ from fixed_replay.agents.tf import networks
 from fixed_replay.agents.tf import offline
 
 
-def quantile_midpoints(num_quantiles):
+def quantile_midpoints(num_quantiles: int):
   """Returns the [num_quantiles] fractions tau_hat_i = (i + 0.5) / N."""
   return (tf.range(num_quantiles, dtype=tf.float32) + 0.5) / num_quantiles
 
 
-def quantile_huber_loss(target_quantiles, online_quantiles, kappa=1.0):
+def quantile_huber_loss(target_quantiles, online_quantiles, kappa: float = 1.0):
   """Quantile Huber loss of each transition.
 
   Args:
@@ -62,7 +62,7 @@ def quantile_huber_loss(target_quantiles, online_quantiles, kappa=1.0):
   return tf.reduce_sum(tf.reduce_mean(weights * huber, axis=2), axis=1)
 
 
-def check_uniform(replay_scheme, agent):
+def check_uniform(replay_scheme: str, agent):
   """Raises ValueError unless replay_scheme is 'uniform'."""
   if replay_scheme != 'uniform':
     raise ValueError(
@@ -80,12 +80,12 @@ class FixedReplayQuantileAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
   def __init__(
     self,
     *args,
-    num_atoms=200,
-    kappa=1.0,
+    num_atoms: int = 200,
+    kappa: float = 1.0,
     network=networks.AtariQuantileNetwork,
-    replay_scheme='uniform',
+    replay_scheme: str = 'uniform',
     **kwargs,
-  ):
+  ) -> None:
     """Creates the agent.
 
     Args:

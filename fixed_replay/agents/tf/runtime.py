@@ -28,7 +28,7 @@ _CPU_DEVICE = '/cpu:*'
 _warned_devices = set()
 
 
-def use_graph_mode():
+def use_graph_mode() -> None:
   """Switches TensorFlow to TF1 graph mode, as Dopamine's train.py does.
 
   Process-wide and idempotent. Call it before creating a Dopamine TF agent:
