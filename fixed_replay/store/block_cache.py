@@ -9,15 +9,20 @@ block being decoded by one thread is waited for, not decoded twice.
 """
 
 import collections
+from collections.abc import Callable
+from collections.abc import Iterable
 import threading
 
 import numpy as np
+import numpy.typing as npt
 
 
 class BlockCache:
   """Decoded blocks keyed by int, in an arena bounded in bytes."""
 
-  def __init__(self, num_slots, block_shape, dtype) -> None:
+  def __init__(
+    self, num_slots: int, block_shape: tuple[int, ...], dtype: npt.DTypeLike
+  ) -> None:
     """Creates the arena (memory is only committed as slots are filled).
 
     Args:
@@ -41,14 +46,14 @@ class BlockCache:
     self.misses = 0
 
   @property
-  def num_slots(self):
+  def num_slots(self) -> int:
     return len(self.arena)
 
   @property
-  def nbytes(self):
+  def nbytes(self) -> int:
     return self.arena.nbytes
 
-  def frames(self):
+  def frames(self) -> np.ndarray:
     """The arena as rows of frames: slot s, row r is frame s * rows + r."""
     return self.arena.reshape((-1,) + self.arena.shape[2:])
 
@@ -66,7 +71,9 @@ class BlockCache:
       'for the batches being prepared at once'
     )
 
-  def acquire(self, keys, load):
+  def acquire(
+    self, keys: Iterable[int], load: Callable[[int, np.ndarray], object]
+  ) -> np.ndarray:
     """Pins the blocks of `keys`, decoding the missing ones.
 
     Args:

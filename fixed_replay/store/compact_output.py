@@ -17,7 +17,9 @@ from typing import Any
 
 import blosc2
 import numpy as np
+import numpy.typing as npt
 
+from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_source
@@ -39,7 +41,11 @@ def _stored_options(manifest):
   }
 
 
-def check_existing(directory: str, files, options):
+def check_existing(
+  directory: str,
+  files: checkpoint_source.CheckpointSource | checkpoints.CheckpointFiles,
+  options: convert_options.ConvertOptions,
+) -> None:
   """Verifies an already converted checkpoint before it is skipped.
 
   Args:
@@ -63,7 +69,13 @@ def check_existing(directory: str, files, options):
   return manifest
 
 
-def check_same_conversion(path: str, source, stored_source, stored, wanted):
+def check_same_conversion(
+  path: str,
+  source: checkpoint_source.CheckpointSource,
+  stored_source: dict | None,
+  stored: dict,
+  wanted: dict,
+) -> None:
   """Refuses to skip a checkpoint converted from other files or options.
 
   Shared by both outputs (compact store and Dopamine files).
@@ -102,7 +114,11 @@ def _write_npy(directory: str, name, array):
   return name
 
 
-def slice_rows(row_shape, dtype, options):
+def slice_rows(
+  row_shape: tuple[int, ...],
+  dtype: npt.DTypeLike,
+  options: convert_options.ConvertOptions,
+) -> int:
   """Frames read per slice: slice_bytes worth, whole blocks."""
   block_rows = options.block_rows
   row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
@@ -353,7 +369,7 @@ class CompactOutput:
     return manifest_lib.read_manifest(path)['num_rows']
 
 
-def store_bytes(directory: str):
+def store_bytes(directory: str) -> int:
   """Bytes of the files of a stored checkpoint directory."""
   return sum(
     os.path.getsize(os.path.join(directory, name))

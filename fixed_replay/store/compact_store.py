@@ -40,14 +40,14 @@ from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
 
 
-def pack_valid_rows(rows, num_rows: int):
+def pack_valid_rows(rows: np.ndarray, num_rows: int) -> np.ndarray:
   """Packs sorted valid file rows into one bit per row (little bit order)."""
   mask = np.zeros(num_rows, dtype=bool)
   mask[rows] = True
   return np.packbits(mask, bitorder='little')
 
 
-def unpack_valid_rows(packed, num_rows: int):
+def unpack_valid_rows(packed: np.ndarray, num_rows: int) -> np.ndarray:
   """Inverse of pack_valid_rows: sorted int32 file rows."""
   mask = np.unpackbits(packed, count=num_rows, bitorder='little')
   return np.flatnonzero(mask).astype(np.int32)
@@ -110,7 +110,9 @@ class StoredCheckpoint:
       )
     self.frames = frame_blocks.StoredFrames(self.directory, manifest)
 
-  def valid_rows_table(self, stack_size: int, update_horizon: int):
+  def valid_rows_table(
+    self, stack_size: int, update_horizon: int
+  ) -> np.ndarray | None:
     """The precomputed valid rows of the whole file, or None.
 
     Returns:
@@ -134,7 +136,7 @@ class StoredCheckpoint:
         f'{self.suffix} has {self.num_rows} rows',
       )
 
-  def read_rows_into(self, name, start, out):
+  def read_rows_into(self, name: str, start: int, out: np.ndarray) -> None:
     """Reads rows [start, start + len(out)) of a small array into `out`.
 
     Plain file reads: unlike touching the memory map, they leave nothing
@@ -157,7 +159,9 @@ class StoredCheckpoint:
       if stream.readinto(view) != len(view):
         raise CheckpointError(path, f'ends before row {start + len(out)}')
 
-  def window(self, start, count, arrays=None):
+  def window(
+    self, start: int, count: int, arrays: dict[str, np.ndarray] | None = None
+  ) -> checkpoints.CheckpointWindow:
     """A CheckpointWindow of rows [start, start + count), frames not held.
 
     Args:
@@ -200,7 +204,9 @@ class VerifiedCheckpoint:
   frames_crc32: int
 
 
-def verify_checkpoint(directory: str, decode: bool = False):
+def verify_checkpoint(
+  directory: str, decode: bool = False
+) -> 'VerifiedCheckpoint':
   """Checks a stored checkpoint against its manifest.
 
   Args:

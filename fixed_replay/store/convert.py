@@ -23,6 +23,8 @@ held by one conversion at a time (destination.py); a failure to write names
 the path and the cause.
 """
 
+from collections.abc import Iterable
+from collections.abc import Sequence
 import contextlib
 import os
 import time
@@ -164,8 +166,12 @@ def _gzip_sources(source_dir: str):
 
 
 def convert(
-  source_dir: str, store_dir: str, options=None, workers=None, ray=None
-):
+  source_dir: str,
+  store_dir: str,
+  options: convert_options.ConvertOptions | None = None,
+  workers: int | None = None,
+  ray: Any = None,
+) -> convert_options.ConversionResult:
   """Converts every complete checkpoint of `source_dir` into a store.
 
   Args:
@@ -194,7 +200,12 @@ def convert(
   return convert_runs([(source_dir, store_dir)], options, workers, ray)[0]
 
 
-def convert_runs(runs, options=None, workers=None, ray=None):
+def convert_runs(
+  runs: Sequence[tuple[str, str]],
+  options: convert_options.ConvertOptions | None = None,
+  workers: int | None = None,
+  ray: Any = None,
+) -> list[convert_options.ConversionResult]:
   """Converts several Dopamine runs, each into its own store, as one job.
 
   All stores are locked and checked first; then every pending checkpoint of
@@ -241,8 +252,13 @@ def convert_runs(runs, options=None, workers=None, ray=None):
 
 
 def convert_sources(
-  source_dir: str, store_dir: str, rounds, options=None, workers=None, ray=None
-):
+  source_dir: str,
+  store_dir: str,
+  rounds: Iterable[list[checkpoint_source.CheckpointSource]],
+  options: convert_options.ConvertOptions | None = None,
+  workers: int | None = None,
+  ray: Any = None,
+) -> convert_options.ConversionResult:
   """Converts checkpoints from sources into a store, round after round.
 
   Args:
@@ -266,7 +282,14 @@ def convert_sources(
   )[0]
 
 
-def convert_source_runs(runs, options=None, workers=None, ray=None):
+def convert_source_runs(
+  runs: Sequence[
+    tuple[str, str, Iterable[list[checkpoint_source.CheckpointSource]]]
+  ],
+  options: convert_options.ConvertOptions | None = None,
+  workers: int | None = None,
+  ray: Any = None,
+) -> list[convert_options.ConversionResult]:
   """`convert_sources` of several runs, each into its own store, as one job.
 
   Round k of every run is converted together (the same workers or Ray
@@ -317,7 +340,7 @@ def convert_source_runs(runs, options=None, workers=None, ray=None):
     return [store.result(seconds) for store in held]
 
 
-def run_checkpoint_dir(run_dir: str):
+def run_checkpoint_dir(run_dir: str) -> str | None:
   """Where a run directory's Dopamine checkpoints are: itself or replay_logs/.
 
   Returns:
@@ -332,7 +355,7 @@ def run_checkpoint_dir(run_dir: str):
   return None
 
 
-def find_runs(game_dir):
+def find_runs(game_dir: str) -> dict[str, str]:
   """The runs of a game directory of the DQN Replay Dataset's layout.
 
   Args:

@@ -35,7 +35,7 @@ class ConvertOptions:
   output_format: str = 'compact'
   gzip_level: int = 2
 
-  def stored(self):
+  def stored(self) -> dict:
     """The options a compact checkpoint records (its format's, not
     slice_bytes)."""
     return {

@@ -45,7 +45,7 @@ MANIFEST = 'manifest.json'
 _READ_BYTES = 4 << 20
 
 
-def stored_options(options):
+def stored_options(options: convert_options.ConvertOptions) -> dict:
   return {
     'gzip_level': options.gzip_level,
     'stack_size': options.stack_size,

@@ -7,9 +7,12 @@ the format and version, the codec, the block size, the rows, the source
 files, the size and CRC-32 of every file, and the CRC-32 of its own content.
 """
 
+from collections.abc import Collection
 import json
 import os
 import re
+
+import numpy as np
 
 from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
@@ -56,7 +59,7 @@ _OBSERVATION_FIELDS = {
 _crc32 = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND].crc32
 
 
-def crc32(data, value: int = 0):
+def crc32(data: bytes | memoryview | np.ndarray, value: int = 0) -> int:
   """CRC-32 of a buffer (zlib's polynomial), optionally continuing `value`."""
   return _crc32(memoryview(data).cast('B'), value)
 
@@ -71,18 +74,18 @@ def partial_dirname(suffix: int) -> str:
   return f'.checkpoint_{suffix}.partial-{os.getpid()}'
 
 
-def is_partial_dirname(name) -> bool:
+def is_partial_dirname(name: str) -> bool:
   """Whether `name` is a checkpoint being (or left half) written."""
   return partial_suffix(name) is not None
 
 
-def partial_suffix(name):
+def partial_suffix(name: str) -> int | None:
   """The suffix of a partial checkpoint directory's name, or None."""
   match = _PARTIAL_DIR.match(name)
   return int(match['suffix']) if match else None
 
 
-def file_entry(path: str):
+def file_entry(path: str) -> dict[str, int]:
   """{'bytes', 'crc32'} of a file, read in chunks."""
   value, size = 0, 0
   with open(path, 'rb') as stream:
@@ -125,7 +128,7 @@ def _check_manifest(path: str, manifest):
   )
 
 
-def read_manifest(directory: str):
+def read_manifest(directory: str) -> dict:
   """Reads and checks the manifest of a stored checkpoint.
 
   Raises:
@@ -155,7 +158,7 @@ def read_manifest(directory: str):
   return manifest
 
 
-def write_manifest(directory: str, manifest) -> None:
+def write_manifest(directory: str, manifest: dict) -> None:
   """Writes manifest.json deterministically (sorted keys) and syncs it.
 
   The written manifest holds the CRC-32 of its canonical text without that
@@ -172,7 +175,7 @@ def write_manifest(directory: str, manifest) -> None:
     os.fsync(stream.fileno())
 
 
-def find_stored_checkpoints(store_dir: str):
+def find_stored_checkpoints(store_dir: str) -> dict[int, str]:
   """Returns {suffix: directory} of the complete checkpoints of a store.
 
   Raises:
@@ -198,7 +201,9 @@ def find_stored_checkpoints(store_dir: str):
   return dict(sorted(found.items()))
 
 
-def verify_files(directory: str, manifest, skip=()):
+def verify_files(
+  directory: str, manifest: dict, skip: Collection[str] = ()
+) -> None:
   """Checks the size and CRC-32 of every file the manifest lists.
 
   Raises:

@@ -18,7 +18,9 @@ episode order) round 1 does all the work, reading each shard once; round 2
 only checks.
 """
 
+from collections.abc import Sequence
 import os
+from typing import Any
 
 from absl import logging
 
@@ -43,7 +45,7 @@ CLEVEL = 3
 _BYTES_PER_FRAME_GUESS = 1000  # RL Unplugged's PNGs: ~1 KB a frame.
 
 
-def default_options(**overrides):
+def default_options(**overrides: Any) -> convert_options.ConvertOptions:
   """ConvertOptions for RL Unplugged input: the store's, but CLEVEL."""
   return convert_options.ConvertOptions(**{'clevel': CLEVEL, **overrides})
 
@@ -60,7 +62,9 @@ def detect_kind(source):
   return None
 
 
-def discover(source, kind: str, run=None):
+def discover(
+  source: str, kind: str, run: int | None = None
+) -> tuple[str, list[rlu_plan.Part]]:
   """Returns (location, parts) of a run.
 
   Args:
@@ -132,7 +136,13 @@ def _first_round(
   return sources, unindexed
 
 
-def plan_checkpoints(kind: str, location: str, parts, store_dir: str, options):
+def plan_checkpoints(
+  kind: str,
+  location: str,
+  parts: Sequence[rlu_plan.Part],
+  store_dir: str,
+  options: convert_options.ConvertOptions,
+) -> dict[int, rlu_source.EpisodeSource]:
   """Plans every checkpoint from the parts' indexes (all must exist).
 
   Returns:
@@ -165,7 +175,11 @@ def plan_checkpoints(kind: str, location: str, parts, store_dir: str, options):
   return sources
 
 
-def stale_checkpoints(planned, store_dir: str, output):
+def stale_checkpoints(
+  planned: dict[int, rlu_source.EpisodeSource],
+  store_dir: str,
+  output: checkpoint_commit.ConverterOutput,
+) -> list[int]:
   """Stored checkpoints made from a subset of their parts (see rlu_plan)."""
   stale = []
   for checkpoint, source in planned.items():
@@ -184,7 +198,12 @@ def _done(planned, store_dir: str, output):
   }
 
 
-def unfinished(location: str, store_dir: str, parts, options):
+def unfinished(
+  location: str,
+  store_dir: str,
+  parts: Sequence[rlu_plan.Part],
+  options: convert_options.ConvertOptions,
+) -> tuple[list[rlu_plan.Part], dict[int, list[str]]]:
   """What a convert_rlu of the shards `parts` still has to do.
 
   Returns:
@@ -250,17 +269,17 @@ def _rounds(
 
 
 def convert_rlu(
-  source,
+  source: str,
   store_dir: str,
-  kind=None,
-  run=None,
-  options=None,
-  workers=None,
-  parts=None,
+  kind: str | None = None,
+  run: int | None = None,
+  options: convert_options.ConvertOptions | None = None,
+  workers: int | None = None,
+  parts: Sequence[rlu_plan.Part] | None = None,
   recheck: bool = True,
   plan: bool = True,
-  ray=None,
-):
+  ray: Any = None,
+) -> convert_options.ConversionResult:
   """Converts the checkpoints of one RL Unplugged run into a store.
 
   Args:
@@ -321,12 +340,18 @@ def _prepare(
   return location, str(store_dir), rounds
 
 
-def run_store(destination, run):
+def run_store(destination: str, run: int) -> str:
   """Where `convert_all_runs` puts a run: DESTINATION/run_<r>."""
   return os.path.join(str(destination), f'run_{run}')
 
 
-def convert_all_runs(source, destination, options=None, workers=None, ray=None):
+def convert_all_runs(
+  source: str,
+  destination: str,
+  options: convert_options.ConvertOptions | None = None,
+  workers: int | None = None,
+  ray: Any = None,
+) -> dict[int, convert_options.ConversionResult]:
   """Converts every run of a directory of shards, each into its own store.
 
   Run r goes to `run_store(destination, r)` (DESTINATION/run_<r>), the

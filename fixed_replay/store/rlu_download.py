@@ -10,12 +10,14 @@ a second download, the usual one never does. Killed and restarted, it skips
 what is stored and indexed, and fetches only what is still needed.
 """
 
+from collections.abc import Iterable
 import os
 import time
 
 from absl import logging
 
 from fixed_replay.dataset import download
+from fixed_replay.store import convert_options
 from fixed_replay.store import rlu_convert
 from fixed_replay.store import rlu_plan
 
@@ -26,13 +28,13 @@ def _part(shard):
 
 def download_and_convert(
   game: str,
-  run,
-  destination,
+  run: int,
+  destination: str,
   store_dir: str,
-  checkpoints=None,
-  root=download.DEFAULT_ROOT,
-  options=None,
-):
+  checkpoints: Iterable[int] | None = None,
+  root: str = download.DEFAULT_ROOT,
+  options: convert_options.ConvertOptions | None = None,
+) -> download.DownloadResult:
   """Fetches, converts and drops the raw shards of a run one by one.
 
   Args:

@@ -65,8 +65,8 @@ def _data_bytes(manifest, stored):
 
 
 def summarize_checkpoint(
-  directory: str, stack_size: int, update_horizon: int, verify
-):
+  directory: str, stack_size: int, update_horizon: int, verify: bool
+) -> summaries.CheckpointSummary:
   """CheckpointSummary of one stored checkpoint; problems never raised."""
   suffix = int(os.path.basename(directory).split('_')[1])
   summary = summaries.CheckpointSummary(suffix=suffix, verified=verify)
@@ -133,7 +133,7 @@ def summarize_store(
   stack_size: int = 4,
   update_horizon: int = 1,
   verify: bool = False,
-):
+) -> summaries.DirectorySummary:
   """Summarises (and optionally verifies) every checkpoint of a store.
 
   Returns:
