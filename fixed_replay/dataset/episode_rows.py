@@ -17,6 +17,7 @@ buffer would be wrong: its cursor at row 0 would make the first step of the
 first episode invalid, which Dopamine samples after the same `add`s.
 """
 
+from collections.abc import Iterator
 import concurrent.futures
 
 import numpy as np
@@ -43,7 +44,7 @@ class EpisodeRows:
 
   def __init__(
     self,
-    slice_rows,
+    slice_rows: int,
     stack_size: int = 4,
     update_horizon: int = 1,
     threads: int = 1,
@@ -89,7 +90,7 @@ class EpisodeRows:
     for job in jobs:
       job.result()
 
-  def add(self, episode):
+  def add(self, episode: rlu_episodes.Episode) -> Iterator[np.ndarray]:
     """Adds an episode; yields each slice of frames it completes."""
     if self.episode_ids and episode.episode_idx <= self.episode_ids[-1]:
       raise CheckpointError(
@@ -119,7 +120,7 @@ class EpisodeRows:
     self._ends.append(self.num_rows - 1)
     self.episode_ids.append(episode.episode_idx)
 
-  def finish(self):
+  def finish(self) -> Iterator[np.ndarray]:
     """Yields the last frames, with the all-zero row after the last add."""
     yield from self._zeros(1)
     if self._filled:
@@ -128,7 +129,7 @@ class EpisodeRows:
     if self._pool is not None:
       self._pool.shutdown()
 
-  def result(self):
+  def result(self) -> tuple[dict[str, np.ndarray], int, np.ndarray, np.ndarray]:
     """The small arrays and bookkeeping of the rows (after finish).
 
     Returns:

@@ -30,9 +30,11 @@ keeps the one newer Dopamine writes. save() compresses at gzip level 9: about
 checkpoint is logged. Rows past add_count of a partial checkpoint are zero.
 """
 
+from collections.abc import Sequence
 import dataclasses
 import os
 import time
+from typing import Any
 
 from absl import logging
 import numpy as np
@@ -74,34 +76,34 @@ class DatasetSummary:
   generation_seconds: float
 
   @property
-  def suffixes(self):
+  def suffixes(self) -> list[int]:
     return [c.suffix for c in self.checkpoints]
 
   @property
-  def mean_return(self):
+  def mean_return(self) -> float | None:
     return (
       float(np.mean(self.episode_returns)) if self.episode_returns else None
     )
 
   @property
-  def rows_per_second(self):
+  def rows_per_second(self) -> float:
     """Rows (padding included) written per second of generation."""
     return self.checkpoints[-1].add_count / max(self.generation_seconds, 1e-9)
 
 
 def make_policy(
-  policy,
-  env,
+  policy: str,
+  env: Any,
   environment: str,
   game: str,
-  rng,
+  rng: np.random.Generator,
   epsilon: float = 0.1,
   action_repeat: int = 1,
-  agent_checkpoint_dir=None,
+  agent_checkpoint_dir: str | None = None,
   agent_name: str = 'dqn',
-  gin_files=(),
-  gin_bindings=(),
-):
+  gin_files: Sequence[str] = (),
+  gin_bindings: Sequence[str] = (),
+) -> Any:
   """Builds a behaviour policy (see fixed_replay.dataset.policies).
 
   Args:
@@ -222,7 +224,7 @@ def _play(env, policy, buffer, writer, spec, max_steps, bar):
 
 
 def generate_dataset(
-  output_dir,
+  output_dir: str,
   environment: str = 'atari',
   game: str = 'Pong',
   num_checkpoints: int = 2,
@@ -231,16 +233,16 @@ def generate_dataset(
   epsilon: float = 0.1,
   action_repeat: int = 1,
   seed: int = 0,
-  cursor=None,
+  cursor: int | None = None,
   write_episode_end_indices: bool = False,
-  max_steps_per_episode=None,
+  max_steps_per_episode: int | None = None,
   sticky_actions: bool = True,
-  agent_checkpoint_dir=None,
+  agent_checkpoint_dir: str | None = None,
   agent_name: str = 'dqn',
-  gin_files=(),
-  gin_bindings=(),
+  gin_files: Sequence[str] = (),
+  gin_bindings: Sequence[str] = (),
   progress: bool = True,
-):
+) -> 'DatasetSummary':
   """Plays a game and writes its transitions as Dopamine replay checkpoints.
 
   Args:

@@ -15,6 +15,9 @@ inspect` renders it. Neither TensorFlow nor Dopamine is imported for local
 paths.
 """
 
+from collections.abc import Iterable
+from typing import Any
+
 from absl import logging
 
 from fixed_replay import progress as progress_lib
@@ -22,6 +25,7 @@ from fixed_replay.dataset import audit
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import checks
 from fixed_replay.dataset import file_names
+from fixed_replay.dataset import summaries
 from fixed_replay.dataset import validity
 
 # The summaries and their rendering once lived here; these names keep
@@ -41,13 +45,13 @@ from fixed_replay.progress import format_bytes  # noqa: F401
 
 
 def summarize_checkpoint(
-  files,
+  files: checkpoints.CheckpointFiles,
   stack_size: int = 4,
   update_horizon: int = 1,
   verify: bool = False,
-  other_paths=(),
-  progress=None,
-):
+  other_paths: Iterable[str] = (),
+  progress: Any = None,
+) -> summaries.CheckpointSummary:
   """Summarises (and optionally verifies) one complete checkpoint.
 
   Args:
@@ -167,8 +171,8 @@ def summarize_directory(
   stack_size: int = 4,
   update_horizon: int = 1,
   verify: bool = False,
-  progress_bar=None,
-):
+  progress_bar: bool | None = None,
+) -> summaries.DirectorySummary:
   """Summarises (and optionally verifies) every checkpoint of a directory.
 
   Args:

@@ -9,13 +9,16 @@ last), so an interrupted run never leaves a half-written file under a
 checkpoint name.
 """
 
+from collections.abc import Sequence
 import dataclasses
 import os
 import time
+from typing import Any
 
 from absl import logging
 import numpy as np
 
+from fixed_replay.dataset import environments
 from fixed_replay.dataset import file_names
 
 STAGING_PREFIX = '.staging.'
@@ -44,7 +47,7 @@ class CheckpointSummary:
   save_seconds: float
 
 
-def mean_or_none(values):
+def mean_or_none(values: Sequence[float]) -> float | None:
   """The mean of `values` as a float, or None when there are none."""
   return float(np.mean(values)) if values else None
 
@@ -65,11 +68,11 @@ class CheckpointWriter:
 
   def __init__(
     self,
-    output_dir,
+    output_dir: str,
     checkpoint_rows: int,
     cursor: int,
-    num_checkpoints,
-    keep_episode_end_indices,
+    num_checkpoints: int,
+    keep_episode_end_indices: bool,
   ) -> None:
     self._output_dir = output_dir
     self._rows = checkpoint_rows
@@ -83,12 +86,12 @@ class CheckpointWriter:
     self._episodes_at_last_dump = 0
 
   @property
-  def total_rows(self):
+  def total_rows(self) -> int:
     """add_count at the last dump."""
     return self._first_dump + (self._num_checkpoints - 1) * self._rows
 
   @property
-  def done(self):
+  def done(self) -> bool:
     return len(self.written) == self._num_checkpoints
 
   def after_row(self) -> None:
@@ -140,7 +143,11 @@ class CheckpointWriter:
     )
 
 
-def make_buffer(spec, checkpoint_rows: int, writer):
+def make_buffer(
+  spec: environments.EnvironmentSpec,
+  checkpoint_rows: int,
+  writer: 'CheckpointWriter',
+) -> Any:
   """A real Dopamine OutOfGraphReplayBuffer that reports every row written."""
   from dopamine.tf.replay_memory import circular_replay_buffer
 

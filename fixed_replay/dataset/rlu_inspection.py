@@ -8,7 +8,11 @@ every PNG frame (84x84, 8-bit). Problems are collected, each naming its
 shard and episode, and reading goes on with the next part.
 """
 
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
 import dataclasses
+from typing import Any
 
 from absl import logging
 import numpy as np
@@ -55,15 +59,15 @@ class RunSummary:
   problems: list = dataclasses.field(default_factory=list)
 
   @property
-  def ok(self):
+  def ok(self) -> bool:
     return not self.problems and bool(self.checkpoints)
 
   @property
-  def all_problems(self):
+  def all_problems(self) -> list[str]:
     """The problems, as DirectorySummary.all_problems lists its own."""
     return self.problems
 
-  def to_dict(self):
+  def to_dict(self) -> dict:
     return {
       'location': self.location,
       'kind': self.kind,
@@ -106,8 +110,12 @@ def _read_part(open_part, part, verify, scratch, found, summary):
 
 
 def summarize_run(
-  kind: str, location: str, parts, open_part, verify: bool = False
-):
+  kind: str,
+  location: str,
+  parts: Sequence[Any],
+  open_part: Callable[[Any], Iterator[rlu_episodes.Episode]],
+  verify: bool = False,
+) -> 'RunSummary':
   """Summarises a run's parts.
 
   Args:

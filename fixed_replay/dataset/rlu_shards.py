@@ -9,6 +9,10 @@ yields the validated episodes. Every problem is a CheckpointError naming the
 shard and the episode.
 """
 
+from collections.abc import Callable
+from collections.abc import Collection
+from collections.abc import Iterator
+from collections.abc import Sequence
 import dataclasses
 import re
 import struct
@@ -42,16 +46,16 @@ class Shard:
   total: int
 
   @property
-  def name(self):
+  def name(self) -> str:
     return shard_name(self.run, self.number, self.total)
 
 
-def shard_name(run, number, total: int) -> str:
+def shard_name(run: int, number: int, total: int) -> str:
   """The file name RL Unplugged gives shard `number` of `total` of a run."""
   return f'run_{run}-{number:05d}-of-{total:05d}'
 
 
-def find_runs(directory: str):
+def find_runs(directory: str) -> dict[int, list['Shard']]:
   """Returns {run: [Shard, ...] in shard order} for a directory.
 
   Raises:
@@ -79,7 +83,7 @@ def find_runs(directory: str):
   return {run: sorted(s, key=lambda s: s.number) for run, s in runs.items()}
 
 
-def select_run(directory: str, run=None):
+def select_run(directory: str, run: int | None = None) -> list['Shard']:
   """Returns the shards of one run of a directory.
 
   Args:
@@ -142,7 +146,9 @@ def _check_gzip_trailer(path: str, uncompressed_bytes):
     )
 
 
-def read_records(path: str, describe=None):
+def read_records(
+  path: str, describe: Callable[[], str] | None = None
+) -> Iterator[tuple[int, bytes]]:
   """Yields (record number, serialized bytes) of a GZIP TFRecord file.
 
   Reads to the end: TF checks each record's length and data CRC-32C and the
@@ -181,7 +187,9 @@ def read_records(path: str, describe=None):
   _check_gzip_trailer(path, total)
 
 
-def iter_episodes(path: str, wanted=None):
+def iter_episodes(
+  path: str, wanted: Collection[int] | None = None
+) -> Iterator[rlu_episodes.Episode]:
   """Yields the validated Episodes of a shard, in file order.
 
   Args:
@@ -201,7 +209,7 @@ def iter_episodes(path: str, wanted=None):
     yield episode
 
 
-def log_shards(shards) -> None:
+def log_shards(shards: Sequence['Shard']) -> None:
   logging.info(
     'Run %d: %d shard(s) %s ... %s',
     shards[0].run,

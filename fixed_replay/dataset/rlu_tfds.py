@@ -16,9 +16,12 @@ the rows are the raw shards' (rlu_shards.py). `reward` is read from the raw
 clip it to [-1, 1] all the same, as Dopamine's logger did.
 """
 
+from collections.abc import Collection
+from collections.abc import Iterator
 import dataclasses
 import json
 import re
+from typing import Any
 
 import numpy as np
 
@@ -52,7 +55,7 @@ def _is_version_dir(path: str):
   return storage.exists(storage.join(path, _INFO))
 
 
-def find_dataset_dir(path: str):
+def find_dataset_dir(path: str) -> str:
   """Returns the version directory of a prepared dataset under `path`.
 
   `path` may be the version directory (holding dataset_info.json), the
@@ -94,7 +97,7 @@ def find_dataset_dir(path: str):
   return found[0]
 
 
-def is_prepared_dataset(path: str):
+def is_prepared_dataset(path: str) -> bool:
   """Whether `path` looks like a TFDS-prepared rlu dataset (cheap check)."""
   try:
     directory = find_dataset_dir(path)
@@ -115,7 +118,7 @@ def _builder(dataset_dir):
   return builder
 
 
-def find_splits(dataset_dir):
+def find_splits(dataset_dir: str) -> list[Any]:
   """Returns the checkpoint splits of a prepared dataset, in order.
 
   Raises:
@@ -157,7 +160,9 @@ def _flat(example, key, kind: str, label, record):
   return getattr(feature, kind).value
 
 
-def episode_from_example(example, label, record):
+def episode_from_example(
+  example: Any, label: str, record: int
+) -> rlu_episodes.Episode:
   """Validates one deserialized (not decoded) TFDS episode.
 
   Args:
@@ -210,7 +215,9 @@ def episode_from_example(example, label, record):
   return episode
 
 
-def iter_episodes(dataset_dir, split, wanted=None):
+def iter_episodes(
+  dataset_dir: str, split: str, wanted: Collection[int] | None = None
+) -> Iterator[rlu_episodes.Episode]:
   """Yields the validated Episodes of one split, in order.
 
   Args:
