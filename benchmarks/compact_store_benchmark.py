@@ -71,8 +71,8 @@ STEP_SECONDS = 0.002
 
 
 def setup_ours():
-  from fixed_replay import compact_replay_buffer  # noqa: F401
-  from fixed_replay import fixed_replay_buffer  # noqa: F401
+  from fixed_replay.replay import compact_replay_buffer  # noqa: F401
+  from fixed_replay.replay import fixed_replay_buffer  # noqa: F401
 
 
 def _result(value):
@@ -281,7 +281,7 @@ def sample_compact(store, seconds, check_suffixes, check_rows, workers):
 
 
 def sample_memmap(gzip_run, memmap_dir, num_checkpoints, seconds, check):
-  from fixed_replay import shard  # noqa: F401
+  from fixed_replay.replay import shard  # noqa: F401
 
   store = MemmapStore(gzip_run, memmap_dir, num_checkpoints)
   rng = np.random.default_rng(0)

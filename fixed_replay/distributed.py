@@ -17,6 +17,9 @@ fixed_replay` and every other command stay free of it.
 """
 
 import collections
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
 import contextlib
 import dataclasses
 import logging as std_logging
@@ -92,7 +95,11 @@ class ClusterInfo:
 
 
 @contextlib.contextmanager
-def cluster(address=None, num_cpus=None, num_gpus=None):
+def cluster(
+  address: str | None = None,
+  num_cpus: int | None = None,
+  num_gpus: float | None = None,
+) -> Iterator['ClusterInfo']:
   """Starts a local Ray or connects to a cluster; shuts it down on exit.
 
   Args:
@@ -232,7 +239,7 @@ def _remote_call(ray, fresh_process):
   return _REMOTE_CALLS[fresh_process]
 
 
-def describe_error(error):
+def describe_error(error: BaseException) -> str:
   """One line naming a failed attempt's error (its cause for task errors)."""
   cause = getattr(error, 'cause', None) or error
   text = str(cause).strip().splitlines()
@@ -252,7 +259,7 @@ def _slots(ray, tasks):
   return max(1, min(limits)) if limits else len(tasks)
 
 
-def check_feasible(info, tasks):
+def check_feasible(info: 'ClusterInfo', tasks: Sequence['Task']) -> None:
   """Raises ValueError if no node of the cluster can hold a task's resources.
 
   Ray would otherwise keep such a task pending forever.
@@ -277,16 +284,16 @@ def check_feasible(info, tasks):
 
 
 def run_tasks(
-  tasks,
+  tasks: Sequence['Task'],
   max_attempts: int = 3,
   fresh_process: bool = True,
   desc: str = 'tasks',
   unit: str = 'task',
   already_done: int = 0,
-  progress_of=None,
-  on_failed_attempt=None,
+  progress_of: Callable[..., Any] | None = None,
+  on_failed_attempt: Callable[..., Any] | None = None,
   poll_seconds: float = 5.0,
-):
+) -> 'Outcome':
   """Runs tasks on the connected Ray cluster until each succeeds or gives up.
 
   Args:

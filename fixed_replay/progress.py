@@ -3,14 +3,19 @@
 import os
 import sys
 import time
+from typing import Any
 
 from absl import logging
 import tqdm
 
 
 def bar(
-  total: int, desc: str, unit: str = 'it', unit_scale: bool = False, show=None
-):
+  total: int | None,
+  desc: str,
+  unit: str = 'it',
+  unit_scale: bool = False,
+  show: bool | None = None,
+) -> Any:
   """Returns a tqdm bar on stderr.
 
   Args:
@@ -32,7 +37,7 @@ def bar(
   )
 
 
-def format_bytes(num_bytes: int):
+def format_bytes(num_bytes: int | None) -> str:
   """Formats a byte count in decimal units: '512 B', '49.00 kB', '7.06 GB'.
 
   Decimal, as disk sizes are quoted; None (unknown) is '-'.
@@ -104,7 +109,12 @@ class TaskBoard:
     )
 
   def update(
-    self, done, running, failed, fraction: float, retrying: int = 0
+    self,
+    done: int,
+    running: int,
+    failed: int,
+    fraction: float,
+    retrying: int = 0,
   ) -> None:
     """Shows the current state of the job.
 
@@ -139,7 +149,7 @@ class TaskBoard:
       self._last_counts = counts
       self._last_log = now
 
-  def eta_seconds(self, fraction: float):
+  def eta_seconds(self, fraction: float) -> float | None:
     """Seconds left at the rate of this invocation, or None if unknown."""
     if fraction >= 1.0:
       return 0.0
@@ -162,7 +172,12 @@ class FilesProgress:
   all the others of its checkpoint together.
   """
 
-  def __init__(self, sizes, desc: str = 'verifying', show=None) -> None:
+  def __init__(
+    self,
+    sizes: dict[str, int],
+    desc: str = 'verifying',
+    show: bool | None = None,
+  ) -> None:
     """Starts reporting.
 
     Args:

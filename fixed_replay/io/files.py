@@ -7,13 +7,14 @@ each call bounded in time and failing with its cause (see remote.py).
 
 import os
 import re
+from typing import BinaryIO
 
 from fixed_replay.io import remote
 
 _URL_SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
 
 
-def is_remote(path: str):
+def is_remote(path: str) -> bool:
   """Returns True for paths with a URL scheme such as gs:// or s3://."""
   return bool(_URL_SCHEME.match(str(path)))
 
@@ -62,7 +63,7 @@ def _remote_isdir(gfile, not_found, path: str):
     return gfile.isdir(path)  # A file system whose stat skips directories.
 
 
-def join(directory: str, name):
+def join(directory: str, name: str) -> str:
   """Joins a directory and a file name, for local and remote paths alike."""
   directory = str(directory)
   if is_remote(directory):
@@ -70,7 +71,7 @@ def join(directory: str, name):
   return os.path.join(directory, name)
 
 
-def isdir(path: str):
+def isdir(path: str) -> bool:
   """Whether path is a directory; raises RemoteError on a network failure."""
   if is_remote(path):
     import tensorflow as tf
@@ -86,13 +87,13 @@ def isdir(path: str):
   return os.path.isdir(path)
 
 
-def exists(path: str):
+def exists(path: str) -> bool:
   if is_remote(path):
     return remote.call('checking the path', path, _gfile().exists, path)
   return os.path.exists(path)
 
 
-def listdir(directory: str):
+def listdir(directory: str) -> list[str]:
   """Returns the entry names of a directory (no trailing slashes)."""
   if is_remote(directory):
     names = remote.call(
@@ -102,7 +103,7 @@ def listdir(directory: str):
   return os.listdir(directory)
 
 
-def size(path: str):
+def size(path: str) -> int:
   """Returns a file's size in bytes."""
   if is_remote(path):
     gfile = _gfile()
@@ -133,14 +134,14 @@ class _RemoteReader:
     self._file.close()
 
 
-def open_read(path: str):
+def open_read(path: str) -> BinaryIO:
   """Opens a file for binary reading (remote reads are time-bounded)."""
   if is_remote(path):
     return _RemoteReader(str(path))
   return open(path, 'rb')
 
 
-def open_write(path: str):
+def open_write(path: str) -> BinaryIO:
   """Opens a file for binary writing."""
   if is_remote(path):
     return remote.call('creating the file', path, _gfile().GFile, path, 'wb')
@@ -156,7 +157,7 @@ def makedirs(directory: str) -> None:
     os.makedirs(directory, exist_ok=True)
 
 
-def rename(source, destination) -> None:
+def rename(source: str, destination: str) -> None:
   """Renames a file, replacing the destination (atomic on local disks)."""
   if is_remote(source):
     gfile = _gfile()

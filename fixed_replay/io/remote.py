@@ -23,11 +23,13 @@ command-line tools leave at once through `exit_now`.
 """
 
 import atexit
+from collections.abc import Callable
 import os
 import re
 import sys
 import threading
 import time
+from typing import Any
 
 from absl import logging
 
@@ -75,7 +77,7 @@ def set_tensorflow_defaults() -> None:
     os.environ.setdefault(name, value)
 
 
-def set_timeout(seconds: float):
+def set_timeout(seconds: float | None) -> None:
   """Sets the longest wait for one remote call, in seconds (None: default).
 
   Raises:
@@ -87,7 +89,7 @@ def set_timeout(seconds: float):
   _timeout_s = None if seconds is None else float(seconds)
 
 
-def timeout():
+def timeout() -> float:
   """The longest wait for one remote call, in seconds."""
   if _timeout_s is not None:
     return _timeout_s
@@ -135,7 +137,7 @@ def _bucket(path: str):
   return match.group(1) if match else None
 
 
-def classify(message):
+def classify(message: str) -> str:
   """Returns the cause named in a TensorFlow / libcurl error message."""
   for cause, pattern in _CAUSES:
     if pattern.search(message):
@@ -147,7 +149,7 @@ def _first_line(message):
   return ' '.join(str(message).split())[:400]
 
 
-def remote_error(path: str, what, error):
+def remote_error(path: str, what: str, error: BaseException) -> RemoteError:
   """Builds the RemoteError for a failed call, naming its cause."""
   message = str(getattr(error, 'message', None) or error)
   cause = classify(message) or 'network or storage error'
@@ -196,7 +198,7 @@ class _Call:
       self.done.set()
 
 
-def call(what, path: str, function, *args):
+def call(what: str, path: str, function: Callable[..., Any], *args: Any) -> Any:
   """Runs function(*args), a remote storage call, within the time limit.
 
   Args:
@@ -284,12 +286,12 @@ def _wait_for_abandoned() -> None:
     os._exit(1)  # Exiting normally now would abort in TensorFlow's teardown.
 
 
-def hanging():
+def hanging() -> bool:
   """Whether a remote call that timed out is still running."""
   return bool(_still_running())
 
 
-def exit_now(code) -> None:
+def exit_now(code: int) -> None:
   """For command-line tools: exits at once with `code` if calls are stuck.
 
   Otherwise returns, and the caller exits as usual.

@@ -7,10 +7,12 @@ short by a crash costs nothing but its own iteration.
 """
 
 import collections
+from collections.abc import Sequence
 import io
 import os
 import pickle
 import re
+from typing import Any
 
 from absl import logging
 import numpy as np
@@ -38,7 +40,7 @@ def _logs_dir(run_dir: str):
   )
 
 
-def load_statistics(run_dir: str):
+def load_statistics(run_dir: str) -> dict[int, dict[str, list]]:
   """Returns {iteration: {statistic: [values]}} logged by a run.
 
   Args:
@@ -91,7 +93,7 @@ def _eval_return(statistics):
   return None
 
 
-def load_eval_returns(run_dir: str):
+def load_eval_returns(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
   """Returns (iterations, average evaluation returns) of a run, as arrays.
 
   Raises:
@@ -132,7 +134,12 @@ def load_curves(run_dirs, labels=None):
   ]
 
 
-def make_figure(curves, title=None, panels: bool = False, references=None):
+def make_figure(
+  curves: Sequence[Any],
+  title: str | None = None,
+  panels: bool = False,
+  references: Any = None,
+) -> Any:
   """Returns a matplotlib Figure with one line per curve.
 
   Uses the object-oriented API (no pyplot), so it needs no display and

@@ -120,7 +120,7 @@ def _key(game: str):
 _BY_KEY = {_key(name): name for name in _SCORES}
 
 
-def references(game: str):
+def references(game: str) -> 'References | None':
   """Returns the References of a game, or None if it has no entry."""
   name = _BY_KEY.get(_key(game))
   if name is None:
@@ -159,7 +159,7 @@ def _normalized(game: str, score, top):
   return 100.0 * (score - found.random) / (high - found.random), ''
 
 
-def dqn_normalized(game: str, score):
+def dqn_normalized(game: str, score: float | None) -> tuple[float | None, str]:
   """REM paper's score in %: 100 (score - random) / (online DQN - random).
 
   Returns:
@@ -168,7 +168,9 @@ def dqn_normalized(game: str, score):
   return _normalized(game, score, 'online_dqn')
 
 
-def human_normalized(game: str, score):
+def human_normalized(
+  game: str, score: float | None
+) -> tuple[float | None, str]:
   """Human-normalized score in %: 100 (score - random) / (human - random).
 
   Returns:

@@ -13,9 +13,12 @@ The runner takes any Dopamine agent with batch_rl's contract: `_train_step()`
 an `_init_checkpoint_dir` attribute names a run to continue from.
 """
 
+from collections.abc import Callable
+from collections.abc import Sequence
 import functools
 import os
 import time
+from typing import Any
 
 from absl import logging
 from dopamine.discrete_domains import checkpointer
@@ -72,16 +75,16 @@ class FixedReplayRunner(run_experiment.Runner):
   def __init__(
     self,
     base_dir: str,
-    create_agent_fn,
-    create_environment_fn=_RUNNER_DEFAULT,
-    checkpoint_file_prefix=_RUNNER_DEFAULT,
-    logging_file_prefix=_RUNNER_DEFAULT,
-    log_every_n=_RUNNER_DEFAULT,
-    num_iterations=_RUNNER_DEFAULT,
-    training_steps=_RUNNER_DEFAULT,
-    evaluation_steps=_RUNNER_DEFAULT,
-    max_steps_per_episode=_RUNNER_DEFAULT,
-    clip_rewards=_RUNNER_DEFAULT,
+    create_agent_fn: Callable[..., Any],
+    create_environment_fn: Any = _RUNNER_DEFAULT,
+    checkpoint_file_prefix: Any = _RUNNER_DEFAULT,
+    logging_file_prefix: Any = _RUNNER_DEFAULT,
+    log_every_n: Any = _RUNNER_DEFAULT,
+    num_iterations: Any = _RUNNER_DEFAULT,
+    training_steps: Any = _RUNNER_DEFAULT,
+    evaluation_steps: Any = _RUNNER_DEFAULT,
+    max_steps_per_episode: Any = _RUNNER_DEFAULT,
+    clip_rewards: Any = _RUNNER_DEFAULT,
   ) -> None:
     """Creates the environment and agent, and resumes from a checkpoint.
 
@@ -340,17 +343,17 @@ class FixedReplayRunner(run_experiment.Runner):
     )
 
   @property
-  def agent(self):
+  def agent(self) -> Any:
     """The agent being trained."""
     return self._agent
 
   @property
-  def environment(self):
+  def environment(self) -> Any:
     """The evaluation environment."""
     return self._environment
 
   @property
-  def start_iteration(self):
+  def start_iteration(self) -> int:
     """The first iteration this runner will run (after any resume)."""
     return self._start_iteration
 
@@ -358,12 +361,12 @@ class FixedReplayRunner(run_experiment.Runner):
 def create_runner(
   base_dir: str,
   agent_name: str = 'dqn',
-  replay_dir=None,
-  gin_files=(),
-  gin_bindings=(),
-  init_checkpoint_dir=None,
-  replay_suffix=None,
-):
+  replay_dir: str | None = None,
+  gin_files: Sequence[str] = (),
+  gin_bindings: Sequence[str] = (),
+  init_checkpoint_dir: str | None = None,
+  replay_suffix: int | None = None,
+) -> FixedReplayRunner:
   """Parses gin configs and creates a FixedReplayRunner.
 
   Args:

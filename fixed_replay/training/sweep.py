@@ -11,6 +11,7 @@ retries failed attempts and returns what happened to each trial. When every
 trial is done it returns without starting Ray.
 """
 
+from collections.abc import Sequence
 import contextlib
 import dataclasses
 import fcntl
@@ -35,7 +36,7 @@ _FIELD = re.compile(r'\{([^{}]*)\}')
 _NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.+-]*$')
 
 
-def fill(pattern, game: str, run, agent):
+def fill(pattern: str, game: str, run: str, agent: str) -> str:
   """Replaces {game}, {run} and {agent} in pattern; other text is kept."""
   for name, value in (('game', game), ('run', run), ('agent', agent)):
     pattern = pattern.replace('{' + name + '}', str(value))
@@ -68,14 +69,14 @@ def _check_names(flag, names):
 
 def plan(
   base_dir: str,
-  replay_dir,
-  agents,
-  seeds,
-  games,
-  runs=('1',),
-  gin_files=(),
-  gin_bindings=(),
-):
+  replay_dir: str,
+  agents: Sequence[str],
+  seeds: Sequence[int],
+  games: Sequence[str],
+  runs: Sequence[str] = ('1',),
+  gin_files: Sequence[str] = (),
+  gin_bindings: Sequence[str] = (),
+) -> list[trial_lib.Trial]:
   """Expands a sweep into its trials, checking every input first.
 
   Args:
@@ -211,7 +212,9 @@ class SweepResult:
   wall_seconds: float = 0.0
 
 
-def pending(trials, allow_changed_config: bool = False):
+def pending(
+  trials: Sequence[trial_lib.Trial], allow_changed_config: bool = False
+) -> tuple[list[trial_lib.Trial], list[trial_lib.Trial]]:
   """Splits trials into (done, to_run).
 
   Raises:
@@ -238,13 +241,13 @@ def pending(trials, allow_changed_config: bool = False):
 
 
 def run_sweep(
-  trials,
-  ray_address=None,
+  trials: Sequence[trial_lib.Trial],
+  ray_address: str | None = None,
   cpus_per_trial: float = 1.0,
   gpus_per_trial: float = 0.0,
   max_attempts: int = 3,
   allow_changed_config: bool = False,
-):
+) -> 'SweepResult':
   """Runs every trial not done yet; see the module docstring.
 
   Args:
@@ -344,7 +347,7 @@ def _exclusive(base_dir: str):
     yield
 
 
-def format_summary(result):
+def format_summary(result: 'SweepResult') -> str:
   """A few lines for people: counts, failures with their logs, what next."""
   finished = len(result.done_before) + len(result.finished)
   lines = [
