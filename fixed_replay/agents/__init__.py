@@ -8,6 +8,7 @@ replay_data_dir=..., summary_writer=...)`, JAX agents without `sess`.
 
 import importlib
 import inspect
+from typing import Any
 
 # agent_name -> (module, class). Modules are imported on demand so that TF
 # agents never import JAX and the other way round.
@@ -45,7 +46,7 @@ AGENTS = {
 _JAX_MODULES = ('dopamine.jax.', 'fixed_replay.agents.jax.')
 
 
-def agent_class(agent_name: str):
+def agent_class(agent_name: str) -> type:
   """Returns the agent class registered under agent_name.
 
   Args:
@@ -71,7 +72,7 @@ def agent_class(agent_name: str):
   return cls
 
 
-def is_jax_agent(cls):
+def is_jax_agent(cls: type) -> bool:
   """Whether cls is a JAX agent (built without a TF session)."""
   return any(c.__module__.startswith(_JAX_MODULES) for c in cls.__mro__)
 
@@ -85,14 +86,14 @@ def _accepts(cls, name):
 
 
 def create_agent(
-  sess,
-  environment: str,
+  sess: Any,
+  environment: Any,
   agent_name: str,
-  replay_data_dir,
-  replay_suffix=None,
-  init_checkpoint_dir=None,
-  summary_writer=None,
-):
+  replay_data_dir: str,
+  replay_suffix: int | None = None,
+  init_checkpoint_dir: str | None = None,
+  summary_writer: Any = None,
+) -> Any:
   """Creates an offline agent for an environment.
 
   Args:

@@ -17,6 +17,7 @@ offline agent into its CQL version.
 
 import dataclasses
 import functools
+from typing import Any
 
 from dopamine.jax import losses
 from dopamine.jax.agents.dqn import dqn_agent
@@ -30,7 +31,7 @@ from fixed_replay.agents.jax import dqn_agent as jax_dqn_agent
 from fixed_replay.agents.jax import quantile_agent as jax_quantile_agent
 
 
-def cql_penalty(q_values, actions):
+def cql_penalty(q_values: jax.Array, actions: jax.Array) -> jax.Array:
   """Returns logsumexp_a Q(s, a) - Q(s, a_data) per transition.
 
   Args:
@@ -44,7 +45,9 @@ def cql_penalty(q_values, actions):
   return jax.nn.logsumexp(q_values, axis=1) - chosen
 
 
-def quantile_huber_loss(target, online, kappa):
+def quantile_huber_loss(
+  target: jax.Array, online: jax.Array, kappa: float
+) -> jax.Array:
   """Dopamine JAX's quantile Huber loss of each transition.
 
   Args:
@@ -80,7 +83,14 @@ class TDLoss:
 
   loss_type: str = 'huber'
 
-  def target(self, target_network, next_states, rewards, terminals, gamma):
+  def target(
+    self,
+    target_network: Any,
+    next_states: jax.Array,
+    rewards: jax.Array,
+    terminals: jax.Array,
+    gamma: float,
+  ) -> jax.Array:
     """[batch] TD targets (Dopamine's `dqn_agent.target_q`)."""
     return dqn_agent.target_q(
       target_network, next_states, rewards, terminals, gamma
@@ -104,7 +114,14 @@ class QuantileLoss:
 
   kappa: float = 1.0
 
-  def target(self, target_network, next_states, rewards, terminals, gamma):
+  def target(
+    self,
+    target_network: Any,
+    next_states: jax.Array,
+    rewards: jax.Array,
+    terminals: jax.Array,
+    gamma: float,
+  ) -> jax.Array:
     """[batch, num_atoms] target quantiles (Dopamine's target_distribution)."""
     return quantile_agent.target_distribution(
       target_network, next_states, rewards, terminals, gamma

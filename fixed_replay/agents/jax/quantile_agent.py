@@ -42,11 +42,11 @@ class FixedReplayJaxQuantileAgent(
     super().__init__(*args, replay_scheme=replay_scheme, **kwargs)
 
   @property
-  def num_atoms(self):
+  def num_atoms(self) -> int:
     return self._num_atoms
 
   @property
-  def kappa(self):
+  def kappa(self) -> float:
     return self._kappa
 
   def _update(self):

@@ -14,6 +14,8 @@ RMSProp, whose state is per variable, the updates are the same).
 collecting data online, so an offline agent accepts it and ignores it.
 """
 
+from typing import Any
+
 from absl import logging
 import gin
 
@@ -29,12 +31,12 @@ class FixedReplayMultiNetworkDQNAgent(
 
   def __init__(
     self,
-    *args,
+    *args: Any,
     num_networks: int = 4,
     transform_strategy: str = 'IDENTITY',
-    network=networks.AtariMultiNetworkQNetwork,
+    network: type = networks.AtariMultiNetworkQNetwork,
     use_deep_exploration: bool = False,
-    **kwargs,
+    **kwargs: Any,
   ) -> None:
     """Creates the agent.
 

@@ -25,6 +25,8 @@ the configs use beside the networks (`preferred_tf_device`, TF1's
 """
 
 import collections
+from collections.abc import Sequence
+from typing import Any
 
 from dopamine.discrete_domains import atari_lib
 from dopamine.discrete_domains import gym_lib
@@ -44,7 +46,7 @@ QuantileNetworkType = collections.namedtuple(
 class NatureTorso(tf.keras.layers.Layer):
   """Nature DQN convolutions and 512-unit layer; uint8 frames in [0, 255]."""
 
-  def __init__(self, name=None) -> None:
+  def __init__(self, name: str | None = None) -> None:
     super().__init__(name=name)
     relu = tf.keras.activations.relu
     self.conv1 = tf.keras.layers.Conv2D(
@@ -61,7 +63,7 @@ class NatureTorso(tf.keras.layers.Layer):
       512, activation=relu, name='fully_connected'
     )
 
-  def call(self, state):
+  def call(self, state: tf.Tensor) -> tf.Tensor:
     x = tf.cast(state, tf.float32) / 255.0
     x = self.conv3(self.conv2(self.conv1(x)))
     return self.dense(self.flatten(x))
@@ -71,7 +73,11 @@ class MLPTorso(tf.keras.layers.Layer):
   """Fully connected ReLU layers over flattened vector observations."""
 
   def __init__(
-    self, hidden_units, min_vals=None, max_vals=None, name=None
+    self,
+    hidden_units: Sequence[int],
+    min_vals: Any = None,
+    max_vals: Any = None,
+    name: str | None = None,
   ) -> None:
     """Creates the layers.
 
@@ -98,7 +104,7 @@ class MLPTorso(tf.keras.layers.Layer):
       for units in hidden_units
     ]
 
-  def call(self, state):
+  def call(self, state: tf.Tensor) -> tf.Tensor:
     x = self.flatten(tf.cast(state, tf.float32))
     if self.min_vals is not None:
       low = tf.constant(self.min_vals, tf.float32)
@@ -118,7 +124,12 @@ class HeadedNetwork(tf.keras.Model):
   """
 
   def __init__(
-    self, torso, num_actions: int, num_outputs, output_type, name=None
+    self,
+    torso: Any,
+    num_actions: int,
+    num_outputs: int,
+    output_type: type,
+    name: str | None = None,
   ) -> None:
     """Creates the network.
 
@@ -138,7 +149,7 @@ class HeadedNetwork(tf.keras.Model):
       num_actions * num_outputs, name='fully_connected'
     )
 
-  def call(self, state):
+  def call(self, state: tf.Tensor) -> Any:
     x = self.last_layer(self.torso(state))
     values = tf.reshape(x, [-1, self.num_actions, self.num_outputs])
     return self.output_type(values, tf.reduce_mean(values, axis=-1))
@@ -173,7 +184,9 @@ class _MultiNetworkQNetwork(tf.keras.Model):
 class AtariMultiHeadQNetwork(HeadedNetwork):
   """Nature DQN torso with num_heads Q-value heads (batch_rl's network)."""
 
-  def __init__(self, num_actions: int, num_heads: int, name=None) -> None:
+  def __init__(
+    self, num_actions: int, num_heads: int, name: str | None = None
+  ) -> None:
     super().__init__(
       NatureTorso(), num_actions, num_heads, MultiHeadNetworkType, name=name
     )
@@ -183,7 +196,9 @@ class AtariMultiHeadQNetwork(HeadedNetwork):
 class AtariQuantileNetwork(HeadedNetwork):
   """Nature DQN torso with num_quantiles outputs per action (QR-DQN)."""
 
-  def __init__(self, num_actions: int, num_quantiles: int, name=None) -> None:
+  def __init__(
+    self, num_actions: int, num_quantiles: int, name: str | None = None
+  ) -> None:
     super().__init__(
       NatureTorso(), num_actions, num_quantiles, QuantileNetworkType, name=name
     )
@@ -193,7 +208,9 @@ class AtariQuantileNetwork(HeadedNetwork):
 class AtariMultiNetworkQNetwork(_MultiNetworkQNetwork):
   """num_networks Nature DQN networks (batch_rl's MulitNetworkQNetwork)."""
 
-  def __init__(self, num_actions: int, num_networks: int, name=None) -> None:
+  def __init__(
+    self, num_actions: int, num_networks: int, name: str | None = None
+  ) -> None:
     super().__init__(NatureTorso, num_actions, num_networks, name=name)
 
 
@@ -204,17 +221,17 @@ class MLPQNetwork(tf.keras.Model):
   def __init__(
     self,
     num_actions: int,
-    name=None,
-    hidden_units=(64, 64),
-    min_vals=None,
-    max_vals=None,
+    name: str | None = None,
+    hidden_units: Sequence[int] = (64, 64),
+    min_vals: Any = None,
+    max_vals: Any = None,
   ) -> None:
     super().__init__(name=name)
     self.num_actions = num_actions
     self.torso = MLPTorso(hidden_units, min_vals, max_vals)
     self.last_layer = tf.keras.layers.Dense(num_actions, name='fully_connected')
 
-  def call(self, state):
+  def call(self, state: tf.Tensor) -> Any:
     return atari_lib.DQNNetworkType(self.last_layer(self.torso(state)))
 
 
@@ -265,7 +282,10 @@ class CartpoleQNetwork(MLPQNetwork):
   """MLPQNetwork with inputs rescaled by Dopamine's CartPole bounds."""
 
   def __init__(
-    self, num_actions: int, name=None, hidden_units=(64, 64)
+    self,
+    num_actions: int,
+    name: str | None = None,
+    hidden_units: Sequence[int] = (64, 64),
   ) -> None:
     super().__init__(
       num_actions,
@@ -311,7 +331,11 @@ class CartpoleMultiNetworkQNetwork(_MultiNetworkQNetwork):
   """num_networks MLPs with Dopamine's CartPole input bounds."""
 
   def __init__(
-    self, num_actions: int, num_networks: int, name=None, hidden_units=(64, 64)
+    self,
+    num_actions: int,
+    num_networks: int,
+    name: str | None = None,
+    hidden_units: Sequence[int] = (64, 64),
   ) -> None:
     def make_torso():
       return MLPTorso(
