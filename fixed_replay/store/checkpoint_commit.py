@@ -18,11 +18,12 @@ from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_output
-from fixed_replay.store import convert_options
 from fixed_replay.store import destination
 from fixed_replay.store import dopamine_output
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConvertOptions
 
 
 class ConverterOutput(Protocol):
@@ -44,10 +45,7 @@ class ConverterOutput(Protocol):
     ...
 
   def check_existing(
-    self,
-    store_dir: str,
-    source: checkpoint_source.CheckpointSource,
-    options: convert_options.ConvertOptions,
+    self, store_dir: str, source: CheckpointSource, options: ConvertOptions
   ) -> None:
     """Raises CheckpointError unless the stored checkpoint is this one."""
     ...
@@ -58,9 +56,9 @@ class ConverterOutput(Protocol):
 
   def write(
     self,
-    source: checkpoint_source.CheckpointSource,
+    source: CheckpointSource,
     partial: str,
-    options: convert_options.ConvertOptions,
+    options: ConvertOptions,
     threads: int,
   ) -> tuple[int, Any]:
     """Writes into `partial`; returns (rows, what verify needs)."""
@@ -77,7 +75,7 @@ class ConverterOutput(Protocol):
   def stored_rows(self, store_dir: str, suffix: int) -> int: ...
 
 
-def output_of(options: convert_options.ConvertOptions) -> ConverterOutput:
+def output_of(options: ConvertOptions) -> ConverterOutput:
   """The output ConvertOptions.output_format names."""
   if options.output_format == 'compact':
     return compact_output.CompactOutput()
@@ -89,9 +87,9 @@ def output_of(options: convert_options.ConvertOptions) -> ConverterOutput:
 
 
 def convert_checkpoint(
-  files: checkpoint_source.CheckpointSource | checkpoints.CheckpointFiles,
+  files: CheckpointSource | checkpoints.CheckpointFiles,
   store_dir: str,
-  options: convert_options.ConvertOptions,
+  options: ConvertOptions,
   threads: int = 1,
 ) -> dict:
   """Converts one checkpoint into the store (`checkpoint_<suffix>`).

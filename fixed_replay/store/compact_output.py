@@ -24,10 +24,11 @@ from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_store
-from fixed_replay.store import convert_options
 from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConvertOptions
 
 
 def _stored_options(manifest):
@@ -43,8 +44,8 @@ def _stored_options(manifest):
 
 def check_existing(
   directory: str,
-  files: checkpoint_source.CheckpointSource | checkpoints.CheckpointFiles,
-  options: convert_options.ConvertOptions,
+  files: CheckpointSource | checkpoints.CheckpointFiles,
+  options: ConvertOptions,
 ) -> None:
   """Verifies an already converted checkpoint before it is skipped.
 
@@ -71,7 +72,7 @@ def check_existing(
 
 def check_same_conversion(
   path: str,
-  source: checkpoint_source.CheckpointSource,
+  source: CheckpointSource,
   stored_source: dict | None,
   stored: dict,
   wanted: dict,
@@ -115,9 +116,7 @@ def _write_npy(directory: str, name, array):
 
 
 def slice_rows(
-  row_shape: tuple[int, ...],
-  dtype: npt.DTypeLike,
-  options: convert_options.ConvertOptions,
+  row_shape: tuple[int, ...], dtype: npt.DTypeLike, options: ConvertOptions
 ) -> int:
   """Frames read per slice: slice_bytes worth, whole blocks."""
   block_rows = options.block_rows
@@ -325,10 +324,7 @@ class CompactOutput:
     ]
 
   def check_existing(
-    self,
-    store_dir: str,
-    source: checkpoint_source.CheckpointSource,
-    options: convert_options.ConvertOptions,
+    self, store_dir: str, source: CheckpointSource, options: ConvertOptions
   ) -> None:
     check_existing(self.final_path(store_dir, source.suffix), source, options)
 
@@ -337,9 +333,9 @@ class CompactOutput:
 
   def write(
     self,
-    source: checkpoint_source.CheckpointSource,
+    source: CheckpointSource,
     partial: str,
-    options: convert_options.ConvertOptions,
+    options: ConvertOptions,
     threads: int,
   ) -> tuple[int, Any]:
     """Returns (rows, what verify needs)."""

@@ -38,9 +38,11 @@ from fixed_replay.errors import CheckpointProblems
 from fixed_replay.io import files as storage
 from fixed_replay.store import checkpoint_commit
 from fixed_replay.store import checkpoint_source
-from fixed_replay.store import convert_options
 from fixed_replay.store import convert_runners
 from fixed_replay.store import destination
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConversionResult
+from fixed_replay.store.convert_options import ConvertOptions
 
 
 def _runner(
@@ -146,7 +148,7 @@ class _Store:
       for source in self.seen.values()
       for name, size in source.source_files().items()
     }
-    return convert_options.ConversionResult(
+    return ConversionResult(
       converted=converted,
       skipped=sorted(set(self.skipped) - set(converted)),
       frames=sum(output.stored_rows(store_dir, s) for s in converted),
@@ -168,10 +170,10 @@ def _gzip_sources(source_dir: str):
 def convert(
   source_dir: str,
   store_dir: str,
-  options: convert_options.ConvertOptions | None = None,
+  options: ConvertOptions | None = None,
   workers: int | None = None,
   ray: Any = None,
-) -> convert_options.ConversionResult:
+) -> ConversionResult:
   """Converts every complete checkpoint of `source_dir` into a store.
 
   Args:
@@ -202,10 +204,10 @@ def convert(
 
 def convert_runs(
   runs: Sequence[tuple[str, str]],
-  options: convert_options.ConvertOptions | None = None,
+  options: ConvertOptions | None = None,
   workers: int | None = None,
   ray: Any = None,
-) -> list[convert_options.ConversionResult]:
+) -> list[ConversionResult]:
   """Converts several Dopamine runs, each into its own store, as one job.
 
   All stores are locked and checked first; then every pending checkpoint of
@@ -224,7 +226,7 @@ def convert_runs(
     CheckpointError: as for `convert`; the stores must be distinct.
   """
   began = time.perf_counter()
-  options = options or convert_options.ConvertOptions()
+  options = options or ConvertOptions()
   if ray:
     runs = [(_absolute(str(s)), _absolute(str(d))) for s, d in runs]
   runs = [(str(s), str(d)) for s, d in runs]
@@ -254,11 +256,11 @@ def convert_runs(
 def convert_sources(
   source_dir: str,
   store_dir: str,
-  rounds: Iterable[list[checkpoint_source.CheckpointSource]],
-  options: convert_options.ConvertOptions | None = None,
+  rounds: Iterable[list[CheckpointSource]],
+  options: ConvertOptions | None = None,
   workers: int | None = None,
   ray: Any = None,
-) -> convert_options.ConversionResult:
+) -> ConversionResult:
   """Converts checkpoints from sources into a store, round after round.
 
   Args:
@@ -283,13 +285,11 @@ def convert_sources(
 
 
 def convert_source_runs(
-  runs: Sequence[
-    tuple[str, str, Iterable[list[checkpoint_source.CheckpointSource]]]
-  ],
-  options: convert_options.ConvertOptions | None = None,
+  runs: Sequence[tuple[str, str, Iterable[list[CheckpointSource]]]],
+  options: ConvertOptions | None = None,
   workers: int | None = None,
   ray: Any = None,
-) -> list[convert_options.ConversionResult]:
+) -> list[ConversionResult]:
   """`convert_sources` of several runs, each into its own store, as one job.
 
   Round k of every run is converted together (the same workers or Ray
@@ -308,7 +308,7 @@ def convert_source_runs(
     CheckpointError: as for `convert`.
   """
   began = time.perf_counter()
-  options = options or convert_options.ConvertOptions()
+  options = options or ConvertOptions()
   runs = [(str(s), str(d), rounds) for s, d, rounds in runs]
   stores = [os.path.realpath(d) for _, d, _ in runs]
   if len(set(stores)) != len(stores):

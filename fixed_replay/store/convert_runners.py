@@ -26,9 +26,9 @@ import numpy as np
 from fixed_replay import progress
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_commit
-from fixed_replay.store import checkpoint_source
-from fixed_replay.store import convert_options
 from fixed_replay.store import workers as worker_processes
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConvertOptions
 
 _LOG_EVERY_S = 30.0
 
@@ -42,7 +42,7 @@ class Pending(NamedTuple):
     rows: int, the rows it is expected to hold (for progress).
   """
 
-  source: checkpoint_source.CheckpointSource
+  source: CheckpointSource
   store_dir: str
   rows: int
 
@@ -54,9 +54,7 @@ class ConversionRunner(Protocol):
 
   def __exit__(self, *exc_info: Any) -> bool | None: ...
 
-  def run(
-    self, pending: list[Pending], options: convert_options.ConvertOptions
-  ) -> None:
+  def run(self, pending: list[Pending], options: ConvertOptions) -> None:
     """Returns once every checkpoint of `pending` is stored, or raises."""
     ...
 
@@ -117,9 +115,7 @@ class InProcess:
   def __exit__(self, *unused_exc_info: Any) -> bool:
     return False
 
-  def run(
-    self, pending: list[Pending], options: convert_options.ConvertOptions
-  ) -> None:
+  def run(self, pending: list[Pending], options: ConvertOptions) -> None:
     bar = FrameProgress(sum(item.rows for item in pending))
     done = 0
     try:
@@ -151,9 +147,7 @@ class ProcessPool:
   def __exit__(self, *unused_exc_info: Any) -> bool:
     return False
 
-  def run(
-    self, pending: list[Pending], options: convert_options.ConvertOptions
-  ) -> None:
+  def run(self, pending: list[Pending], options: ConvertOptions) -> None:
     count = self._workers or min(len(pending), os.cpu_count() or 1)
     count = min(count, len(pending))
     threads = max(1, (os.cpu_count() or 1) // count)

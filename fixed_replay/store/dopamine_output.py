@@ -32,11 +32,11 @@ from fixed_replay.dataset import file_names
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.io.gzip_stream import GzipStream
-from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_output
-from fixed_replay.store import convert_options
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConvertOptions
 
 FORMAT = 'fixed_replay.store.dopamine_output'
 VERSION = 1
@@ -45,7 +45,7 @@ MANIFEST = 'manifest.json'
 _READ_BYTES = 4 << 20
 
 
-def stored_options(options: convert_options.ConvertOptions) -> dict:
+def stored_options(options: ConvertOptions) -> dict:
   return {
     'gzip_level': options.gzip_level,
     'stack_size': options.stack_size,
@@ -114,10 +114,7 @@ class DopamineOutput:
     return manifest
 
   def check_existing(
-    self,
-    store_dir: str,
-    source: checkpoint_source.CheckpointSource,
-    options: convert_options.ConvertOptions,
+    self, store_dir: str, source: CheckpointSource, options: ConvertOptions
   ) -> None:
     manifest = self.verify_stored(store_dir, source.suffix)
     compact_output.check_same_conversion(
@@ -149,9 +146,9 @@ class DopamineOutput:
 
   def write(
     self,
-    source: checkpoint_source.CheckpointSource,
+    source: CheckpointSource,
     partial: str,
-    options: convert_options.ConvertOptions,
+    options: ConvertOptions,
     threads: int,
   ) -> tuple[int, Any]:
     """Writes the checkpoint's files and manifest into `partial`."""

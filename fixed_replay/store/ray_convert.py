@@ -28,10 +28,10 @@ from fixed_replay import distributed
 from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import CheckpointProblems
 from fixed_replay.store import checkpoint_commit
-from fixed_replay.store import checkpoint_source
-from fixed_replay.store import convert_options
 from fixed_replay.store import convert_runners
 from fixed_replay.store import destination
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConvertOptions
 
 JOB_FILE = '.convert.job'
 MAX_ATTEMPTS = 3
@@ -57,10 +57,7 @@ def check_shared(store_dir: str, token: str) -> None:
 
 
 def convert_task(
-  source: checkpoint_source.CheckpointSource,
-  store_dir: str,
-  options: convert_options.ConvertOptions,
-  token: str,
+  source: CheckpointSource, store_dir: str, options: ConvertOptions, token: str
 ) -> dict:
   """A Ray task: converts one checkpoint into the shared store."""
   check_shared(store_dir, token)
@@ -144,9 +141,7 @@ class RayRunner:
     return self._info
 
   def run(
-    self,
-    pending: list[convert_runners.Pending],
-    options: convert_options.ConvertOptions,
+    self, pending: list[convert_runners.Pending], options: ConvertOptions
   ) -> None:
     """Converts `pending` (convert_runners.Pending) as Ray tasks.
 

@@ -31,9 +31,10 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 from fixed_replay.store import checkpoint_commit
 from fixed_replay.store import convert
-from fixed_replay.store import convert_options
 from fixed_replay.store import rlu_plan
 from fixed_replay.store import rlu_source
+from fixed_replay.store.convert_options import ConversionResult
+from fixed_replay.store.convert_options import ConvertOptions
 
 KINDS = ('rlu', 'tfds')
 # Decoding a PNG already costs ~60 us a frame. blosc2's zstd at level 3
@@ -45,9 +46,9 @@ CLEVEL = 3
 _BYTES_PER_FRAME_GUESS = 1000  # RL Unplugged's PNGs: ~1 KB a frame.
 
 
-def default_options(**overrides: Any) -> convert_options.ConvertOptions:
+def default_options(**overrides: Any) -> ConvertOptions:
   """ConvertOptions for RL Unplugged input: the store's, but CLEVEL."""
-  return convert_options.ConvertOptions(**{'clevel': CLEVEL, **overrides})
+  return ConvertOptions(**{'clevel': CLEVEL, **overrides})
 
 
 def detect_kind(source):
@@ -141,7 +142,7 @@ def plan_checkpoints(
   location: str,
   parts: Sequence[rlu_plan.Part],
   store_dir: str,
-  options: convert_options.ConvertOptions,
+  options: ConvertOptions,
 ) -> dict[int, rlu_source.EpisodeSource]:
   """Plans every checkpoint from the parts' indexes (all must exist).
 
@@ -202,7 +203,7 @@ def unfinished(
   location: str,
   store_dir: str,
   parts: Sequence[rlu_plan.Part],
-  options: convert_options.ConvertOptions,
+  options: ConvertOptions,
 ) -> tuple[list[rlu_plan.Part], dict[int, list[str]]]:
   """What a convert_rlu of the shards `parts` still has to do.
 
@@ -273,13 +274,13 @@ def convert_rlu(
   store_dir: str,
   kind: str | None = None,
   run: int | None = None,
-  options: convert_options.ConvertOptions | None = None,
+  options: ConvertOptions | None = None,
   workers: int | None = None,
   parts: Sequence[rlu_plan.Part] | None = None,
   recheck: bool = True,
   plan: bool = True,
   ray: Any = None,
-) -> convert_options.ConversionResult:
+) -> ConversionResult:
   """Converts the checkpoints of one RL Unplugged run into a store.
 
   Args:
@@ -348,10 +349,10 @@ def run_store(destination: str, run: int) -> str:
 def convert_all_runs(
   source: str,
   destination: str,
-  options: convert_options.ConvertOptions | None = None,
+  options: ConvertOptions | None = None,
   workers: int | None = None,
   ray: Any = None,
-) -> dict[int, convert_options.ConversionResult]:
+) -> dict[int, ConversionResult]:
   """Converts every run of a directory of shards, each into its own store.
 
   Run r goes to `run_store(destination, r)` (DESTINATION/run_<r>), the

@@ -17,9 +17,9 @@ import time
 from absl import logging
 
 from fixed_replay.dataset import download
-from fixed_replay.store import convert_options
 from fixed_replay.store import rlu_convert
 from fixed_replay.store import rlu_plan
+from fixed_replay.store.convert_options import ConvertOptions
 
 
 def _part(shard):
@@ -33,7 +33,7 @@ def download_and_convert(
   store_dir: str,
   checkpoints: Iterable[int] | None = None,
   root: str = download.DEFAULT_ROOT,
-  options: convert_options.ConvertOptions | None = None,
+  options: ConvertOptions | None = None,
 ) -> download.DownloadResult:
   """Fetches, converts and drops the raw shards of a run one by one.
 

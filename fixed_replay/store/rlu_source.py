@@ -39,10 +39,7 @@ def part_label(kind: str, location: str, part: rlu_plan.Part) -> str:
 
 
 def open_part(
-  kind: str,
-  location: str,
-  part: rlu_plan.Part,
-  wanted: set[int] | None = None,
+  kind: str, location: str, part: rlu_plan.Part, wanted: set[int] | None = None
 ) -> Iterator[rlu_episodes.Episode]:
   """Yields the validated episodes of a part (shard or TFDS split)."""
   if kind == 'rlu':

@@ -17,7 +17,6 @@ offline agent into its CQL version.
 
 import dataclasses
 import functools
-from typing import Any
 
 from dopamine.jax import losses
 from dopamine.jax.agents.dqn import dqn_agent
@@ -83,14 +82,7 @@ class TDLoss:
 
   loss_type: str = 'huber'
 
-  def target(
-    self,
-    target_network: Any,
-    next_states: jax.Array,
-    rewards: jax.Array,
-    terminals: jax.Array,
-    gamma: float,
-  ) -> jax.Array:
+  def target(self, target_network, next_states, rewards, terminals, gamma):
     """[batch] TD targets (Dopamine's `dqn_agent.target_q`)."""
     return dqn_agent.target_q(
       target_network, next_states, rewards, terminals, gamma
@@ -114,14 +106,7 @@ class QuantileLoss:
 
   kappa: float = 1.0
 
-  def target(
-    self,
-    target_network: Any,
-    next_states: jax.Array,
-    rewards: jax.Array,
-    terminals: jax.Array,
-    gamma: float,
-  ) -> jax.Array:
+  def target(self, target_network, next_states, rewards, terminals, gamma):
     """[batch, num_atoms] target quantiles (Dopamine's target_distribution)."""
     return quantile_agent.target_distribution(
       target_network, next_states, rewards, terminals, gamma
