@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
-from fixed_replay.errors import CheckpointProblems
 from fixed_replay.errors import RemoteError
 
 if TYPE_CHECKING:  # Annotations only: checkpoints imports this module.
@@ -290,10 +289,3 @@ class Collector:
       self.add(error)
       self._failed.add(str(path))
       return None
-
-  def raise_all(self, path: str) -> None:
-    """Raises CheckpointProblems (or the one error) if anything was found."""
-    if len(self.errors) == 1:
-      raise self.errors[0]
-    if self.errors:
-      raise CheckpointProblems(path, self.errors)
