@@ -24,6 +24,7 @@ from fixed_replay import progress
 from fixed_replay import WrappedFixedReplayBuffer
 from fixed_replay.training import plotting
 from fixed_replay.training import reporting
+from fixed_replay.training import run_dirs
 from fixed_replay.training import run_experiment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -97,7 +98,7 @@ def make_runner(base_dir, replay_dir, init_checkpoint_dir=None, **kwargs):
   create_agent_fn = functools.partial(
     agents.create_agent,
     agent_name='dqn',
-    replay_data_dir=run_experiment.resolve_replay_dir(replay_dir),
+    replay_data_dir=run_dirs.resolve_replay_dir(replay_dir),
     init_checkpoint_dir=init_checkpoint_dir,
   )
   runner = run_experiment.FixedReplayRunner(
@@ -291,10 +292,10 @@ def test_train_help_and_required_flags(command):
 
 def test_replay_dir_accepts_a_run_or_its_replay_logs(replay_run, tmp_path):
   replay_logs = str(replay_run / 'replay_logs')
-  assert run_experiment.resolve_replay_dir(replay_run) == replay_logs
-  assert run_experiment.resolve_replay_dir(replay_logs) == replay_logs
+  assert run_dirs.resolve_replay_dir(replay_run) == replay_logs
+  assert run_dirs.resolve_replay_dir(replay_logs) == replay_logs
   with pytest.raises(ValueError, match='no such directory'):
-    run_experiment.resolve_replay_dir(tmp_path / 'missing')
+    run_dirs.resolve_replay_dir(tmp_path / 'missing')
 
 
 def test_losses_reported_to_a_collector_dispatcher_are_averaged(tmp_path):

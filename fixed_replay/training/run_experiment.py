@@ -38,9 +38,6 @@ from fixed_replay.training import agent_checks
 from fixed_replay.training import reporting
 from fixed_replay.training import run_dirs
 
-# Callers import it from here, where it was before run_dirs.py.
-resolve_replay_dir = run_dirs.resolve_replay_dir
-
 # Marks a runner argument left to Dopamine's Runner (its gin bindings, then
 # its defaults).
 _RUNNER_DEFAULT = object()
@@ -134,7 +131,9 @@ class FixedReplayRunner(run_experiment.Runner):
         max_steps_per_episode=self._max_steps_per_episode,
       )
     )
-    self._tap_agent_losses()
+    reporting.tap_agent_losses(
+      self._agent, self._collector_dispatcher, self._loss_tap
+    )
     agent_checks.log_method(self._agent)
     agent_checks.warn_if_no_training(self._agent)
 
@@ -190,7 +189,12 @@ class FixedReplayRunner(run_experiment.Runner):
       statistics.append({'train_replay_wait_seconds': wait_seconds})
       scalars['Time/ReplayWaitSeconds'] = wait_seconds
     scalars.update({f'Train/{name}': value for name, value in losses.items()})
-    self._write_scalars(iteration, scalars)
+    dispatcher = None
+    if self._has_collector_dispatcher:
+      dispatcher = self._collector_dispatcher
+    reporting.write_scalars(
+      self._summary_writer, dispatcher, iteration, scalars
+    )
     return statistics.data_lists
 
   def _replay_wait_seconds(self, reset: bool = False):
@@ -324,22 +328,6 @@ class FixedReplayRunner(run_experiment.Runner):
       number,
       directory,
       self._start_iteration,
-    )
-
-  # -------------------------------------------------------------- summaries
-
-  def _write_scalars(self, iteration, scalars) -> None:
-    dispatcher = None
-    if self._has_collector_dispatcher:
-      dispatcher = self._collector_dispatcher
-    reporting.write_scalars(
-      self._summary_writer, dispatcher, iteration, scalars
-    )
-
-  def _tap_agent_losses(self) -> None:
-    """Routes the losses the agent reports into the per-iteration means."""
-    reporting.tap_agent_losses(
-      self._agent, self._collector_dispatcher, self._loss_tap
     )
 
   @property
