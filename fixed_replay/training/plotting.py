@@ -160,9 +160,7 @@ def make_figure(
 
   groups = [[c] for c in curves] if panels else [curves]
   figure = Figure(
-    figsize=(5 * len(groups) if panels else 8, 5),
-    dpi=100,
-    layout='constrained',
+    figsize=(5 * len(groups) if panels else 8, 5), dpi=100, layout='constrained'
   )
   references = references or [None] * len(curves)
   lines = dict(zip([c.label for c in curves], references, strict=True))
