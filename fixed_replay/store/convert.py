@@ -210,9 +210,9 @@ def convert_runs(
 ) -> list[ConversionResult]:
   """Converts several Dopamine runs, each into its own store, as one job.
 
-  All stores are locked and checked first; then every pending checkpoint of
-  every run is converted by the same workers (or Ray tasks), with one
-  progress display.
+  Every run's files are checked first, then all stores are locked; then
+  every pending checkpoint of every run is converted by the same workers (or
+  Ray tasks), with one progress display (convert_source_runs, one round).
 
   Args:
     runs: list of (source_dir, store_dir) pairs, as for `convert`.
@@ -225,32 +225,16 @@ def convert_runs(
   Raises:
     CheckpointError: as for `convert`; the stores must be distinct.
   """
-  began = time.perf_counter()
-  options = options or ConvertOptions()
   if ray:
     runs = [(_absolute(str(s)), _absolute(str(d))) for s, d in runs]
-  runs = [(str(s), str(d)) for s, d in runs]
-  stores = [os.path.realpath(d) for _, d in runs]
-  if len(set(stores)) != len(stores):
-    raise CheckpointError(runs[0][1], 'two runs would go into one store')
-  sources = [_gzip_sources(source_dir) for source_dir, _ in runs]
-  with contextlib.ExitStack() as stack:
-    try:
-      held = [stack.enter_context(_Store(s, d, options)) for s, d in runs]
-      pending = []
-      for store, run_sources in zip(held, sources, strict=True):
-        pending += store.plan(run_sources)
-      if pending:
-        with _runner(workers, ray) as run:
-          run.run(pending, options)
-      for store in held:
-        store.done(
-          [item for item in pending if item.store_dir == store.store_dir]
-        )
-    except OSError as error:
-      raise destination.error(runs[0][1], error) from error
-    seconds = time.perf_counter() - began
-    return [store.result(seconds) for store in held]
+  # Every run's files are checked before any store is created or locked.
+  rounds = [[_gzip_sources(str(source_dir))] for source_dir, _ in runs]
+  return convert_source_runs(
+    [(s, d, r) for (s, d), r in zip(runs, rounds, strict=True)],
+    options,
+    workers,
+    ray,
+  )
 
 
 def convert_sources(
