@@ -15,7 +15,6 @@ it ((84, 84, 1) uint8 for Atari, (4,) float for CartPole).
   with probability epsilon, as Dopamine's agents explore.
 """
 
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -123,10 +122,7 @@ class _StatelessController:
 
   def step(self, reward, observation):
     del reward
-    return self.act(observation)
-
-  def act(self, observation):
-    raise NotImplementedError
+    return self.act(observation)  # Each controller defines act.
 
 
 class CartPoleController(_StatelessController):
@@ -175,7 +171,7 @@ class PongController(_StatelessController):
   _BALL_COLUMNS = slice(11, 72)
   _DEAD_ZONE = 2.0  # Rows; avoids jitter around the target.
 
-  def __init__(self, action_meanings: Sequence[str]) -> None:
+  def __init__(self, action_meanings: list[str]) -> None:
     self._noop = _action_index(action_meanings, 'NOOP', 'Pong')
     self._up = _action_index(action_meanings, 'RIGHT', 'Pong')
     self._down = _action_index(action_meanings, 'LEFT', 'Pong')
@@ -214,7 +210,7 @@ class BreakoutController(_StatelessController):
   _COLUMNS = slice(5, 79)
   _DEAD_ZONE = 2.0  # Columns.
 
-  def __init__(self, action_meanings: Sequence[str]) -> None:
+  def __init__(self, action_meanings: list[str]) -> None:
     self._noop = _action_index(action_meanings, 'NOOP', 'Breakout')
     self._fire = _action_index(action_meanings, 'FIRE', 'Breakout')
     self._right = _action_index(action_meanings, 'RIGHT', 'Breakout')
@@ -240,16 +236,13 @@ class BreakoutController(_StatelessController):
     return self._noop
 
 
-SCRIPTED_ATARI_GAMES = {
-  'Pong': PongController,
-  'Breakout': BreakoutController,
-}
+SCRIPTED_ATARI_GAMES = {'Pong': PongController, 'Breakout': BreakoutController}
 
 
 def make_scripted_policy(
   environment: str,
   game: str | None = None,
-  action_meanings: Sequence[str] | None = None,
+  action_meanings: list[str] | None = None,
 ) -> Any:
   """Returns the scripted controller for an environment.
 
