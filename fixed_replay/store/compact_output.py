@@ -331,13 +331,7 @@ class CompactOutput:
   def clean(self, store_dir: str) -> None:
     """Nothing to tidy: partial directories are removed by the caller."""
 
-  def write(
-    self,
-    source: CheckpointSource,
-    partial: str,
-    options: ConvertOptions,
-    threads: int,
-  ) -> tuple[int, Any]:
+  def write(self, source, partial, options, threads):  # ConverterOutput's.
     """Returns (rows, what verify needs)."""
     manifest, arrays, valid = _write_checkpoint(
       source, partial, options, threads

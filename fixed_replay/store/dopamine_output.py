@@ -144,13 +144,7 @@ class DopamineOutput:
         os.remove(os.path.join(store_dir, name))
     os.makedirs(meta, exist_ok=True)
 
-  def write(
-    self,
-    source: CheckpointSource,
-    partial: str,
-    options: ConvertOptions,
-    threads: int,
-  ) -> tuple[int, Any]:
+  def write(self, source, partial, options, threads):  # ConverterOutput's.
     """Writes the checkpoint's files and manifest into `partial`."""
     suffix = source.suffix
     name = lambda element: file_names.checkpoint_filename(
