@@ -60,8 +60,8 @@ class ConversionResult:
     seconds: float, wall time.
   """
 
-  converted: list
-  skipped: list
+  converted: list[int]
+  skipped: list[int]
   frames: int
   source_bytes: int
   store_bytes: int
