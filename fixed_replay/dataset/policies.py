@@ -329,8 +329,8 @@ def find_agent_checkpoint_dir(checkpoint_dir):
 
 def load_agent(
   checkpoint_dir,
-  environment: str,
-  agent_name: str = 'dqn',
+  environment,
+  agent_name='dqn',
   gin_files=(),
   gin_bindings=(),
   iteration=None,

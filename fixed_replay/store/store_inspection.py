@@ -22,7 +22,7 @@ from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
 
 
-def is_store(directory: str) -> bool:
+def is_store(directory):
   """Whether a local directory holds compact store checkpoints."""
   directory = str(directory)
   if not os.path.isdir(directory):
