@@ -57,7 +57,7 @@ def setup_dopamine():
 
 
 def setup_ours():
-  from fixed_replay import fixed_replay_buffer  # noqa: F401
+  from fixed_replay.replay import fixed_replay_buffer  # noqa: F401
 
 
 def _result(value):

@@ -71,8 +71,8 @@ STEP_SECONDS = 0.002
 
 
 def setup_ours():
-  from fixed_replay import compact_replay_buffer  # noqa: F401
-  from fixed_replay import fixed_replay_buffer  # noqa: F401
+  from fixed_replay.replay import compact_replay_buffer  # noqa: F401
+  from fixed_replay.replay import fixed_replay_buffer  # noqa: F401
 
 
 def _result(value):
@@ -87,7 +87,7 @@ def codec_table(path, num_frames=30_000, windows=20_000):
   import blosc2
 
   from fixed_replay.io import npy_stream
-  from fixed_replay.store import compact_store
+  from fixed_replay.store import frame_blocks
 
   frames = npy_stream.read_rows(path, 0, num_frames)
   rng = np.random.default_rng(0)
@@ -95,12 +95,12 @@ def codec_table(path, num_frames=30_000, windows=20_000):
   rows = []
   for codec, clevel in (('zstd', 5), ('lz4hc', 9), ('lz4', 5)):
     for block_rows in (8, 16, 32):
-      cparams = compact_store.block_cparams(
+      cparams = frame_blocks.block_cparams(
         codec, clevel, block_rows, frames.shape[1:], frames.dtype
       )
       began = time.perf_counter()
       chunks = [
-        compact_store.compress_block(frames[i : i + block_rows], cparams)
+        frame_blocks.compress_block(frames[i : i + block_rows], cparams)
         for i in range(0, num_frames, block_rows)
       ]
       compress_rate = num_frames / (time.perf_counter() - began)
@@ -141,22 +141,22 @@ def convert_run(source, store):
 
 def _replicate(store, num_checkpoints, converted):
   """Stored checkpoints converted..n-1 as links of the converted ones."""
-  from fixed_replay.store import compact_store
+  from fixed_replay.store import manifest as manifest_lib
 
   for suffix in range(converted, num_checkpoints):
-    origin = store / compact_store.checkpoint_dirname(suffix % converted)
-    target = store / compact_store.checkpoint_dirname(suffix)
+    origin = store / manifest_lib.checkpoint_dirname(suffix % converted)
+    target = store / manifest_lib.checkpoint_dirname(suffix)
     target.mkdir()
     for name in os.listdir(origin):
-      if name != compact_store.MANIFEST:
+      if name != manifest_lib.MANIFEST:
         os.link(origin / name, target / name)
-    manifest = compact_store.read_manifest(origin)
+    manifest = manifest_lib.read_manifest(origin)
     manifest['suffix'] = suffix
     manifest['source']['files'] = {
       name.replace(f'.{suffix % converted}.gz', f'.{suffix}.gz'): size
       for name, size in manifest['source']['files'].items()
     }
-    compact_store.write_manifest(target, manifest)
+    manifest_lib.write_manifest(target, manifest)
 
 
 def write_memmap(source_files, path):
@@ -281,7 +281,7 @@ def sample_compact(store, seconds, check_suffixes, check_rows, workers):
 
 
 def sample_memmap(gzip_run, memmap_dir, num_checkpoints, seconds, check):
-  from fixed_replay import shard  # noqa: F401
+  from fixed_replay.replay import shard  # noqa: F401
 
   store = MemmapStore(gzip_run, memmap_dir, num_checkpoints)
   rng = np.random.default_rng(0)
@@ -330,13 +330,14 @@ def _logical_bytes(directory):
 def _check_indices(store, suffixes):
   """CHECK_ROWS valid (suffix, row) pairs among the given checkpoints."""
   from fixed_replay.store import compact_store
+  from fixed_replay.store import manifest as manifest_lib
 
   rng = np.random.default_rng(1)
   chosen = rng.choice(suffixes, CHECK_ROWS)
   rows = []
   for suffix in chosen:
     stored = compact_store.StoredCheckpoint(
-      store / compact_store.checkpoint_dirname(int(suffix)), verify=False
+      store / manifest_lib.checkpoint_dirname(int(suffix)), verify=False
     )
     table = stored.valid_rows_table(4, 1)
     rows.append(int(table[rng.integers(len(table))]))

@@ -1,24 +1,24 @@
 """Ray for fixed_replay: a private local cluster or a remote one, and tasks.
 
-Commands that spread work over processes or machines (`fixed-replay sweep`,
-`fixed-replay convert --ray`) share this module; nothing else imports Ray,
-and this module imports it only when `cluster()` is entered, so `import
+`fixed-replay sweep` and `convert --ray` share this module, the only one
+that imports Ray, and only once `cluster()` is entered: `import
 fixed_replay` and every other command stay free of it.
 
-* `cluster()` starts an embedded Ray for this process alone, bound to
-  127.0.0.1 (no dashboard, a small object store, Ray's own logs kept out of
-  the terminal), or connects to a running cluster given its address
-  (`ray start --head` prints it). The local one is shut down on exit.
-* `run_tasks()` runs Tasks with declared resources, each attempt in a fresh
-  worker process by default, keeps no more in flight than the cluster can
-  run at once (so "running" means running), retries a failed attempt up to
-  `max_attempts` times, logs every failure, and shows one TaskBoard
-  (done / running / failed, ETA) for the whole job.
+* `cluster()` starts a Ray for this process alone, on 127.0.0.1 (no
+  dashboard, a small object store, Ray's logs out of the terminal), or joins
+  a running cluster (`ray start --head` prints its address).
+* `run_tasks()` keeps no more Tasks in flight than the cluster can run at
+  once (so "running" means running), each attempt in a fresh worker by
+  default, retries failures, logs them, and shows one TaskBoard.
 """
 
 import collections
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
 import contextlib
 import dataclasses
+import functools
 import logging as std_logging
 import os
 import time
@@ -64,10 +64,8 @@ def _loopback_only():
       os.environ.pop(_LOCAL_ONLY_ENV, None)
     else:
       os.environ[_LOCAL_ONLY_ENV] = saved
-    ray_constants.ENABLE_RAY_CLUSTER = saved is None or saved.lower() in (
-      '1',
-      'true',
-    )
+    enabled = saved is None or saved.lower() in ('1', 'true')
+    ray_constants.ENABLE_RAY_CLUSTER = enabled
 
 
 @dataclasses.dataclass(frozen=True)
@@ -92,7 +90,11 @@ class ClusterInfo:
 
 
 @contextlib.contextmanager
-def cluster(address=None, num_cpus=None, num_gpus=None):
+def cluster(
+  address: str | None = None,
+  num_cpus: int | None = None,
+  num_gpus: float | None = None,
+) -> Iterator['ClusterInfo']:
   """Starts a local Ray or connects to a cluster; shuts it down on exit.
 
   Args:
@@ -138,7 +140,15 @@ def _connected(ray, local, address, num_cpus, num_gpus):
       address=address, log_to_driver=False, logging_level=std_logging.WARNING
     )
   try:
-    info = _cluster_info(ray, context, local)
+    resources, addresses = ray.cluster_resources(), context.address_info
+    info = ClusterInfo(
+      address=addresses.get('gcs_address') or addresses.get('address', ''),
+      local=local,
+      num_cpus=resources.get('CPU', 0.0),
+      num_gpus=resources.get('GPU', 0.0),
+      num_nodes=len([n for n in ray.nodes() if n.get('Alive')]),
+      session_dir=addresses.get('session_dir', ''),
+    )
     if local and context.address_info['node_ip_address'] != LOCALHOST:
       raise RuntimeError(
         'the local Ray cluster is not bound to 127.0.0.1 but to '
@@ -156,19 +166,6 @@ def _connected(ray, local, address, num_cpus, num_gpus):
     yield info
   finally:
     ray.shutdown()
-
-
-def _cluster_info(ray, context, local):
-  resources = ray.cluster_resources()
-  info = context.address_info
-  return ClusterInfo(
-    address=info.get('gcs_address') or info.get('address', ''),
-    local=local,
-    num_cpus=resources.get('CPU', 0.0),
-    num_gpus=resources.get('GPU', 0.0),
-    num_nodes=len([n for n in ray.nodes() if n.get('Alive')]),
-    session_dir=info.get('session_dir', ''),
-  )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -203,9 +200,8 @@ class Outcome:
       succeeded later.
     seconds: dict, key -> wall seconds of the successful attempt, from its
       submission to its result.
-    causes: dict, key -> the exception of the last failed attempt (the
-      task's own exception where it raised one), for tasks with a failed
-      attempt.
+    causes: dict, key -> the last failed attempt's exception (the task's own
+      where it raised one), for tasks with a failed attempt.
   """
 
   results: dict = dataclasses.field(default_factory=dict)
@@ -220,49 +216,46 @@ def _call(fn, args):
   return fn(*args)
 
 
-_REMOTE_CALLS = {}
-
-
+@functools.cache
 def _remote_call(ray, fresh_process):
   """The remote form of _call; max_calls=1 ends the worker after one task."""
-  if fresh_process not in _REMOTE_CALLS:
-    _REMOTE_CALLS[fresh_process] = ray.remote(
-      max_calls=1 if fresh_process else 0, max_retries=0
-    )(_call)
-  return _REMOTE_CALLS[fresh_process]
+  return ray.remote(max_calls=1 if fresh_process else 0, max_retries=0)(_call)
 
 
-def describe_error(error):
+def describe_error(error: BaseException) -> str:
   """One line naming a failed attempt's error (its cause for task errors)."""
   cause = getattr(error, 'cause', None) or error
   text = str(cause).strip().splitlines()
   return f'{type(cause).__name__}: {text[-1] if text else ""}'.strip()
 
 
+def _needs(tasks):
+  """The most CPUs and GPUs one of `tasks` reserves, by Ray resource name."""
+  return {
+    'CPU': max(t.num_cpus for t in tasks),
+    'GPU': max(t.num_gpus for t in tasks),
+  }
+
+
 def _slots(ray, tasks):
   """How many of `tasks` the cluster can run at once (at least 1)."""
   resources = ray.cluster_resources()
-  limits = []
-  for name, need in (
-    ('CPU', max(t.num_cpus for t in tasks)),
-    ('GPU', max(t.num_gpus for t in tasks)),
-  ):
-    if need > 0:
-      limits.append(int(resources.get(name, 0.0) / need + 1e-9))
+  limits = [
+    int(resources.get(name, 0.0) / need + 1e-9)
+    for name, need in _needs(tasks).items()
+    if need > 0
+  ]
   return max(1, min(limits)) if limits else len(tasks)
 
 
-def check_feasible(info, tasks):
+def check_feasible(info: 'ClusterInfo', tasks: Sequence['Task']) -> None:
   """Raises ValueError if no node of the cluster can hold a task's resources.
 
   Ray would otherwise keep such a task pending forever.
   """
   import ray
 
-  need = {
-    'CPU': max(t.num_cpus for t in tasks),
-    'GPU': max(t.num_gpus for t in tasks),
-  }
+  need = _needs(tasks)
   nodes = [n.get('Resources', {}) for n in ray.nodes() if n.get('Alive')]
   if any(all(r.get(k, 0.0) >= v for k, v in need.items()) for r in nodes):
     return
@@ -277,16 +270,16 @@ def check_feasible(info, tasks):
 
 
 def run_tasks(
-  tasks,
-  max_attempts=3,
-  fresh_process=True,
-  desc='tasks',
-  unit='task',
-  already_done=0,
-  progress_of=None,
-  on_failed_attempt=None,
-  poll_seconds=5.0,
-):
+  tasks: Sequence['Task'],
+  max_attempts: int = 3,
+  fresh_process: bool = True,
+  desc: str = 'tasks',
+  unit: str = 'task',
+  already_done: int = 0,
+  progress_of: Callable[..., Any] | None = None,
+  on_failed_attempt: Callable[..., Any] | None = None,
+  poll_seconds: float = 5.0,
+) -> 'Outcome':
   """Runs tasks on the connected Ray cluster until each succeeds or gives up.
 
   Args:
@@ -308,8 +301,7 @@ def run_tasks(
   """
   import ray
 
-  keys = [task.key for task in tasks]
-  if len(set(keys)) != len(keys):
+  if len({task.key for task in tasks}) != len(tasks):
     raise ValueError('task keys must be distinct')
   outcome = Outcome()
   if not tasks:
@@ -341,14 +333,11 @@ def run_tasks(
           fractions[task.key] = 1.0
           continue
         will_retry = attempt < max_attempts
+        summary = errors[task.key][-1].splitlines()[0]
+        verdict = 'retrying' if will_retry else 'giving up'
         logging.warning(
           '%s: %s failed (attempt %d of %d): %s; %s',
-          desc,
-          task.key,
-          attempt,
-          max_attempts,
-          errors[task.key][-1].splitlines()[0],
-          'retrying' if will_retry else 'giving up',
+          *(desc, task.key, attempt, max_attempts, summary, verdict),
         )
         if on_failed_attempt:
           on_failed_attempt(task, attempt, errors[task.key][-1], will_retry)
@@ -378,7 +367,7 @@ def run_tasks(
   return outcome
 
 
-def _poll(progress_of, tasks, fractions):
+def _poll(progress_of, tasks, fractions) -> None:
   for task in tasks:
     try:
       fraction = progress_of(task)
@@ -391,7 +380,7 @@ def _poll(progress_of, tasks, fractions):
       fractions[task.key] = min(max(fraction, 0.0), 1.0)
 
 
-def _finish(ray, ref, task, attempt, submitted, outcome, errors):
+def _finish(ray, ref, task, attempt, submitted, outcome, errors) -> bool:
   """Stores an attempt's result; returns False (error noted) if it failed.
 
   A failed attempt's error text is its first line, a short summary, then the

@@ -1,5 +1,7 @@
 """Exceptions raised for damaged or mismatched replay checkpoints."""
 
+from collections.abc import Sequence
+
 
 class CheckpointError(Exception):
   """A checkpoint file is missing, damaged or not what was asked for.
@@ -9,7 +11,7 @@ class CheckpointError(Exception):
     problem: str, what is wrong with it.
   """
 
-  def __init__(self, path, problem):
+  def __init__(self, path: str, problem: str) -> None:
     super().__init__(f'{path}: {problem}')
     self.path = path
     self.problem = problem
@@ -26,7 +28,7 @@ class CheckpointProblems(CheckpointError):
     errors: list of CheckpointError, each naming its file.
   """
 
-  def __init__(self, path, errors):
+  def __init__(self, path: str, errors: Sequence[CheckpointError]) -> None:
     self.errors = list(errors)
     lines = '\n'.join(f'  {error}' for error in self.errors)
     super().__init__(path, f'{len(self.errors)} problem(s):\n{lines}')

@@ -13,6 +13,7 @@ entry is the current directory, so `configs/dqn_1pct.gin`'s
 take a `dqn.gin` that happens to lie in the user's current directory.
 """
 
+from collections.abc import Sequence
 import contextlib
 import hashlib
 import os
@@ -32,7 +33,7 @@ def _directory_of(config_file):
   return os.path.dirname(os.path.abspath(config_file))
 
 
-def config_digest(config_file):
+def config_digest(config_file: str) -> str:
   """SHA-256 of a gin file's text and of every file it includes, recursively.
 
   An include is found as load_gin_configs finds it: next to the including
@@ -84,7 +85,11 @@ def _check_exists(config_file):
   )
 
 
-def load_gin_configs(gin_files, gin_bindings, finalize_config=True):
+def load_gin_configs(
+  gin_files: Sequence[str],
+  gin_bindings: Sequence[str],
+  finalize_config: bool = True,
+) -> None:
   """Parses gin files, then bindings (which win), as Dopamine does.
 
   Args:

@@ -1,11 +1,10 @@
 """Old module paths that keep importing: each is an alias of a module today.
 
 Gin files and user code name modules by path (`import
-batch_rl.fixed_replay.agents.dqn_agent` in a batch_rl config, `import
-fixed_replay.fixed_replay_buffer` in one of ours). Three families of old
-paths are listed in one table:
+batch_rl.fixed_replay.agents.dqn_agent` in a batch_rl config). Two families
+of old paths are listed in one table (this package's own paths before its
+split into folders are gone: it was never released under them):
 
-* our own modules before the package was split into folders;
 * batch_rl's `batch_rl.fixed_replay.*` modules, which hold what this library
   replaces (no `batch_rl` package is installed: its packages exist only as
   aliases);
@@ -31,48 +30,6 @@ import types
 
 # Old path -> the module that now holds its contents.
 ALIASES = {
-  # Our modules before the split into io/, dataset/, store/, replay/, ...
-  'fixed_replay.storage': 'fixed_replay.io.files',
-  'fixed_replay.gzip_stream': 'fixed_replay.io.gzip_stream',
-  'fixed_replay.npy_stream': 'fixed_replay.io.npy_stream',
-  'fixed_replay.checkpoints': 'fixed_replay.dataset.checkpoints',
-  'fixed_replay.validity': 'fixed_replay.dataset.validity',
-  'fixed_replay.inspection': 'fixed_replay.dataset.inspection',
-  'fixed_replay.generate': 'fixed_replay.dataset.generate',
-  'fixed_replay.policies': 'fixed_replay.dataset.policies',
-  'fixed_replay.compact_store': 'fixed_replay.store.compact_store',
-  'fixed_replay.convert': 'fixed_replay.store.convert',
-  'fixed_replay.block_cache': 'fixed_replay.store.block_cache',
-  'fixed_replay.shard': 'fixed_replay.replay.shard',
-  'fixed_replay.stacking': 'fixed_replay.replay.stacking',
-  'fixed_replay.memory': 'fixed_replay.replay.memory_budget',
-  'fixed_replay.prefetch': 'fixed_replay.replay.prefetch',
-  'fixed_replay.fixed_replay_buffer': 'fixed_replay.replay.fixed_replay_buffer',
-  'fixed_replay.compact_replay_buffer': (
-    'fixed_replay.replay.compact_replay_buffer'
-  ),
-  'fixed_replay.wrapped_fixed_replay_buffer': (
-    'fixed_replay.replay.wrapped_fixed_replay_buffer'
-  ),
-  'fixed_replay.run_experiment': 'fixed_replay.training.run_experiment',
-  'fixed_replay.plotting': 'fixed_replay.training.plotting',
-  'fixed_replay.agents.offline': 'fixed_replay.agents.tf.offline',
-  'fixed_replay.agents.networks': 'fixed_replay.agents.tf.networks',
-  'fixed_replay.agents.dqn_agent': 'fixed_replay.agents.tf.dqn_agent',
-  'fixed_replay.agents.multi_head_dqn_agent': (
-    'fixed_replay.agents.tf.multi_head_dqn_agent'
-  ),
-  'fixed_replay.agents.rem_agent': 'fixed_replay.agents.tf.rem_agent',
-  'fixed_replay.agents.quantile_agent': 'fixed_replay.agents.tf.quantile_agent',
-  'fixed_replay.agents.c51_agent': 'fixed_replay.agents.tf.c51_agent',
-  'fixed_replay.agents.jax_offline': 'fixed_replay.agents.jax.offline',
-  'fixed_replay.agents.jax_networks': 'fixed_replay.agents.jax.networks',
-  'fixed_replay.agents.jax_dqn_agent': 'fixed_replay.agents.jax.dqn_agent',
-  'fixed_replay.agents.jax_quantile_agent': (
-    'fixed_replay.agents.jax.quantile_agent'
-  ),
-  'fixed_replay.agents.jax_rem_agent': 'fixed_replay.agents.jax.rem_agent',
-  'fixed_replay.agents.jax_cql_agent': 'fixed_replay.agents.jax.cql_agent',
   # batch_rl (google-research/batch_rl), the code this library replaces.
   'batch_rl.fixed_replay.run_experiment': (
     'fixed_replay.training.run_experiment'

@@ -3,12 +3,19 @@
 import os
 import sys
 import time
+from typing import Any
 
 from absl import logging
 import tqdm
 
 
-def bar(total, desc, unit='it', unit_scale=False, show=None):
+def bar(
+  total: int | None,
+  desc: str,
+  unit: str = 'it',
+  unit_scale: bool = False,
+  show: bool | None = None,
+) -> Any:
   """Returns a tqdm bar on stderr.
 
   Args:
@@ -30,7 +37,7 @@ def bar(total, desc, unit='it', unit_scale=False, show=None):
   )
 
 
-def format_bytes(num_bytes):
+def format_bytes(num_bytes: int | None) -> str:
   """Formats a byte count in decimal units: '512 B', '49.00 kB', '7.06 GB'.
 
   Decimal, as disk sizes are quoted; None (unknown) is '-'.
@@ -45,7 +52,7 @@ def format_bytes(num_bytes):
   return f'{int(value)} B' if unit == 'B' else f'{value:.2f} {unit}'
 
 
-def format_duration(seconds):
+def format_duration(seconds: float) -> str:
   """Formats seconds as e.g. '2d 03h 04m', '3h 04m 05s' or '4m 05s'."""
   seconds = int(round(seconds))
   days, seconds = divmod(seconds, 86_400)
@@ -68,7 +75,13 @@ class TaskBoard:
   optimistic.
   """
 
-  def __init__(self, total, desc, unit='task', log_every_seconds=60.0):
+  def __init__(
+    self,
+    total: int,
+    desc: str,
+    unit: str = 'task',
+    log_every_seconds: float = 60.0,
+  ) -> None:
     """Creates the board.
 
     Args:
@@ -95,7 +108,14 @@ class TaskBoard:
       bar_format='{percentage:3.0f}%|{bar}| {desc}',
     )
 
-  def update(self, done, running, failed, fraction, retrying=0):
+  def update(
+    self,
+    done: int,
+    running: int,
+    failed: int,
+    fraction: float,
+    retrying: int = 0,
+  ) -> None:
     """Shows the current state of the job.
 
     Args:
@@ -129,7 +149,7 @@ class TaskBoard:
       self._last_counts = counts
       self._last_log = now
 
-  def eta_seconds(self, fraction):
+  def eta_seconds(self, fraction: float) -> float | None:
     """Seconds left at the rate of this invocation, or None if unknown."""
     if fraction >= 1.0:
       return 0.0
@@ -141,7 +161,7 @@ class TaskBoard:
     elapsed = time.monotonic() - self._began
     return elapsed * (1.0 - fraction) / progressed
 
-  def close(self):
+  def close(self) -> None:
     self._bar.close()
 
 
@@ -152,7 +172,12 @@ class FilesProgress:
   all the others of its checkpoint together.
   """
 
-  def __init__(self, sizes, desc='verifying', show=None):
+  def __init__(
+    self,
+    sizes: dict[str, int],
+    desc: str = 'verifying',
+    show: bool | None = None,
+  ) -> None:
     """Starts reporting.
 
     Args:
@@ -169,11 +194,11 @@ class FilesProgress:
     self._bar = bar(self._total, desc, unit='B', unit_scale=True, show=show)
 
   @property
-  def has_bar(self):
+  def has_bar(self) -> bool:
     """Whether a bar is drawn (log lines would break it)."""
     return not self._bar.disable
 
-  def start(self, path):
+  def start(self, path: str) -> None:
     """Reports that work on `path` begins."""
     if self.has_bar:
       self._bar.set_postfix_str(os.path.basename(path))
@@ -189,12 +214,12 @@ class FilesProgress:
       format_bytes(self._sizes.get(path, 0)),
     )
 
-  def done(self, path):
+  def done(self, path: str) -> None:
     """Reports that `path` is done."""
     size = self._sizes.get(path, 0)
     self._done_files += 1
     self._done_bytes += size
     self._bar.update(size)
 
-  def close(self):
+  def close(self) -> None:
     self._bar.close()

@@ -20,7 +20,7 @@ import tensorflow as tf
 
 from fixed_replay import agents
 from fixed_replay import gin_files
-from fixed_replay import run_experiment  # noqa: F401  (FixedReplayRunner)
+from fixed_replay.training import run_experiment  # noqa: F401  (FixedReplayRunner)
 from fixed_replay.agents.tf import c51_agent
 from fixed_replay.agents.tf import multi_head_dqn_agent
 from fixed_replay.agents.tf import networks

@@ -21,6 +21,7 @@ from fixed_replay.replay.wrapped_fixed_replay_buffer import (
   WrappedFixedReplayBuffer,
 )
 from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 
 
 def _buffer(store, **kwargs):
@@ -120,8 +121,8 @@ def test_damaged_block_error_names_checkpoint_and_rows(store, tmp_path):
   damaged = tmp_path / 'store'
   shutil.copytree(store, damaged)
   directory = damaged / 'checkpoint_1'
-  offsets = np.load(directory / compact_store.OFFSETS_FILE)
-  with open(directory / compact_store.BLOCKS_FILE, 'r+b') as stream:
+  offsets = np.load(directory / manifest_lib.OFFSETS_FILE)
+  with open(directory / manifest_lib.BLOCKS_FILE, 'r+b') as stream:
     stream.seek(int(offsets[30]) + 5)
     stream.write(b'\xde\xad\xbe\xef')
   buffer = _buffer(damaged)

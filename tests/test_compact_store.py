@@ -11,20 +11,21 @@ from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 
 
 def _copy_checkpoint(store, suffix, tmp_path):
-  target = tmp_path / 'store' / compact_store.checkpoint_dirname(suffix)
-  shutil.copytree(store / compact_store.checkpoint_dirname(suffix), target)
+  target = tmp_path / 'store' / manifest_lib.checkpoint_dirname(suffix)
+  shutil.copytree(store / manifest_lib.checkpoint_dirname(suffix), target)
   return target
 
 
 def test_store_describes_itself(dopamine_dir, store):
   source, capacity, writers = dopamine_dir
-  assert sorted(compact_store.find_stored_checkpoints(store)) == sorted(writers)
-  manifest = compact_store.read_manifest(store / 'checkpoint_7')
-  assert manifest['format'] == compact_store.FORMAT
-  assert manifest['version'] == compact_store.VERSION
+  assert sorted(manifest_lib.find_stored_checkpoints(store)) == sorted(writers)
+  manifest = manifest_lib.read_manifest(store / 'checkpoint_7')
+  assert manifest['format'] == manifest_lib.FORMAT
+  assert manifest['version'] == manifest_lib.VERSION
   assert manifest['suffix'] == 7 and manifest['num_rows'] == capacity
   assert manifest['add_count'] == writers[7].add_count
   observation = manifest['observation']
@@ -46,7 +47,7 @@ def test_arrays_equal_the_source(dopamine_dir, store, suffix):
   source = checkpoints.find_checkpoints(dopamine_dir[0])[suffix]
   window = checkpoints.read_checkpoint(source)
   stored = compact_store.StoredCheckpoint(
-    store / compact_store.checkpoint_dirname(suffix)
+    store / manifest_lib.checkpoint_dirname(suffix)
   )
   frames = stored.frames
   np.testing.assert_array_equal(
@@ -87,7 +88,7 @@ def test_full_verification_decodes_every_block(dopamine_dir, store):
   verified = compact_store.verify_checkpoint(
     store / 'checkpoint_1', decode=True
   )
-  assert verified.frames_crc32 == compact_store.crc32(frames)
+  assert verified.frames_crc32 == manifest_lib.crc32(frames)
   assert verified.manifest['suffix'] == 1
 
 
@@ -96,7 +97,7 @@ def test_damaged_block_names_checkpoint_and_rows(store, tmp_path):
   stored = compact_store.StoredCheckpoint(directory)
   offsets = stored.frames.offsets
   block = 20
-  with open(directory / compact_store.BLOCKS_FILE, 'r+b') as stream:
+  with open(directory / manifest_lib.BLOCKS_FILE, 'r+b') as stream:
     position = int(offsets[block] + offsets[block + 1]) // 2
     stream.seek(position)
     byte = stream.read(1)
@@ -108,7 +109,7 @@ def test_damaged_block_names_checkpoint_and_rows(store, tmp_path):
     CheckpointError, match=r'checkpoint 3: block 20 \(rows 320-335\)'
   ) as raised:
     stored.frames.read_rows(330, 2)
-  assert raised.value.path.endswith(compact_store.BLOCKS_FILE)
+  assert raised.value.path.endswith(manifest_lib.BLOCKS_FILE)
   with pytest.raises(CheckpointError, match='observation.blocks: damaged'):
     compact_store.verify_checkpoint(directory)
   stored.close()
@@ -116,7 +117,7 @@ def test_damaged_block_names_checkpoint_and_rows(store, tmp_path):
 
 def test_truncated_blocks_file_is_a_clear_error(store, tmp_path):
   directory = _copy_checkpoint(store, 0, tmp_path)
-  path = directory / compact_store.BLOCKS_FILE
+  path = directory / manifest_lib.BLOCKS_FILE
   os.truncate(path, os.path.getsize(path) - 10)
   stored = compact_store.StoredCheckpoint(directory)
   with pytest.raises(CheckpointError, match=r'rows 992-999.*file ends'):
@@ -135,18 +136,18 @@ def test_damaged_small_array_refused_on_opening(store, tmp_path):
 
 def test_other_format_versions_are_refused(store, tmp_path):
   directory = _copy_checkpoint(store, 1, tmp_path)
-  manifest = compact_store.read_manifest(directory)
-  manifest['version'] = compact_store.VERSION + 1
-  compact_store.write_manifest(directory, manifest)
+  manifest = manifest_lib.read_manifest(directory)
+  manifest['version'] = manifest_lib.VERSION + 1
+  manifest_lib.write_manifest(directory, manifest)
   with pytest.raises(CheckpointError, match='format version'):
     compact_store.StoredCheckpoint(directory)
 
 
 def test_gzip_directory_is_not_a_store(dopamine_dir, tmp_path):
   with pytest.raises(CheckpointError, match='convert them first'):
-    compact_store.find_stored_checkpoints(dopamine_dir[0])
+    manifest_lib.find_stored_checkpoints(dopamine_dir[0])
   with pytest.raises(CheckpointError, match='does not exist'):
-    compact_store.find_stored_checkpoints(tmp_path / 'nothing')
+    manifest_lib.find_stored_checkpoints(tmp_path / 'nothing')
 
 
 def test_valid_rows_pack_round_trip():

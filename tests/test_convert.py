@@ -11,8 +11,9 @@ from dopamine_data import file_digests
 import pytest
 
 from fixed_replay.errors import CheckpointError
-from fixed_replay.store import compact_store
 from fixed_replay.store import convert
+from fixed_replay.store import convert_options
+from fixed_replay.store import manifest as manifest_lib
 
 # More checkpoints than conftest's four, as hard links (nothing copied), so
 # that a conversion killed after its first checkpoint is surely midway.
@@ -120,7 +121,7 @@ def test_partial_directories_are_removed_and_redone(
   convert.convert(source, store, workers=0)
   # A checkpoint half written when its conversion was killed:
   os.rename(store / 'checkpoint_12', store / '.checkpoint_12.partial-999')
-  os.remove(store / '.checkpoint_12.partial-999' / compact_store.MANIFEST)
+  os.remove(store / '.checkpoint_12.partial-999' / manifest_lib.MANIFEST)
   result = convert.convert(source, store, workers=0)
   assert result.converted == [12]
   assert _store_files(store) == _store_files(reference[0])
@@ -139,7 +140,10 @@ def test_damaged_stored_checkpoint_is_not_skipped_silently(source, tmp_path):
 def test_other_options_on_resume_are_refused(source, reference):
   with pytest.raises(CheckpointError, match='block_rows.: 32'):
     convert.convert(
-      source, reference[0], convert.ConvertOptions(block_rows=32), workers=0
+      source,
+      reference[0],
+      convert_options.ConvertOptions(block_rows=32),
+      workers=0,
     )
 
 
@@ -193,5 +197,5 @@ def test_cli_prints_summary(source, tmp_path):
     check=True,
   )
   assert 'converted 8 checkpoint(s)' in completed.stdout
-  manifest = compact_store.read_manifest(tmp_path / 'store' / 'checkpoint_0')
+  manifest = manifest_lib.read_manifest(tmp_path / 'store' / 'checkpoint_0')
   assert manifest['observation']['block_rows'] == 8

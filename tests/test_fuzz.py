@@ -29,8 +29,8 @@ from fixed_replay.dataset import inspection
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
-from fixed_replay.store import compact_store
 from fixed_replay.store import convert
+from fixed_replay.store import manifest as manifest_lib
 
 # FUZZ_SEED and FUZZ_TRIALS widen a run by hand; the suite uses these.
 SEED = int(os.environ.get('FUZZ_SEED', 20261130))
@@ -50,13 +50,13 @@ SOURCE_NAMES = (
   'episode_end_indices',
 )
 STORE_NAMES = (
-  compact_store.BLOCKS_FILE,
-  compact_store.MANIFEST,
-  compact_store.OFFSETS_FILE,
-  compact_store.CRC_FILE,
-  compact_store.VALID_MASK_FILE,
-  compact_store.INVALID_RANGE_FILE,
-  compact_store.EPISODE_ENDS_FILE,
+  manifest_lib.BLOCKS_FILE,
+  manifest_lib.MANIFEST,
+  manifest_lib.OFFSETS_FILE,
+  manifest_lib.CRC_FILE,
+  manifest_lib.VALID_MASK_FILE,
+  manifest_lib.INVALID_RANGE_FILE,
+  manifest_lib.EPISODE_ENDS_FILE,
   'action.npy',
   'reward.npy',
   'terminal.npy',
@@ -275,7 +275,7 @@ def test_damage_is_named_or_harmless(undamaged, tmp_path):
         suffix = int(rng.choice(sorted(WRITTEN)))
         copy = tmp_path / f'store_{trial}_{len(seen)}'
         shutil.copytree(store, copy)
-        damaged = copy / compact_store.checkpoint_dirname(suffix) / name
+        damaged = copy / manifest_lib.checkpoint_dirname(suffix) / name
         what = _damage(damaged, rng)
         seen += _check(_store_tools(copy, source), baselines, damaged, what)
   finally:

@@ -21,6 +21,7 @@ import pytest
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import file_names
 from fixed_replay.dataset import generate
+from fixed_replay.dataset import environments
 from fixed_replay.dataset import policies
 from fixed_replay.errors import CheckpointError
 
@@ -37,7 +38,7 @@ def _names(directory, suffix):
 
 
 def _dopamine_load(directory, suffix, environment, rows):
-  spec = generate.ENVIRONMENT_SPECS[environment]
+  spec = environments.ENVIRONMENT_SPECS[environment]
   buffer = circular_replay_buffer.OutOfGraphReplayBuffer(
     observation_shape=spec.observation_shape,
     stack_size=spec.stack_size,
@@ -56,7 +57,7 @@ def _check_against_dopamine(directory, environment, rows, cursor, count):
   Returns:
     list of CheckpointWindow, in suffix order.
   """
-  spec = generate.ENVIRONMENT_SPECS[environment]
+  spec = environments.ENVIRONMENT_SPECS[environment]
   found = checkpoints.find_checkpoints(directory)
   assert list(found) == list(range(count))
   windows = []
@@ -104,9 +105,9 @@ def _replay(stream, environment, game, seed, max_steps=None):
   Returns:
     int, number of episodes that ended in the stream.
   """
-  spec = generate.ENVIRONMENT_SPECS[environment]
+  spec = environments.ENVIRONMENT_SPECS[environment]
   max_steps = max_steps or spec.max_steps_per_episode
-  env = generate.create_environment(environment, game)
+  env = environments.create_environment(environment, game)
   env.environment.reset(seed=seed)
   num_rows, row, episodes = len(stream['action']), 0, 0
   while row < num_rows:
@@ -327,7 +328,7 @@ def test_breakout_scripted_beats_random():
   # One life-long rally of the scripted paddle outscores random play.
   returns = {}
   for policy in ('random', 'scripted'):
-    env = generate.create_environment('atari', 'Breakout')
+    env = environments.create_environment('atari', 'Breakout')
     env.environment.reset(seed=0)
     rng = np.random.default_rng(0)
     behaviour = generate.make_policy(
@@ -397,7 +398,7 @@ _AGENT_SCRIPT = textwrap.dedent("""
   from dopamine.discrete_domains import checkpointer, gym_lib, run_experiment
   import numpy as np
   import tensorflow as tf
-  from fixed_replay import checkpoints, generate
+  from fixed_replay.dataset import checkpoints, generate
 
   base_dir, gin_file, output_dir = sys.argv[1:4]
   run_experiment.load_gin_configs([gin_file], [])

@@ -19,6 +19,7 @@ from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.store import compact_store
 from fixed_replay.store import dopamine_output
+from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import rlu_convert
 
 CHECKPOINTS = (0, 1, 2)
@@ -140,7 +141,7 @@ def test_both_outputs_hold_the_same_rows(stores):
   found = checkpoints.find_checkpoints(files)
   for checkpoint in CHECKPOINTS:
     stored = compact_store.StoredCheckpoint(
-      compact / compact_store.checkpoint_dirname(checkpoint)
+      compact / manifest_lib.checkpoint_dirname(checkpoint)
     )
     window = checkpoints.read_checkpoint(found[checkpoint])
     try:
@@ -161,14 +162,14 @@ def test_published_layout_reads_each_shard_once(stores):
   """Run 1: every checkpoint from its own shard in the first round."""
   store, result = stores[1, 'compact']
   for checkpoint in CHECKPOINTS:
-    manifest = compact_store.read_manifest(
-      store / compact_store.checkpoint_dirname(checkpoint)
+    manifest = manifest_lib.read_manifest(
+      store / manifest_lib.checkpoint_dirname(checkpoint)
     )
     assert list(manifest['source']['files']) == [
       f'run_1-{checkpoint:05d}-of-00003'
     ]
   assert result.frames == sum(
-    compact_store.read_manifest(store / compact_store.checkpoint_dirname(c))[
+    manifest_lib.read_manifest(store / manifest_lib.checkpoint_dirname(c))[
       'num_rows'
     ]
     for c in CHECKPOINTS

@@ -17,7 +17,7 @@ import pytest
 
 from fixed_replay.dataset import layout
 from fixed_replay.dataset import rlu_tfds
-from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import rlu_convert
 
 # Prepares like `tfds build` does, in a process of its own: TFDS' builder
@@ -97,17 +97,17 @@ def test_tfds_directory_converts_to_the_shards_rows(
   from_shards = tmp_path / 'from_shards'
   rlu_convert.convert_rlu(rlu_dir[0], from_shards, run=1, workers=0)
   for checkpoint in range(3):
-    name = compact_store.checkpoint_dirname(checkpoint)
+    name = manifest_lib.checkpoint_dirname(checkpoint)
     ours, theirs = from_tfds / name, from_shards / name
     assert sorted(os.listdir(ours)) == sorted(os.listdir(theirs))
     for file_name in os.listdir(ours):
-      if file_name != compact_store.MANIFEST:
+      if file_name != manifest_lib.MANIFEST:
         assert (ours / file_name).read_bytes() == (
           theirs / file_name
         ).read_bytes(), file_name
-    manifest = json.loads((ours / compact_store.MANIFEST).read_text())
+    manifest = json.loads((ours / manifest_lib.MANIFEST).read_text())
     assert _without_source(manifest) == _without_source(
-      json.loads((theirs / compact_store.MANIFEST).read_text())
+      json.loads((theirs / manifest_lib.MANIFEST).read_text())
     )
     assert list(manifest['source']['files']) == [f'checkpoint_0{checkpoint}']
 

@@ -8,6 +8,7 @@ replay_data_dir=..., summary_writer=...)`, JAX agents without `sess`.
 
 import importlib
 import inspect
+from typing import Any
 
 from fixed_replay.errors import UsageError
 
@@ -47,7 +48,7 @@ AGENTS = {
 _JAX_MODULES = ('dopamine.jax.', 'fixed_replay.agents.jax.')
 
 
-def agent_class(agent_name):
+def agent_class(agent_name: str) -> type:
   """Returns the agent class registered under agent_name.
 
   Args:
@@ -109,7 +110,7 @@ def import_gin_names(cls):
     importlib.import_module(module_name)
 
 
-def is_jax_agent(cls):
+def is_jax_agent(cls: type) -> bool:
   """Whether cls is a JAX agent (built without a TF session)."""
   return any(c.__module__.startswith(_JAX_MODULES) for c in cls.__mro__)
 
@@ -123,14 +124,14 @@ def _accepts(cls, name):
 
 
 def create_agent(
-  sess,
-  environment,
-  agent_name,
-  replay_data_dir,
-  replay_suffix=None,
-  init_checkpoint_dir=None,
-  summary_writer=None,
-):
+  sess: Any,
+  environment: Any,
+  agent_name: str,
+  replay_data_dir: str,
+  replay_suffix: int | None = None,
+  init_checkpoint_dir: str | None = None,
+  summary_writer: Any = None,
+) -> Any:
   """Creates an offline agent for an environment.
 
   Args:

@@ -68,9 +68,10 @@ from fixed_replay.dataset import rlu_shards
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay import memory_budget as memory
 from fixed_replay.store import convert
+from fixed_replay.store import convert_options
 from fixed_replay.store import rlu_convert
 
-_DEFAULTS = convert.ConvertOptions()
+_DEFAULTS = convert_options.ConvertOptions()
 _BLOCK_ROWS = flags.DEFINE_integer(
   'block_rows',
   _DEFAULTS.block_rows,
@@ -366,7 +367,7 @@ def main(argv):
       f'expected SRC and DST, got {len(argv) - 1} arguments\n{_USAGE}'
     )
   cli.apply_remote_timeout(_REMOTE_TIMEOUT)
-  options = convert.ConvertOptions(
+  options = convert_options.ConvertOptions(
     block_rows=_BLOCK_ROWS.value,
     codec=_CODEC.value,
     stack_size=_STACK_SIZE.value,

@@ -13,6 +13,7 @@ import json
 from absl import flags
 
 from fixed_replay import cli
+from fixed_replay.dataset import environments
 from fixed_replay.dataset import generate
 
 _OUTPUT_DIR = flags.DEFINE_string(
@@ -25,7 +26,7 @@ _OUTPUT_DIR = flags.DEFINE_string(
 _ENVIRONMENT = flags.DEFINE_enum(
   'environment',
   'atari',
-  generate.ENVIRONMENTS,
+  environments.ENVIRONMENTS,
   'atari: Dopamine atari_lib, (84, 84) uint8 frames, stack 4; cartpole: '
   'gym_lib CartPole-v0, (4, 1) float64 observations, stack 1.',
 )
@@ -82,8 +83,8 @@ _MAX_STEPS_PER_EPISODE = flags.DEFINE_integer(
   'max_steps_per_episode',
   None,
   'Cut episodes (stored as terminal) after this many agent steps; default '
-  f'{generate.ATARI_MAX_STEPS_PER_EPISODE} for Atari, '
-  f'{generate.CARTPOLE_MAX_STEPS_PER_EPISODE} for CartPole.',
+  f'{environments.ATARI_MAX_STEPS_PER_EPISODE} for Atari, '
+  f'{environments.CARTPOLE_MAX_STEPS_PER_EPISODE} for CartPole.',
   lower_bound=1,
 )
 _STICKY_ACTIONS = flags.DEFINE_bool(

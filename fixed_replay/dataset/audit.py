@@ -6,6 +6,13 @@ here run the same checks (checks.py) through a `checks.Collector`: a file
 that failed once is not read again, and what could be read is returned.
 """
 
+from collections.abc import Callable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+from typing import Any
+
+import numpy as np
+
 from fixed_replay.dataset import checks
 from fixed_replay.dataset.episode_ends import read_episode_end_indices
 from fixed_replay.errors import CheckpointError
@@ -13,8 +20,16 @@ from fixed_replay.io import files as storage
 from fixed_replay.io import npy_stream
 from fixed_replay.io.gzip_stream import GzipStream
 
+if TYPE_CHECKING:  # Annotations only: checkpoints imports this module.
+  from fixed_replay.dataset import checkpoints
 
-def verify_file(path, collector, progress, function):
+
+def verify_file(
+  path: str,
+  collector: checks.Collector,
+  progress: Any,
+  function: Callable[[str], object],
+) -> None:
   """Runs a full-decompression check of one file, reporting progress.
 
   Args:
@@ -32,13 +47,18 @@ def verify_file(path, collector, progress, function):
       progress.done(path)
 
 
-def verify_gzip(path):
+def verify_gzip(path: str) -> None:
   """Checks a gzip file that is not an array (e.g. a prioritized sum tree)."""
   with GzipStream(path) as stream:
     stream.read_to_end()
 
 
-def store_headers(files, collector, verify=False, progress=None):
+def store_headers(
+  files: 'checkpoints.CheckpointFiles',
+  collector: checks.Collector,
+  verify: bool = False,
+  progress: Any = None,
+) -> dict:
   """Returns {element: ArrayHeader} of the readable `$store$_` arrays."""
   headers = {}
   for name, path in files.store_paths.items():
@@ -51,7 +71,11 @@ def store_headers(files, collector, verify=False, progress=None):
   return headers
 
 
-def common_rows(files, headers, collector):
+def common_rows(
+  files: 'checkpoints.CheckpointFiles',
+  headers: dict,
+  collector: checks.Collector,
+) -> int | None:
   """Returns the row count all `$store$_` arrays share, reporting others.
 
   The observation file sets the count (as it does for every reader); when its
@@ -76,7 +100,7 @@ def common_rows(files, headers, collector):
   return usable[reference].num_rows
 
 
-def _small_array(path, collector, verify, progress):
+def _small_array(path: str, collector, verify, progress):
   """Reads a small `.npy` file whole, fully verified when asked."""
   if (
     verify and verify_file(path, collector, progress, npy_stream.verify) is None
@@ -85,7 +109,13 @@ def _small_array(path, collector, verify, progress):
   return collector.attempt(path, npy_stream.read_rows, path)
 
 
-def bookkeeping(files, rows, collector, verify=False, progress=None):
+def bookkeeping(
+  files: 'checkpoints.CheckpointFiles',
+  rows: int | None,
+  collector: checks.Collector,
+  verify: bool = False,
+  progress: Any = None,
+) -> tuple:
   """Reads and checks add_count, invalid_range and episode_end_indices.
 
   Args:
@@ -123,13 +153,18 @@ def bookkeeping(files, rows, collector, verify=False, progress=None):
   return array, count, invalid_range, episode_ends
 
 
-def column(files, name, rows, collector):
+def column(
+  files: 'checkpoints.CheckpointFiles',
+  name: str,
+  rows: int | None,
+  collector: checks.Collector,
+) -> np.ndarray | None:
   """Reads a whole per-row scalar array (terminal or reward), or None."""
   path = files.store_paths[name]
   return collector.attempt(path, npy_stream.read_rows, path, 0, rows, None, ())
 
 
-def disk_bytes(paths, collector):
+def disk_bytes(paths: Iterable[str], collector: checks.Collector) -> int:
   """Returns the summed size of `paths`, reporting those it cannot stat."""
   total = 0
   for path in paths:
@@ -140,7 +175,9 @@ def disk_bytes(paths, collector):
   return total
 
 
-def check_run(found):
+def check_run(
+  found: dict[int, 'checkpoints.CheckpointFiles'],
+) -> tuple[dict[int, int], list[CheckpointError]]:
   """Checks the headers and bookkeeping of every checkpoint of a run.
 
   Reads only headers and the small files; collects every problem instead of

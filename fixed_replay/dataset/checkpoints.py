@@ -7,10 +7,12 @@ episode_ends.py). Reading raises the first problem found; audit.py reads
 the same files collecting them all.
 """
 
+from collections.abc import Iterable
 import dataclasses
 
 from absl import logging
 import numpy as np
+import numpy.typing as npt
 
 from fixed_replay.dataset import checks
 from fixed_replay.dataset import file_names
@@ -50,7 +52,7 @@ class CheckpointFiles:
   invalid_range_path: str
   episode_end_indices_path: str = None
 
-  def all_paths(self):
+  def all_paths(self) -> list[str]:
     """Returns every file path of this checkpoint."""
     paths = list(self.store_paths.values())
     paths += [self.add_count_path, self.invalid_range_path]
@@ -59,7 +61,9 @@ class CheckpointFiles:
     return paths
 
 
-def scan_checkpoints(data_dir):
+def scan_checkpoints(
+  data_dir: str,
+) -> tuple[dict[int, 'CheckpointFiles'], dict[int, list[str]]]:
   """Sorts the checkpoint files of a directory into complete and incomplete.
 
   Args:
@@ -113,7 +117,9 @@ def scan_checkpoints(data_dir):
   return complete, incomplete
 
 
-def find_checkpoints(data_dir, wanted=None):
+def find_checkpoints(
+  data_dir: str, wanted: int | None = None
+) -> dict[int, 'CheckpointFiles']:
   """Finds the complete checkpoints in a directory.
 
   Unrelated files are ignored; suffixes missing a required file are skipped
@@ -155,7 +161,7 @@ def find_checkpoints(data_dir, wanted=None):
   return complete
 
 
-def checkpoint_suffixes(data_dir):
+def checkpoint_suffixes(data_dir: str) -> list[int]:
   """Returns the sorted suffixes of the complete checkpoints in data_dir."""
   return list(find_checkpoints(data_dir))
 
@@ -184,24 +190,26 @@ class CheckpointWindow:
   episode_end_indices: np.ndarray = None
 
   @property
-  def num_rows(self):
+  def num_rows(self) -> int:
     return len(self.store['terminal'])
 
   @property
-  def cursor(self):
+  def cursor(self) -> int:
     """Next write slot of the writer: add_count modulo the file's rows."""
     return self.add_count % self.num_file_rows
 
   @property
-  def is_full(self):
+  def is_full(self) -> bool:
     return self.add_count >= self.num_file_rows
 
   @property
-  def nbytes(self):
+  def nbytes(self) -> int:
     return sum(a.nbytes for a in self.store.values())
 
 
-def read_store_headers(files):
+def read_store_headers(
+  files: CheckpointFiles,
+) -> dict[str, npy_stream.ArrayHeader]:
   """Reads the headers of all `$store$_` arrays and checks their lengths.
 
   Args:
@@ -221,7 +229,9 @@ def read_store_headers(files):
   return headers
 
 
-def read_bookkeeping(files, num_rows):
+def read_bookkeeping(
+  files: CheckpointFiles, num_rows: int
+) -> tuple[int, np.ndarray, np.ndarray | None]:
   """Reads and checks add_count, invalid_range and episode_end_indices.
 
   Args:
@@ -252,14 +262,14 @@ def read_bookkeeping(files, num_rows):
 
 
 def read_checkpoint(
-  files,
-  start=0,
-  count=None,
-  observation_shape=None,
-  observation_dtype=None,
-  elements=None,
-  verify=True,
-):
+  files: CheckpointFiles,
+  start: int = 0,
+  count: int | None = None,
+  observation_shape: tuple[int, ...] | None = None,
+  observation_dtype: npt.DTypeLike | None = None,
+  elements: Iterable[str] | None = None,
+  verify: bool = True,
+) -> CheckpointWindow:
   """Reads rows [start, start + count) of every array of one checkpoint.
 
   Nothing is returned before every file read passed its checks (gzip CRC-32
@@ -318,7 +328,12 @@ def read_checkpoint(
   return _window(files, start, num_file_rows, store, bookkeeping)
 
 
-def read_terminal_window(files, start=0, count=None, verify=True):
+def read_terminal_window(
+  files: CheckpointFiles,
+  start: int = 0,
+  count: int | None = None,
+  verify: bool = True,
+) -> CheckpointWindow:
   """Reads only the terminal flags and bookkeeping of rows [start, +count).
 
   What deciding which rows and episodes to use needs (1 byte per row),

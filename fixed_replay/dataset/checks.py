@@ -9,11 +9,17 @@ Each check raises a `CheckpointError` naming the file; the reader
 collect them all with `Collector` (audit.py).
 """
 
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+from typing import Any
+
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
-from fixed_replay.errors import CheckpointProblems
 from fixed_replay.errors import RemoteError
+
+if TYPE_CHECKING:  # Annotations only: checkpoints imports this module.
+  from fixed_replay.dataset import checkpoints
 
 # Dopamine's transition signature returns indices as int32.
 MAX_ROWS = 2**31 - 1
@@ -25,7 +31,11 @@ _PICKLE_BYTES_PER_ROW = 64
 _PICKLE_BYTES_BASE = 4096
 
 
-def store_header_errors(files, headers, reference='observation'):
+def store_header_errors(
+  files: 'checkpoints.CheckpointFiles',
+  headers: dict,
+  reference: str = 'observation',
+) -> list[CheckpointError]:
   """Checks the `$store$_` headers of one checkpoint against each other.
 
   Args:
@@ -67,7 +77,7 @@ def store_header_errors(files, headers, reference='observation'):
   return errors
 
 
-def store_headers(files, headers):
+def store_headers(files: 'checkpoints.CheckpointFiles', headers: dict) -> int:
   """Returns the rows all `$store$_` arrays share; raises the first problem.
 
   Raises:
@@ -79,7 +89,7 @@ def store_headers(files, headers):
   return headers['observation'].num_rows
 
 
-def num_rows(path, rows):
+def num_rows(path: str, rows: int) -> None:
   """Raises unless 0 < rows <= MAX_ROWS."""
   if rows <= 0:
     raise CheckpointError(path, 'the arrays have no rows')
@@ -89,7 +99,7 @@ def num_rows(path, rows):
     )
 
 
-def add_count(path, array):
+def add_count(path: str, array: np.ndarray) -> int:
   """Returns add_count as an int after checking it.
 
   Raises:
@@ -109,7 +119,9 @@ def add_count(path, array):
   return value
 
 
-def invalid_range(path, array, rows, count):
+def invalid_range(
+  path: str, array: np.ndarray, rows: int | None, count: int | None
+) -> np.ndarray:
   """Returns invalid_range as int64 rows after checking it.
 
   Dopamine writes `[(cursor - n + k) % rows for k in range(stack_size + n)]`
@@ -155,12 +167,12 @@ def invalid_range(path, array, rows, count):
   return rows_array
 
 
-def episode_ends_byte_limit(rows):
+def episode_ends_byte_limit(rows: int | None) -> int:
   """Most bytes a pickled episode_end_indices of a `rows`-row file needs."""
   return _PICKLE_BYTES_BASE + _PICKLE_BYTES_PER_ROW * rows
 
 
-def episode_ends(path, values, rows):
+def episode_ends(path: str, values: Any, rows: int | None) -> np.ndarray:
   """Returns the unpickled episode_end_indices as sorted int64 rows.
 
   Args:
@@ -201,7 +213,10 @@ def _short(value):
   return text if len(text) <= 20 else f'{text[:8]}...({len(text)} digits)'
 
 
-def same_layout(paths_by_suffix, layouts):
+def same_layout(
+  paths_by_suffix: dict[int, dict[str, str]],
+  layouts: dict[int, dict[str, tuple]],
+) -> list[CheckpointError]:
   """Finds the checkpoints of a run whose arrays differ from the majority.
 
   Args:
@@ -240,7 +255,7 @@ class Collector:
     errors: list of CheckpointError, in the order found.
   """
 
-  def __init__(self, stop_on_remote=False):
+  def __init__(self, stop_on_remote: bool = False) -> None:
     """Creates an empty collector.
 
     Args:
@@ -251,15 +266,15 @@ class Collector:
     self._failed = set()
     self._stop_on_remote = stop_on_remote
 
-  def add(self, error):
+  def add(self, error: CheckpointError) -> None:
     self.errors.append(error)
     self._failed.add(str(error.path))
 
-  def failed(self, path):
+  def failed(self, path: str) -> bool:
     """Whether a problem was already recorded for `path`."""
     return str(path) in self._failed
 
-  def attempt(self, path, function, *args):
+  def attempt(self, path: str, function: Callable[..., Any], *args: Any) -> Any:
     """Returns function(*args), or None after recording its CheckpointError.
 
     A path that already failed is not tried again.
@@ -274,10 +289,3 @@ class Collector:
       self.add(error)
       self._failed.add(str(path))
       return None
-
-  def raise_all(self, path):
-    """Raises CheckpointProblems (or the one error) if anything was found."""
-    if len(self.errors) == 1:
-      raise self.errors[0]
-    if self.errors:
-      raise CheckpointProblems(path, self.errors)

@@ -16,6 +16,7 @@ and overwritten in place on close, then the rows, compressed in members of
 deterministic: no name, mtime 0, the same bytes for the same rows.
 """
 
+from collections.abc import Iterable
 import concurrent.futures
 import io
 import os
@@ -23,6 +24,7 @@ import pickle
 import zlib
 
 import numpy as np
+import numpy.typing as npt
 
 from fixed_replay.io import gzip_stream
 
@@ -34,13 +36,13 @@ _PICKLE_PROTOCOL = 4
 _zlib = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND]
 
 
-def gzip_bytes(data, level):
+def gzip_bytes(data: bytes | memoryview, level: int) -> bytes:
   """One gzip member of `data` (bytes-like)."""
   compressor = _zlib.compressobj(level, zlib.DEFLATED, _GZIP_WBITS)
   return compressor.compress(data) + compressor.flush()
 
 
-def npy_header(dtype, shape):
+def npy_header(dtype: npt.DTypeLike, shape: tuple[int, ...]) -> bytes:
   """A version 1.0 `.npy` header of exactly _HEADER_BYTES bytes."""
   text = (
     f"{{'descr': {np.lib.format.dtype_to_descr(np.dtype(dtype))!r}, "
@@ -68,7 +70,14 @@ class GzipNpyWriter:
     crc32: int, CRC-32 of the row bytes written so far.
   """
 
-  def __init__(self, path, dtype, row_shape, level, threads=1):
+  def __init__(
+    self,
+    path: str,
+    dtype: npt.DTypeLike,
+    row_shape: tuple[int, ...],
+    level: int,
+    threads: int = 1,
+  ) -> None:
     self._path = path
     self._dtype = np.dtype(dtype)
     self._row_shape = tuple(row_shape)
@@ -80,7 +89,7 @@ class GzipNpyWriter:
     self.num_rows = 0
     self.crc32 = 0
 
-  def write(self, rows):
+  def write(self, rows: np.ndarray) -> None:
     """Appends rows (array of the writer's dtype and row shape)."""
     rows = np.ascontiguousarray(rows, dtype=self._dtype)
     if rows.shape[1:] != self._row_shape:
@@ -97,7 +106,7 @@ class GzipNpyWriter:
       self._file.write(member)
     self.num_rows += len(rows)
 
-  def close(self):
+  def close(self) -> None:
     """Finishes the file: rewrites the header with the final row count."""
     if self._file is None:
       return
@@ -114,28 +123,30 @@ class GzipNpyWriter:
       self._file = None
       self._pool.shutdown()
 
-  def abort(self):
+  def abort(self) -> None:
     if self._file is not None:
       self._file.close()
       self._file = None
       self._pool.shutdown()
 
 
-def write_array(path, array, level):
+def write_array(path: str, array: np.ndarray, level: int) -> None:
   """Writes an array whole, as Dopamine's save does (np.save in gzip)."""
   buffer = io.BytesIO()
   np.save(buffer, np.asarray(array), allow_pickle=False)
   _write_synced(path, gzip_bytes(buffer.getvalue(), level))
 
 
-def write_episode_end_indices(path, rows, level):
+def write_episode_end_indices(
+  path: str, rows: Iterable[int], level: int
+) -> None:
   """Writes episode_end_indices as Dopamine does: a pickled set of ints."""
   indices = {int(row) for row in sorted(rows)}
   data = pickle.dumps(indices, protocol=_PICKLE_PROTOCOL)
   _write_synced(path, gzip_bytes(data, level))
 
 
-def _write_synced(path, data):
+def _write_synced(path: str, data) -> None:
   with open(path, 'wb') as stream:
     stream.write(data)
     stream.flush()

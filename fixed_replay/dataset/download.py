@@ -17,6 +17,7 @@ feeds are converted and verified; a shard needed again later (a checkpoint
 whose episodes turn out to span shards) is fetched again.
 """
 
+from collections.abc import Iterable
 import dataclasses
 import os
 import re
@@ -63,7 +64,7 @@ class DownloadResult:
   conversion: dict = None
 
 
-def parse_checkpoints(text):
+def parse_checkpoints(text: str) -> list[int]:
   """'0-49' or '0,3,10-12' -> sorted list of ints.
 
   Raises:
@@ -83,7 +84,7 @@ def parse_checkpoints(text):
   return sorted(numbers)
 
 
-def list_run(root, game, run):
+def list_run(root: str, game: str, run: int) -> dict[int, 'RemoteShard']:
   """The shards of a run in the bucket (or its stand-in), by number.
 
   Raises:
@@ -96,7 +97,7 @@ def list_run(root, game, run):
   ]
 
 
-def _remove_temporaries(directory):
+def _remove_temporaries(directory: str) -> None:
   for name in os.listdir(directory):
     if _TEMPORARY.match(name):
       logging.info('Removing %s, left by an interrupted download', name)
@@ -121,7 +122,7 @@ def _copy(shard, temporary):
   return copied
 
 
-def verify_shard(path, expected_bytes=None):
+def verify_shard(path: str, expected_bytes: int | None = None) -> None:
   """Reads a whole shard (every record, to the gzip trailer).
 
   Raises:
@@ -138,7 +139,7 @@ def verify_shard(path, expected_bytes=None):
   return records
 
 
-def fetch(shard, directory):
+def fetch(shard: 'RemoteShard', directory: str) -> tuple[str, int]:
   """Copies, verifies and renames one shard into `directory`.
 
   Returns:
@@ -172,7 +173,13 @@ def fetch(shard, directory):
   return final, copied
 
 
-def download_run(game, run, destination, checkpoints=None, root=DEFAULT_ROOT):
+def download_run(
+  game: str,
+  run: int,
+  destination: str,
+  checkpoints: Iterable[int] | None = None,
+  root: str = DEFAULT_ROOT,
+) -> tuple['DownloadResult', list['RemoteShard'], str]:
   """Downloads (the selected checkpoints of) a run; see the module docstring.
 
   Args:
@@ -202,7 +209,12 @@ def download_run(game, run, destination, checkpoints=None, root=DEFAULT_ROOT):
   return result, shards, directory
 
 
-def select(shards, checkpoints, root, game):
+def select(
+  shards: dict[int, 'RemoteShard'],
+  checkpoints: Iterable[int] | None,
+  root: str,
+  game: str,
+) -> list['RemoteShard']:
   """The shards numbered in `checkpoints` (all when None)."""
   if checkpoints is None:
     return shards

@@ -7,6 +7,7 @@ importing this module is fast.
 """
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -44,7 +45,9 @@ ENVIRONMENT_SPECS = {
 }
 
 
-def create_environment(environment, game='Pong', sticky_actions=True):
+def create_environment(
+  environment: str, game: str = 'Pong', sticky_actions: bool = True
+) -> Any:
   """Creates a Dopamine environment.
 
   Args:
@@ -68,6 +71,6 @@ def create_environment(environment, game='Pong', sticky_actions=True):
   return gym_lib.create_gym_environment('CartPole', 'v0')
 
 
-def action_meanings(env):
+def action_meanings(env: Any) -> list[str]:
   """The Atari action names of a Dopamine Atari environment."""
   return list(env.environment.unwrapped.get_action_meanings())

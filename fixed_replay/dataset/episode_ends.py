@@ -9,6 +9,8 @@ size is bounded before anything is unpickled.
 import io
 import pickle
 
+import numpy as np
+
 from fixed_replay.dataset import checks
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io.gzip_stream import GzipStream
@@ -37,7 +39,9 @@ class _IndexSetUnpickler(pickle.Unpickler):
     raise pickle.UnpicklingError(f'{module}.{name} is not allowed')
 
 
-def read_episode_end_indices(path, num_rows=None):
+def read_episode_end_indices(
+  path: str, num_rows: int | None = None
+) -> np.ndarray:
   """Reads Dopamine's pickled episode_end_indices set as sorted int64 rows.
 
   Args:

@@ -8,7 +8,7 @@ goes into `episode_end_indices`, an episode cut without terminal included
 (`add(..., episode_end=True)`), so that no n-step transition crosses it.
 
 EpisodeRows builds exactly those rows from validated episodes
-(rlu_shards.Episode), decoding frames into one reused slice buffer, and
+(rlu_episodes.Episode), decoding frames into one reused slice buffer, and
 chooses the bookkeeping so that Dopamine's own `load` of the result samples
 those rows and nothing else: after the R rows added comes one more all-zero
 row, `add_count` is R (the buffer is not full, its cursor on that last row)
@@ -17,11 +17,12 @@ buffer would be wrong: its cursor at row 0 would make the first step of the
 first episode invalid, which Dopamine samples after the same `add`s.
 """
 
+from collections.abc import Iterator
 import concurrent.futures
 
 import numpy as np
 
-from fixed_replay.dataset import rlu_shards
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 
@@ -41,8 +42,14 @@ class EpisodeRows:
     arrays, add_count, invalid_range, episode_ends = rows.result()
   """
 
-  def __init__(self, slice_rows, stack_size=4, update_horizon=1, threads=1):
-    self._frames = np.zeros((slice_rows,) + rlu_shards.FRAME_SHAPE, np.uint8)
+  def __init__(
+    self,
+    slice_rows: int,
+    stack_size: int = 4,
+    update_horizon: int = 1,
+    threads: int = 1,
+  ) -> None:
+    self._frames = np.zeros((slice_rows,) + rlu_episodes.FRAME_SHAPE, np.uint8)
     self._filled = 0
     self._stack_size = stack_size
     self._update_horizon = update_horizon
@@ -67,21 +74,23 @@ class EpisodeRows:
         yield self._frames
         self._filled = 0
 
-  def _decode(self, episode, start, out):
+  def _decode(self, episode, start, out) -> None:
     parts = len(out) // _MIN_FRAMES_PER_THREAD
     parts = min(self._threads, parts)
     if parts <= 1:
-      rlu_shards.decode_frames(episode, start, out)
+      rlu_episodes.decode_frames(episode, start, out)
       return
     bounds = np.linspace(0, len(out), parts + 1).astype(int)
     jobs = [
-      self._pool.submit(rlu_shards.decode_frames, episode, start + a, out[a:b])
+      self._pool.submit(
+        rlu_episodes.decode_frames, episode, start + a, out[a:b]
+      )
       for a, b in zip(bounds[:-1], bounds[1:], strict=True)
     ]
     for job in jobs:
       job.result()
 
-  def add(self, episode):
+  def add(self, episode: rlu_episodes.Episode) -> Iterator[np.ndarray]:
     """Adds an episode; yields each slice of frames it completes."""
     if self.episode_ids and episode.episode_idx <= self.episode_ids[-1]:
       raise CheckpointError(
@@ -111,7 +120,7 @@ class EpisodeRows:
     self._ends.append(self.num_rows - 1)
     self.episode_ids.append(episode.episode_idx)
 
-  def finish(self):
+  def finish(self) -> Iterator[np.ndarray]:
     """Yields the last frames, with the all-zero row after the last add."""
     yield from self._zeros(1)
     if self._filled:
@@ -120,7 +129,7 @@ class EpisodeRows:
     if self._pool is not None:
       self._pool.shutdown()
 
-  def result(self):
+  def result(self) -> tuple[dict[str, np.ndarray], int, np.ndarray, np.ndarray]:
     """The small arrays and bookkeeping of the rows (after finish).
 
     Returns:

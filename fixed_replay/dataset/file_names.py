@@ -19,17 +19,17 @@ EPISODE_END_INDICES = 'episode_end_indices'
 FILE_PATTERN = re.compile(r'^(?P<name>.+)_ckpt\.(?P<suffix>\d+)\.gz$')
 
 
-def file_name(name, suffix):
+def file_name(name: str, suffix: int) -> str:
   """Returns Dopamine's file name of array `name` of checkpoint `suffix`."""
   return f'{name}_ckpt.{suffix}.gz'
 
 
-def checkpoint_filename(directory, name, suffix):
+def checkpoint_filename(directory: str, name: str, suffix: int) -> str:
   """Returns the path Dopamine uses for array `name` of checkpoint suffix."""
   return storage.join(directory, file_name(name, suffix))
 
 
-def parse(entry):
+def parse(entry: str) -> tuple[str, int] | None:
   """Returns (name, suffix) of a checkpoint file name, or None."""
   match = FILE_PATTERN.match(entry)
   return (match['name'], int(match['suffix'])) if match else None

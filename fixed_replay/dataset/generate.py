@@ -30,9 +30,11 @@ keeps the one newer Dopamine writes. save() compresses at gzip level 9: about
 checkpoint is logged. Rows past add_count of a partial checkpoint are zero.
 """
 
+from collections.abc import Sequence
 import dataclasses
 import os
 import time
+from typing import Any
 
 from absl import logging
 import numpy as np
@@ -48,16 +50,6 @@ from fixed_replay.dataset import replay_dumps
 # fast.
 
 POLICIES = ('random', 'scripted', 'agent')
-# Callers import these from here (they lived here before environments.py and
-# replay_dumps.py were split off).
-ATARI_MAX_STEPS_PER_EPISODE = environments.ATARI_MAX_STEPS_PER_EPISODE
-CARTPOLE_MAX_STEPS_PER_EPISODE = environments.CARTPOLE_MAX_STEPS_PER_EPISODE
-ENVIRONMENTS = environments.ENVIRONMENTS
-ENVIRONMENT_SPECS = environments.ENVIRONMENT_SPECS
-EnvironmentSpec = environments.EnvironmentSpec
-create_environment = environments.create_environment
-CheckpointSummary = replay_dumps.CheckpointSummary
-STAGING_PREFIX = replay_dumps.STAGING_PREFIX
 
 
 @dataclasses.dataclass
@@ -66,7 +58,7 @@ class DatasetSummary:
 
   Attributes:
     output_dir: str.
-    checkpoints: list of CheckpointSummary, in suffix order.
+    checkpoints: list of replay_dumps.CheckpointSummary, in suffix order.
     episode_returns: list of float, unclipped returns of the episodes that
       ended before the last checkpoint, in order.
     episode_lengths: list of int, their lengths in agent steps.
@@ -84,34 +76,34 @@ class DatasetSummary:
   generation_seconds: float
 
   @property
-  def suffixes(self):
+  def suffixes(self) -> list[int]:
     return [c.suffix for c in self.checkpoints]
 
   @property
-  def mean_return(self):
+  def mean_return(self) -> float | None:
     return (
       float(np.mean(self.episode_returns)) if self.episode_returns else None
     )
 
   @property
-  def rows_per_second(self):
+  def rows_per_second(self) -> float:
     """Rows (padding included) written per second of generation."""
     return self.checkpoints[-1].add_count / max(self.generation_seconds, 1e-9)
 
 
 def make_policy(
-  policy,
-  env,
-  environment,
-  game,
-  rng,
-  epsilon=0.1,
-  action_repeat=1,
-  agent_checkpoint_dir=None,
-  agent_name='dqn',
-  gin_files=(),
-  gin_bindings=(),
-):
+  policy: str,
+  env: Any,
+  environment: str,
+  game: str,
+  rng: np.random.Generator,
+  epsilon: float = 0.1,
+  action_repeat: int = 1,
+  agent_checkpoint_dir: str | None = None,
+  agent_name: str = 'dqn',
+  gin_files: Sequence[str] = (),
+  gin_bindings: Sequence[str] = (),
+) -> Any:
   """Builds a behaviour policy (see fixed_replay.dataset.policies).
 
   Args:
@@ -159,7 +151,8 @@ def _check_output_dir(output_dir):
     taken = sorted(
       name
       for name in os.listdir(output_dir)
-      if file_names.FILE_PATTERN.match(name) or name.startswith(STAGING_PREFIX)
+      if file_names.FILE_PATTERN.match(name)
+      or name.startswith(replay_dumps.STAGING_PREFIX)
     )
     if taken:
       shown = ', '.join(taken[:3]) + (', ...' if len(taken) > 3 else '')
@@ -174,7 +167,7 @@ def _check_output_dir(output_dir):
 
 
 def _check_arguments(
-  policy, num_checkpoints, checkpoint_rows, cursor, spec, max_steps
+  policy, num_checkpoints, checkpoint_rows: int, cursor: int, spec, max_steps
 ):
   """Raises ValueError for arguments generate_dataset cannot honour."""
   if policy not in POLICIES:
@@ -231,25 +224,25 @@ def _play(env, policy, buffer, writer, spec, max_steps, bar):
 
 
 def generate_dataset(
-  output_dir,
-  environment='atari',
-  game='Pong',
-  num_checkpoints=2,
-  checkpoint_rows=1000,
-  policy='random',
-  epsilon=0.1,
-  action_repeat=1,
-  seed=0,
-  cursor=None,
-  write_episode_end_indices=False,
-  max_steps_per_episode=None,
-  sticky_actions=True,
-  agent_checkpoint_dir=None,
-  agent_name='dqn',
-  gin_files=(),
-  gin_bindings=(),
-  progress=True,
-):
+  output_dir: str,
+  environment: str = 'atari',
+  game: str = 'Pong',
+  num_checkpoints: int = 2,
+  checkpoint_rows: int = 1000,
+  policy: str = 'random',
+  epsilon: float = 0.1,
+  action_repeat: int = 1,
+  seed: int = 0,
+  cursor: int | None = None,
+  write_episode_end_indices: bool = False,
+  max_steps_per_episode: int | None = None,
+  sticky_actions: bool = True,
+  agent_checkpoint_dir: str | None = None,
+  agent_name: str = 'dqn',
+  gin_files: Sequence[str] = (),
+  gin_bindings: Sequence[str] = (),
+  progress: bool = True,
+) -> 'DatasetSummary':
   """Plays a game and writes its transitions as Dopamine replay checkpoints.
 
   Args:
@@ -299,10 +292,11 @@ def generate_dataset(
       f'{output_dir}: generate writes local directories only; copy the '
       'result to remote storage afterwards'
     )
-  spec = ENVIRONMENT_SPECS.get(environment)
+  spec = environments.ENVIRONMENT_SPECS.get(environment)
   if spec is None:
     raise ValueError(
-      f'unknown environment {environment!r}; choose from {ENVIRONMENTS}'
+      f'unknown environment {environment!r}; choose from '
+      f'{environments.ENVIRONMENTS}'
     )
   cursor = checkpoint_rows - 1 if cursor is None else cursor
   max_steps = max_steps_per_episode or spec.max_steps_per_episode
@@ -312,7 +306,7 @@ def generate_dataset(
   _check_output_dir(output_dir)
 
   rng = np.random.default_rng(seed)
-  env = create_environment(environment, game, sticky_actions)
+  env = environments.create_environment(environment, game, sticky_actions)
   # Seeds the emulator / physics once; Dopamine's wrappers reset unseeded.
   env.environment.reset(seed=seed)
   behaviour = make_policy(

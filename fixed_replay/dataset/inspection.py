@@ -15,6 +15,9 @@ inspect` renders it. Neither TensorFlow nor Dopamine is imported for local
 paths.
 """
 
+from collections.abc import Iterable
+from typing import Any
+
 from absl import logging
 
 from fixed_replay import progress as progress_lib
@@ -22,6 +25,7 @@ from fixed_replay.dataset import audit
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import checks
 from fixed_replay.dataset import file_names
+from fixed_replay.dataset import summaries
 from fixed_replay.dataset import validity
 
 # The summaries and their rendering once lived here; these names keep
@@ -41,13 +45,13 @@ from fixed_replay.progress import format_bytes  # noqa: F401
 
 
 def summarize_checkpoint(
-  files,
-  stack_size=4,
-  update_horizon=1,
-  verify=False,
-  other_paths=(),
-  progress=None,
-):
+  files: checkpoints.CheckpointFiles,
+  stack_size: int = 4,
+  update_horizon: int = 1,
+  verify: bool = False,
+  other_paths: Iterable[str] = (),
+  progress: Any = None,
+) -> summaries.CheckpointSummary:
   """Summarises (and optionally verifies) one complete checkpoint.
 
   Args:
@@ -69,7 +73,7 @@ def summarize_checkpoint(
 
 
 def _summarize_checkpoint(
-  files, stack_size, update_horizon, verify, other_paths, progress
+  files, stack_size: int, update_horizon: int, verify, other_paths, progress
 ):
   """summarize_checkpoint, also returning the readable `$store$_` headers."""
   summary = CheckpointSummary(suffix=files.suffix, verified=verify)
@@ -152,7 +156,7 @@ def _fill_summary(summary, files, collector, sampling, other_paths, progress):
   return headers
 
 
-def _files_by_suffix(directory):
+def _files_by_suffix(directory: str):
   """Returns {suffix: [paths of its `*_ckpt.N.gz` files]}."""
   result = {}
   for entry in sorted(storage.listdir(directory)):
@@ -163,8 +167,12 @@ def _files_by_suffix(directory):
 
 
 def summarize_directory(
-  directory, stack_size=4, update_horizon=1, verify=False, progress_bar=None
-):
+  directory: str,
+  stack_size: int = 4,
+  update_horizon: int = 1,
+  verify: bool = False,
+  progress_bar: bool | None = None,
+) -> summaries.DirectorySummary:
   """Summarises (and optionally verifies) every checkpoint of a directory.
 
   Args:
@@ -205,7 +213,7 @@ def _verify_progress(complete, paths_by_suffix, progress_bar):
   return progress_lib.FilesProgress(sizes, 'verifying', progress_bar)
 
 
-def _summarize_all(summary, progress_bar):
+def _summarize_all(summary, progress_bar) -> None:
   """Fills summary.checkpoints; raises RemoteError if storage fails."""
   directory, verify = summary.directory, summary.verified
   complete, incomplete = checkpoints.scan_checkpoints(directory)
@@ -249,7 +257,7 @@ def _summarize_all(summary, progress_bar):
     summary.problems.append(Problem(directory, 'no complete replay checkpoint'))
 
 
-def _report_layouts(summary, complete, layouts):
+def _report_layouts(summary, complete, layouts) -> None:
   """Flags arrays whose row shape or dtype differ from the rest of the run."""
   by_suffix = {s.suffix: s for s in summary.checkpoints}
   paths = {suffix: complete[suffix].store_paths for suffix in layouts}
@@ -258,7 +266,7 @@ def _report_layouts(summary, complete, layouts):
     by_suffix[suffix].problems.append(Problem(error.path, error.problem))
 
 
-def _incomplete_summary(directory, suffix, missing, paths_by_suffix):
+def _incomplete_summary(directory: str, suffix: int, missing, paths_by_suffix):
   summary = CheckpointSummary(suffix=suffix, complete=False, missing=missing)
   collector = checks.Collector(stop_on_remote=True)
   for name in missing:

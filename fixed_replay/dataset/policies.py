@@ -15,6 +15,8 @@ it ((84, 84, 1) uint8 for Atari, (4,) float for CartPole).
   with probability epsilon, as Dopamine's agents explore.
 """
 
+from typing import Any
+
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
@@ -29,7 +31,9 @@ class RandomPolicy:
   jittering in place.
   """
 
-  def __init__(self, num_actions, rng, action_repeat=1):
+  def __init__(
+    self, num_actions: int, rng: np.random.Generator, action_repeat: int = 1
+  ) -> None:
     """Initializes the policy.
 
     Args:
@@ -48,12 +52,12 @@ class RandomPolicy:
     self._action = 0
     self._steps_left = 0
 
-  def begin_episode(self, observation):
+  def begin_episode(self, observation: np.ndarray) -> int:
     del observation
     self._steps_left = 0
     return self._next_action()
 
-  def step(self, reward, observation):
+  def step(self, reward: float, observation: np.ndarray) -> int:
     del reward, observation
     return self._next_action()
 
@@ -72,7 +76,13 @@ class EpsilonGreedyPolicy:
   stack) stay in sync even on exploratory steps.
   """
 
-  def __init__(self, policy, num_actions, epsilon, rng):
+  def __init__(
+    self,
+    policy: Any,
+    num_actions: int,
+    epsilon: float,
+    rng: np.random.Generator,
+  ) -> None:
     """Initializes the policy.
 
     Args:
@@ -91,10 +101,10 @@ class EpsilonGreedyPolicy:
     self._epsilon = epsilon
     self._rng = rng
 
-  def begin_episode(self, observation):
+  def begin_episode(self, observation: np.ndarray) -> int:
     return self._explore(self._policy.begin_episode(observation))
 
-  def step(self, reward, observation):
+  def step(self, reward: float, observation: np.ndarray) -> int:
     return self._explore(self._policy.step(reward, observation))
 
   def _explore(self, action):
@@ -112,10 +122,7 @@ class _StatelessController:
 
   def step(self, reward, observation):
     del reward
-    return self.act(observation)
-
-  def act(self, observation):
-    raise NotImplementedError
+    return self.act(observation)  # Each controller defines act.
 
 
 class CartPoleController(_StatelessController):
@@ -130,12 +137,12 @@ class CartPoleController(_StatelessController):
 
   GAINS = np.array([0.05, 0.1, 1.0, 0.5])
 
-  def act(self, observation):
+  def act(self, observation: np.ndarray) -> int:
     state = np.asarray(observation, dtype=np.float64).reshape(-1)
     return int(self.GAINS @ state > 0.0)
 
 
-def _action_index(action_meanings, name, game):
+def _action_index(action_meanings, name, game: str):
   try:
     return action_meanings.index(name)
   except ValueError:
@@ -164,12 +171,12 @@ class PongController(_StatelessController):
   _BALL_COLUMNS = slice(11, 72)
   _DEAD_ZONE = 2.0  # Rows; avoids jitter around the target.
 
-  def __init__(self, action_meanings):
+  def __init__(self, action_meanings: list[str]) -> None:
     self._noop = _action_index(action_meanings, 'NOOP', 'Pong')
     self._up = _action_index(action_meanings, 'RIGHT', 'Pong')
     self._down = _action_index(action_meanings, 'LEFT', 'Pong')
 
-  def act(self, observation):
+  def act(self, observation: np.ndarray) -> int:
     field = np.asarray(observation)[self._FIELD_ROWS, :, ...]
     field = field.reshape(field.shape[0], field.shape[1])
     background = _background(field)
@@ -203,13 +210,13 @@ class BreakoutController(_StatelessController):
   _COLUMNS = slice(5, 79)
   _DEAD_ZONE = 2.0  # Columns.
 
-  def __init__(self, action_meanings):
+  def __init__(self, action_meanings: list[str]) -> None:
     self._noop = _action_index(action_meanings, 'NOOP', 'Breakout')
     self._fire = _action_index(action_meanings, 'FIRE', 'Breakout')
     self._right = _action_index(action_meanings, 'RIGHT', 'Breakout')
     self._left = _action_index(action_meanings, 'LEFT', 'Breakout')
 
-  def act(self, observation):
+  def act(self, observation: np.ndarray) -> int:
     frame = np.asarray(observation)
     frame = frame.reshape(frame.shape[0], frame.shape[1])
     paddle_columns = np.flatnonzero(
@@ -229,13 +236,14 @@ class BreakoutController(_StatelessController):
     return self._noop
 
 
-SCRIPTED_ATARI_GAMES = {
-  'Pong': PongController,
-  'Breakout': BreakoutController,
-}
+SCRIPTED_ATARI_GAMES = {'Pong': PongController, 'Breakout': BreakoutController}
 
 
-def make_scripted_policy(environment, game=None, action_meanings=None):
+def make_scripted_policy(
+  environment: str,
+  game: str | None = None,
+  action_meanings: list[str] | None = None,
+) -> Any:
   """Returns the scripted controller for an environment.
 
   Args:
@@ -270,19 +278,19 @@ class AgentPolicy:
   still keeps its own frame stack from the observations it is given.
   """
 
-  def __init__(self, agent):
+  def __init__(self, agent: Any) -> None:
     self._agent = agent
     agent.eval_mode = True
     agent.epsilon_eval = 0.0
 
   @property
-  def agent(self):
+  def agent(self) -> Any:
     return self._agent
 
-  def begin_episode(self, observation):
+  def begin_episode(self, observation: np.ndarray) -> int:
     return int(self._agent.begin_episode(observation))
 
-  def step(self, reward, observation):
+  def step(self, reward: float, observation: np.ndarray) -> int:
     return int(self._agent.step(reward, observation))
 
 

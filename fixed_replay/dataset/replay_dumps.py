@@ -9,13 +9,16 @@ last), so an interrupted run never leaves a half-written file under a
 checkpoint name.
 """
 
+from collections.abc import Sequence
 import dataclasses
 import os
 import time
+from typing import Any
 
 from absl import logging
 import numpy as np
 
+from fixed_replay.dataset import environments
 from fixed_replay.dataset import file_names
 
 STAGING_PREFIX = '.staging.'
@@ -44,7 +47,7 @@ class CheckpointSummary:
   save_seconds: float
 
 
-def mean_or_none(values):
+def mean_or_none(values: Sequence[float]) -> float | None:
   """The mean of `values` as a float, or None when there are none."""
   return float(np.mean(values)) if values else None
 
@@ -65,12 +68,12 @@ class CheckpointWriter:
 
   def __init__(
     self,
-    output_dir,
-    checkpoint_rows,
-    cursor,
-    num_checkpoints,
-    keep_episode_end_indices,
-  ):
+    output_dir: str,
+    checkpoint_rows: int,
+    cursor: int,
+    num_checkpoints: int,
+    keep_episode_end_indices: bool,
+  ) -> None:
     self._output_dir = output_dir
     self._rows = checkpoint_rows
     self._first_dump = cursor if cursor > 0 else checkpoint_rows
@@ -83,22 +86,22 @@ class CheckpointWriter:
     self._episodes_at_last_dump = 0
 
   @property
-  def total_rows(self):
+  def total_rows(self) -> int:
     """add_count at the last dump."""
     return self._first_dump + (self._num_checkpoints - 1) * self._rows
 
   @property
-  def done(self):
+  def done(self) -> bool:
     return len(self.written) == self._num_checkpoints
 
-  def after_row(self):
+  def after_row(self) -> None:
     """Called by the buffer after each row it writes, padding included."""
     add_count = int(self.buffer.add_count)
     due = self._first_dump + len(self.written) * self._rows
     if add_count == due and not self.done:
       self._dump(add_count)
 
-  def _dump(self, add_count):
+  def _dump(self, add_count) -> None:
     suffix = len(self.written)
     start = time.time()
     staging = os.path.join(self._output_dir, f'{STAGING_PREFIX}{suffix}')
@@ -140,7 +143,11 @@ class CheckpointWriter:
     )
 
 
-def make_buffer(spec, checkpoint_rows, writer):
+def make_buffer(
+  spec: environments.EnvironmentSpec,
+  checkpoint_rows: int,
+  writer: 'CheckpointWriter',
+) -> Any:
   """A real Dopamine OutOfGraphReplayBuffer that reports every row written."""
   from dopamine.tf.replay_memory import circular_replay_buffer
 
@@ -153,11 +160,11 @@ def make_buffer(spec, checkpoint_rows, writer):
     writes exactly the files Dopamine's own buffer writes.
     """
 
-    def __init__(self, on_row, **kwargs):
+    def __init__(self, on_row, **kwargs) -> None:
       self._on_row = on_row
       super().__init__(**kwargs)
 
-    def _create_storage(self):
+    def _create_storage(self) -> None:
       super()._create_storage()
       # Dopamine allocates with np.empty, so the rows past add_count of a
       # partial checkpoint would hold leftover memory: files would differ
@@ -167,7 +174,7 @@ def make_buffer(spec, checkpoint_rows, writer):
         for name, array in self._store.items()
       }
 
-    def _add_transition(self, transition):
+    def _add_transition(self, transition) -> None:
       super()._add_transition(transition)
       self._on_row()
 

@@ -55,14 +55,14 @@ class Episode:
   terminal: bool
 
   @property
-  def num_steps(self):
+  def num_steps(self) -> int:
     return len(self.actions)
 
   @property
-  def episode_return(self):
+  def episode_return(self) -> float:
     return float(np.sum(self.rewards, dtype=np.float64))
 
-  def where(self):
+  def where(self) -> str:
     """Names the episode for messages."""
     return (
       f'episode {self.episode_idx} of checkpoint {self.checkpoint_idx} '
@@ -70,7 +70,9 @@ class Episode:
     )
 
 
-def check_checkpoint_idx(path, record, checkpoint_idx, episode_idx):
+def check_checkpoint_idx(
+  path: str, record: int, checkpoint_idx: int, episode_idx: int
+) -> None:
   if not 0 <= checkpoint_idx < NUM_CHECKPOINTS:
     raise CheckpointError(
       path,
@@ -79,7 +81,7 @@ def check_checkpoint_idx(path, record, checkpoint_idx, episode_idx):
     )
 
 
-def check_steps(episode, terminals):
+def check_steps(episode: 'Episode', terminals: np.ndarray) -> None:
   """Checks an episode's per-step arrays; `terminals` flags each step."""
   if not episode.num_steps:
     raise CheckpointError(episode.shard, f'{episode.where()}: no steps')
@@ -92,7 +94,7 @@ def check_steps(episode, terminals):
     )
 
 
-def check_actions(path, where, values):
+def check_actions(path: str, where: str, values: np.ndarray) -> np.ndarray:
   """Returns int64 actions as int32, refusing what Dopamine cannot store."""
   actions = np.asarray(values, dtype=np.int64)
   if len(actions) and (actions.min() < 0 or actions.max() > _MAX_ACTION):
@@ -104,7 +106,7 @@ def check_actions(path, where, values):
   return actions.astype(np.int32)
 
 
-def _values(feature, key, kind, path, record):
+def _values(feature, key, kind: str, path: str, record):
   if feature.WhichOneof('kind') != kind:
     raise CheckpointError(
       path,
@@ -114,7 +116,7 @@ def _values(feature, key, kind, path, record):
   return getattr(feature, kind).value
 
 
-def parse_episode(data, path, record):
+def parse_episode(data: bytes, path: str, record: int) -> 'Episode':
   """Parses and validates one serialized tf.train.Example episode.
 
   Args:
@@ -185,7 +187,7 @@ def parse_episode(data, path, record):
   return episode
 
 
-def decode_frames(episode, start, out):
+def decode_frames(episode: 'Episode', start: int, out: np.ndarray) -> None:
   """Decodes frames [start, start + len(out)) of an episode into `out`.
 
   Args:

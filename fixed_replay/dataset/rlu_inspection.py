@@ -8,13 +8,17 @@ every PNG frame (84x84, 8-bit). Problems are collected, each naming its
 shard and episode, and reading goes on with the next part.
 """
 
+from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Sequence
 import dataclasses
+from typing import Any
 
 from absl import logging
 import numpy as np
 
 from fixed_replay import progress
-from fixed_replay.dataset import rlu_shards
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.dataset import summaries
 from fixed_replay.errors import CheckpointError
 
@@ -55,15 +59,15 @@ class RunSummary:
   problems: list = dataclasses.field(default_factory=list)
 
   @property
-  def ok(self):
+  def ok(self) -> bool:
     return not self.problems and bool(self.checkpoints)
 
   @property
-  def all_problems(self):
+  def all_problems(self) -> list[str]:
     """The problems, as DirectorySummary.all_problems lists its own."""
     return self.problems
 
-  def to_dict(self):
+  def to_dict(self) -> dict:
     return {
       'location': self.location,
       'kind': self.kind,
@@ -75,10 +79,10 @@ class RunSummary:
     }
 
 
-def _decode_all(episode, scratch):
+def _decode_all(episode, scratch) -> None:
   for start in range(0, episode.num_steps, len(scratch)):
     count = min(len(scratch), episode.num_steps - start)
-    rlu_shards.decode_frames(episode, start, scratch[:count])
+    rlu_episodes.decode_frames(episode, start, scratch[:count])
 
 
 def _read_part(open_part, part, verify, scratch, found, summary):
@@ -105,21 +109,27 @@ def _read_part(open_part, part, verify, scratch, found, summary):
     )
 
 
-def summarize_run(kind, location, parts, open_part, verify=False):
+def summarize_run(
+  kind: str,
+  location: str,
+  parts: Sequence[Any],
+  open_part: Callable[[Any], Iterator[rlu_episodes.Episode]],
+  verify: bool = False,
+) -> 'RunSummary':
   """Summarises a run's parts.
 
   Args:
     kind: str, 'rlu' or 'tfds' (for the report).
     location: str, directory of the parts.
     parts: list of objects with `name` and `num_bytes`.
-    open_part: callable(part) -> iterator of rlu_shards.Episode.
+    open_part: callable(part) -> iterator of rlu_episodes.Episode.
     verify: bool, also decode every frame.
 
   Returns:
     RunSummary; problems are collected, never raised.
   """
   summary = RunSummary(location=location, kind=kind, verified=verify)
-  scratch = np.empty((_DECODE_ROWS,) + rlu_shards.FRAME_SHAPE, np.uint8)
+  scratch = np.empty((_DECODE_ROWS,) + rlu_episodes.FRAME_SHAPE, np.uint8)
   found = {}
   bar = progress.bar(
     sum(p.num_bytes for p in parts), 'reading', unit='B', unit_scale=True

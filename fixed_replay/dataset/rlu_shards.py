@@ -9,6 +9,10 @@ yields the validated episodes. Every problem is a CheckpointError naming the
 shard and the episode.
 """
 
+from collections.abc import Callable
+from collections.abc import Collection
+from collections.abc import Iterator
+from collections.abc import Sequence
 import dataclasses
 import re
 import struct
@@ -23,17 +27,6 @@ SHARD_NAME = re.compile(
   r'^run_(?P<run>\d+)-(?P<shard>\d{5})-of-(?P<total>\d{5})$'
 )
 _RECORD_FRAMING_BYTES = 16  # Length, its CRC and the data CRC of a record.
-
-# The episodes' names, imported from here since before rlu_episodes.py.
-NUM_CHECKPOINTS = rlu_episodes.NUM_CHECKPOINTS
-FRAME_SHAPE = rlu_episodes.FRAME_SHAPE
-REQUIRED_KEYS = rlu_episodes.REQUIRED_KEYS
-Episode = rlu_episodes.Episode
-check_checkpoint_idx = rlu_episodes.check_checkpoint_idx
-check_steps = rlu_episodes.check_steps
-check_actions = rlu_episodes.check_actions
-parse_episode = rlu_episodes.parse_episode
-decode_frames = rlu_episodes.decode_frames
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,16 +46,16 @@ class Shard:
   total: int
 
   @property
-  def name(self):
+  def name(self) -> str:
     return shard_name(self.run, self.number, self.total)
 
 
-def shard_name(run, number, total):
+def shard_name(run: int, number: int, total: int) -> str:
   """The file name RL Unplugged gives shard `number` of `total` of a run."""
   return f'run_{run}-{number:05d}-of-{total:05d}'
 
 
-def find_runs(directory):
+def find_runs(directory: str) -> dict[int, list['Shard']]:
   """Returns {run: [Shard, ...] in shard order} for a directory.
 
   Raises:
@@ -90,7 +83,7 @@ def find_runs(directory):
   return {run: sorted(s, key=lambda s: s.number) for run, s in runs.items()}
 
 
-def select_run(directory, run=None):
+def select_run(directory: str, run: int | None = None) -> list['Shard']:
   """Returns the shards of one run of a directory.
 
   Args:
@@ -122,7 +115,7 @@ def select_run(directory, run=None):
   return shards
 
 
-def _damaged(path, error, count, last):
+def _damaged(path: str, error, count, last):
   message = str(getattr(error, 'message', error))
   # TF wraps the reader's words in op names; keep only the words.
   message = re.sub(r'\{\{function_node [^}]*\}\}', '', message)
@@ -133,7 +126,7 @@ def _damaged(path, error, count, last):
   return CheckpointError(path, f'damaged GZIP TFRecord ({message}), {after}')
 
 
-def _check_gzip_trailer(path, uncompressed_bytes):
+def _check_gzip_trailer(path: str, uncompressed_bytes):
   """Checks the gzip trailer's length field, which TF's reader skips.
 
   TensorFlow reads a GZIP TFRecord whose last (up to 8) bytes are cut off
@@ -153,7 +146,9 @@ def _check_gzip_trailer(path, uncompressed_bytes):
     )
 
 
-def read_records(path, describe=None):
+def read_records(
+  path: str, describe: Callable[[], str] | None = None
+) -> Iterator[tuple[int, bytes]]:
   """Yields (record number, serialized bytes) of a GZIP TFRecord file.
 
   Reads to the end: TF checks each record's length and data CRC-32C and the
@@ -192,7 +187,9 @@ def read_records(path, describe=None):
   _check_gzip_trailer(path, total)
 
 
-def iter_episodes(path, wanted=None):
+def iter_episodes(
+  path: str, wanted: Collection[int] | None = None
+) -> Iterator[rlu_episodes.Episode]:
   """Yields the validated Episodes of a shard, in file order.
 
   Args:
@@ -207,12 +204,12 @@ def iter_episodes(path, wanted=None):
   for number, data in read_records(path, lambda: last[0]):
     if wanted is not None and number not in wanted:
       continue
-    episode = parse_episode(data, path, number)
+    episode = rlu_episodes.parse_episode(data, path, number)
     last[0] = episode.where()
     yield episode
 
 
-def log_shards(shards):
+def log_shards(shards: Sequence['Shard']) -> None:
   logging.info(
     'Run %d: %d shard(s) %s ... %s',
     shards[0].run,

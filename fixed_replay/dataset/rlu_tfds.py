@@ -16,13 +16,16 @@ the rows are the raw shards' (rlu_shards.py). `reward` is read from the raw
 clip it to [-1, 1] all the same, as Dopamine's logger did.
 """
 
+from collections.abc import Collection
+from collections.abc import Iterator
 import dataclasses
 import json
 import re
+from typing import Any
 
 import numpy as np
 
-from fixed_replay.dataset import rlu_shards
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 
@@ -48,11 +51,11 @@ class Split:
   num_bytes: int
 
 
-def _is_version_dir(path):
+def _is_version_dir(path: str):
   return storage.exists(storage.join(path, _INFO))
 
 
-def find_dataset_dir(path):
+def find_dataset_dir(path: str) -> str:
   """Returns the version directory of a prepared dataset under `path`.
 
   `path` may be the version directory (holding dataset_info.json), the
@@ -94,7 +97,7 @@ def find_dataset_dir(path):
   return found[0]
 
 
-def is_prepared_dataset(path):
+def is_prepared_dataset(path: str) -> bool:
   """Whether `path` looks like a TFDS-prepared rlu dataset (cheap check)."""
   try:
     directory = find_dataset_dir(path)
@@ -115,7 +118,7 @@ def _builder(dataset_dir):
   return builder
 
 
-def find_splits(dataset_dir):
+def find_splits(dataset_dir: str) -> list[Any]:
   """Returns the checkpoint splits of a prepared dataset, in order.
 
   Raises:
@@ -145,7 +148,7 @@ def find_splits(dataset_dir):
   return sorted(splits, key=lambda s: s.number)
 
 
-def _flat(example, key, kind, label, record):
+def _flat(example, key, kind: str, label, record):
   features = example.features.feature
   if key not in features:
     raise CheckpointError(label, f'episode record {record} has no {key}')
@@ -157,7 +160,9 @@ def _flat(example, key, kind, label, record):
   return getattr(feature, kind).value
 
 
-def episode_from_example(example, label, record):
+def episode_from_example(
+  example: Any, label: str, record: int
+) -> rlu_episodes.Episode:
   """Validates one deserialized (not decoded) TFDS episode.
 
   Args:
@@ -167,10 +172,10 @@ def episode_from_example(example, label, record):
     record: int, the episode's position in the split.
 
   Returns:
-    rlu_shards.Episode.
+    rlu_episodes.Episode.
 
   Raises:
-    CheckpointError: as rlu_shards.parse_episode does.
+    CheckpointError: as rlu_episodes.parse_episode does.
   """
   checkpoint_idx = int(
     _flat(example, 'checkpoint_id', 'int64_list', label, record)[0]
@@ -178,7 +183,7 @@ def episode_from_example(example, label, record):
   episode_idx = int(
     _flat(example, 'episode_id', 'int64_list', label, record)[0]
   )
-  rlu_shards.check_checkpoint_idx(label, record, checkpoint_idx, episode_idx)
+  rlu_episodes.check_checkpoint_idx(label, record, checkpoint_idx, episode_idx)
   kinds = {
     'observation': 'bytes_list',
     'action': 'int64_list',
@@ -196,21 +201,23 @@ def episode_from_example(example, label, record):
   if len(set(lengths.values())) > 1:
     raise CheckpointError(label, f'{where}: steps of unequal length {lengths}')
   is_terminal = np.asarray(steps['is_terminal'], bool)
-  episode = rlu_shards.Episode(
+  episode = rlu_episodes.Episode(
     shard=label,
     record=record,
     checkpoint_idx=checkpoint_idx,
     episode_idx=episode_idx,
     frames=steps['observation'],
-    actions=rlu_shards.check_actions(label, where, steps['action']),
+    actions=rlu_episodes.check_actions(label, where, steps['action']),
     rewards=np.clip(np.asarray(steps['reward'], np.float32), -1, 1),
     terminal=bool(len(is_terminal)) and bool(is_terminal[-1]),
   )
-  rlu_shards.check_steps(episode, is_terminal)
+  rlu_episodes.check_steps(episode, is_terminal)
   return episode
 
 
-def iter_episodes(dataset_dir, split, wanted=None):
+def iter_episodes(
+  dataset_dir: str, split: str, wanted: Collection[int] | None = None
+) -> Iterator[rlu_episodes.Episode]:
   """Yields the validated Episodes of one split, in order.
 
   Args:

@@ -30,13 +30,14 @@ are read from the file as they are, whatever episode they touch).
 from absl import logging
 import numpy as np
 
+from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import validity
 
 METHODS = ('first_rows', 'random_episodes', 'first_episodes')
 EPISODE_METHODS = ('random_episodes', 'first_episodes')
 
 
-def check_arguments(method, fraction):
+def check_arguments(method: str | None, fraction: float | None) -> None:
   """Raises ValueError unless (method, fraction) choose a subset.
 
   Args:
@@ -63,7 +64,7 @@ def check_arguments(method, fraction):
     )
 
 
-def first_rows_count(num_rows, fraction, where):
+def first_rows_count(num_rows: int, fraction: float, where: str) -> int:
   """Rows kept by 'first_rows' out of num_rows.
 
   Raises:
@@ -78,7 +79,7 @@ def first_rows_count(num_rows, fraction, where):
   return count
 
 
-def episode_rng(seed, suffix):
+def episode_rng(seed: int | None, suffix: int) -> np.random.Generator:
   """The generator choosing random episodes of checkpoint `suffix`.
 
   Depends only on the buffer's seed (0 when unset) and the suffix, so a
@@ -88,7 +89,7 @@ def episode_rng(seed, suffix):
   return np.random.default_rng([0 if seed is None else seed, suffix])
 
 
-def episode_ids(window):
+def episode_ids(window: checkpoints.CheckpointWindow) -> np.ndarray:
   """Episode number of each row of a window (see the module docstring).
 
   Args:
@@ -112,7 +113,13 @@ def episode_ids(window):
   return ids
 
 
-def keep_rows(valid_rows, window, method, fraction, rng):
+def keep_rows(
+  valid_rows: np.ndarray,
+  window: checkpoints.CheckpointWindow,
+  method: str,
+  fraction: float,
+  rng: np.random.Generator | None,
+) -> np.ndarray:
   """Returns the rows of `valid_rows` in the episodes an episode method keeps.
 
   Args:
@@ -163,7 +170,14 @@ def keep_rows(valid_rows, window, method, fraction, rng):
   return rows
 
 
-def plan_window(window, stack_size, update_horizon, method, fraction, rng):
+def plan_window(
+  window: checkpoints.CheckpointWindow,
+  stack_size: int,
+  update_horizon: int,
+  method: str,
+  fraction: float,
+  rng: np.random.Generator | None,
+) -> tuple[int, int, np.ndarray]:
   """Chooses the rows an episode method keeps, before frames are read.
 
   Args:

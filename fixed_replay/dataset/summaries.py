@@ -6,6 +6,8 @@ compact stores, rendered by `fixed-replay inspect`, plus the episode returns
 they report.
 """
 
+from collections.abc import Iterable
+from collections.abc import Sequence
 import dataclasses
 
 import numpy as np
@@ -27,7 +29,7 @@ class Problem:
   path: str
   problem: str
 
-  def __str__(self):
+  def __str__(self) -> str:
     return f'{self.path}: {self.problem}'
 
 
@@ -48,7 +50,7 @@ class EpisodeStats:
   max_return: float = None
 
   @classmethod
-  def from_returns(cls, returns):
+  def from_returns(cls, returns: Sequence[float]) -> 'EpisodeStats':
     returns = np.asarray(returns, np.float64)
     if not len(returns):
       return cls()
@@ -60,7 +62,7 @@ class EpisodeStats:
     )
 
   @classmethod
-  def combine(cls, stats):
+  def combine(cls, stats: Iterable['EpisodeStats']) -> 'EpisodeStats':
     """Pools the statistics of several checkpoints."""
     stats = [s for s in stats if s is not None and s.count]
     if not stats:
@@ -116,12 +118,12 @@ class CheckpointSummary:
   problems: list = dataclasses.field(default_factory=list)
 
   @property
-  def status(self):
+  def status(self) -> str:
     if not self.complete:
       return INCOMPLETE
     return DAMAGED if self.problems else OK
 
-  def to_dict(self):
+  def to_dict(self) -> dict:
     result = dataclasses.asdict(self)
     result['status'] = self.status
     return result
@@ -149,7 +151,7 @@ class DirectorySummary:
   problems: list = dataclasses.field(default_factory=list)
 
   @property
-  def all_problems(self):
+  def all_problems(self) -> list[str]:
     """Directory problems, then each checkpoint's, in suffix order."""
     result = list(self.problems)
     for summary in self.checkpoints:
@@ -157,24 +159,24 @@ class DirectorySummary:
     return result
 
   @property
-  def ok(self):
+  def ok(self) -> bool:
     """True when something is usable and nothing is damaged or missing."""
     return not self.all_problems and self.num_complete > 0
 
   @property
-  def num_complete(self):
+  def num_complete(self) -> int:
     return sum(s.complete for s in self.checkpoints)
 
-  def total(self, field):
+  def total(self, field: str) -> int:
     """Sums an integer field over the checkpoints that have it."""
     values = [getattr(s, field) for s in self.checkpoints]
     return sum(v for v in values if v is not None)
 
   @property
-  def episodes(self):
+  def episodes(self) -> 'EpisodeStats':
     return EpisodeStats.combine(s.episodes for s in self.checkpoints)
 
-  def to_dict(self):
+  def to_dict(self) -> dict:
     """Returns plain JSON-serialisable data."""
     return {
       'directory': self.directory,
@@ -196,7 +198,12 @@ class DirectorySummary:
     }
 
 
-def episode_returns(terminal, reward, add_count, episode_end_indices=None):
+def episode_returns(
+  terminal: np.ndarray,
+  reward: np.ndarray,
+  add_count: int,
+  episode_end_indices: np.ndarray | None = None,
+) -> list[float]:
   """Returns of the episodes whose start and end both lie in a file.
 
   In chronological order the data runs rows cursor..rows-1 then 0..cursor-1

@@ -9,8 +9,12 @@ window, so nothing is ever stitched across the window's edges.
 
 import numpy as np
 
+from fixed_replay.dataset import checkpoints
 
-def cursor_invalid_rows(cursor, capacity, stack_size, update_horizon):
+
+def cursor_invalid_rows(
+  cursor: int, capacity: int, stack_size: int, update_horizon: int
+) -> np.ndarray:
   """Dopamine's `invalid_range`: rows made invalid by the writer's cursor.
 
   Args:
@@ -27,15 +31,15 @@ def cursor_invalid_rows(cursor, capacity, stack_size, update_horizon):
 
 
 def valid_rows(
-  terminal,
-  start,
-  num_file_rows,
-  add_count,
-  invalid_range,
-  episode_end_indices,
-  stack_size,
-  update_horizon,
-):
+  terminal: np.ndarray,
+  start: int,
+  num_file_rows: int,
+  add_count: int,
+  invalid_range: np.ndarray,
+  episode_end_indices: np.ndarray | None,
+  stack_size: int,
+  update_horizon: int,
+) -> np.ndarray:
   """Returns the sorted file rows of a window that may be sampled.
 
   Args:
@@ -88,7 +92,9 @@ def valid_rows(
   return rows[valid]
 
 
-def window_valid_rows(window, stack_size, update_horizon):
+def window_valid_rows(
+  window: checkpoints.CheckpointWindow, stack_size: int, update_horizon: int
+) -> np.ndarray:
   """valid_rows of a checkpoints.CheckpointWindow (its terminal flags)."""
   return valid_rows(
     window.store['terminal'],

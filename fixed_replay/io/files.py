@@ -7,13 +7,14 @@ each call bounded in time and failing with its cause (see remote.py).
 
 import os
 import re
+from typing import BinaryIO
 
 from fixed_replay.io import remote
 
 _URL_SCHEME = re.compile(r'^[a-zA-Z][a-zA-Z0-9+.-]*://')
 
 
-def is_remote(path):
+def is_remote(path: str) -> bool:
   """Returns True for paths with a URL scheme such as gs:// or s3://."""
   return bool(_URL_SCHEME.match(str(path)))
 
@@ -40,7 +41,7 @@ def _children_lister():
   except ImportError:  # pragma: no cover - private module moved.
     return _gfile().listdir
 
-  def get_children(directory):
+  def get_children(directory: str):
     return [
       name.decode() if isinstance(name, bytes) else name
       for name in _pywrap_file_io.GetChildren(directory.encode())
@@ -49,7 +50,7 @@ def _children_lister():
   return get_children
 
 
-def _remote_isdir(gfile, not_found, path):
+def _remote_isdir(gfile, not_found, path: str):
   # Not gfile.isdir first: it says False for any failure, after spending its
   # whole retry budget. stat raises the failure's cause instead.
   try:
@@ -62,7 +63,7 @@ def _remote_isdir(gfile, not_found, path):
     return gfile.isdir(path)  # A file system whose stat skips directories.
 
 
-def join(directory, name):
+def join(directory: str, name: str) -> str:
   """Joins a directory and a file name, for local and remote paths alike."""
   directory = str(directory)
   if is_remote(directory):
@@ -70,7 +71,7 @@ def join(directory, name):
   return os.path.join(directory, name)
 
 
-def isdir(path):
+def isdir(path: str) -> bool:
   """Whether path is a directory; raises RemoteError on a network failure."""
   if is_remote(path):
     import tensorflow as tf
@@ -86,13 +87,13 @@ def isdir(path):
   return os.path.isdir(path)
 
 
-def exists(path):
+def exists(path: str) -> bool:
   if is_remote(path):
     return remote.call('checking the path', path, _gfile().exists, path)
   return os.path.exists(path)
 
 
-def listdir(directory):
+def listdir(directory: str) -> list[str]:
   """Returns the entry names of a directory (no trailing slashes)."""
   if is_remote(directory):
     names = remote.call(
@@ -102,7 +103,7 @@ def listdir(directory):
   return os.listdir(directory)
 
 
-def size(path):
+def size(path: str) -> int:
   """Returns a file's size in bytes."""
   if is_remote(path):
     gfile = _gfile()
@@ -115,13 +116,13 @@ def size(path):
 class _RemoteReader:
   """A tf.io.gfile file whose every read is bounded in time."""
 
-  def __init__(self, path):
+  def __init__(self, path: str) -> None:
     self._path = path
     self._file = remote.call(
       'opening the file', path, _gfile().GFile, path, 'rb'
     )
 
-  def read(self, num_bytes):
+  def read(self, num_bytes: int):
     return remote.call(
       'reading the file', self._path, self._file.read, num_bytes
     )
@@ -136,25 +137,25 @@ class _RemoteReader:
   def size(self):
     return remote.call('reading the file size', self._path, self._file.size)
 
-  def close(self):
+  def close(self) -> None:
     self._file.close()
 
 
-def open_read(path):
+def open_read(path: str) -> BinaryIO:
   """Opens a file for binary reading (remote reads are time-bounded)."""
   if is_remote(path):
     return _RemoteReader(str(path))
   return open(path, 'rb')
 
 
-def open_write(path):
+def open_write(path: str) -> BinaryIO:
   """Opens a file for binary writing."""
   if is_remote(path):
     return remote.call('creating the file', path, _gfile().GFile, path, 'wb')
   return open(path, 'wb')
 
 
-def makedirs(directory):
+def makedirs(directory: str) -> None:
   if is_remote(directory):
     remote.call(
       'creating the directory', directory, _gfile().makedirs, directory
@@ -163,7 +164,7 @@ def makedirs(directory):
     os.makedirs(directory, exist_ok=True)
 
 
-def rename(source, destination):
+def rename(source: str, destination: str) -> None:
   """Renames a file, replacing the destination (atomic on local disks)."""
   if is_remote(source):
     gfile = _gfile()

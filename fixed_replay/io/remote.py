@@ -23,11 +23,13 @@ command-line tools leave at once through `exit_now`.
 """
 
 import atexit
+from collections.abc import Callable
 import os
 import re
 import sys
 import threading
 import time
+from typing import Any
 
 from absl import logging
 
@@ -63,7 +65,7 @@ _abandoned = []  # Calls that timed out and may still be running.
 _abandoned_lock = threading.Lock()
 
 
-def set_tensorflow_defaults():
+def set_tensorflow_defaults() -> None:
   """Sets TensorFlow's GCS retry and timeout settings the user left unset.
 
   Has an effect only before TensorFlow is imported (fixed_replay's import
@@ -75,7 +77,7 @@ def set_tensorflow_defaults():
     os.environ.setdefault(name, value)
 
 
-def set_timeout(seconds):
+def set_timeout(seconds: float | None) -> None:
   """Sets the longest wait for one remote call, in seconds (None: default).
 
   Raises:
@@ -87,7 +89,7 @@ def set_timeout(seconds):
   _timeout_s = None if seconds is None else float(seconds)
 
 
-def timeout():
+def timeout() -> float:
   """The longest wait for one remote call, in seconds."""
   if _timeout_s is not None:
     return _timeout_s
@@ -130,12 +132,12 @@ _CAUSES = (
 )
 
 
-def _bucket(path):
+def _bucket(path: str):
   match = re.match(r'^gs://([^/]+)', str(path))
   return match.group(1) if match else None
 
 
-def classify(message):
+def classify(message: str) -> str:
   """Returns the cause named in a TensorFlow / libcurl error message."""
   for cause, pattern in _CAUSES:
     if pattern.search(message):
@@ -147,7 +149,7 @@ def _first_line(message):
   return ' '.join(str(message).split())[:400]
 
 
-def remote_error(path, what, error):
+def remote_error(path: str, what: str, error: BaseException) -> RemoteError:
   """Builds the RemoteError for a failed call, naming its cause."""
   message = str(getattr(error, 'message', None) or error)
   cause = classify(message) or 'network or storage error'
@@ -157,7 +159,7 @@ def remote_error(path, what, error):
   return RemoteError(str(path), problem)
 
 
-def closed_bucket_hint(path):
+def closed_bucket_hint(path: str) -> str:
   """For a path in the closed public bucket, a note saying where to go."""
   if _bucket(path) == CLOSED_BUCKET:
     return f'. Note: {_CLOSED_BUCKET_HINT}'
@@ -175,7 +177,7 @@ def _is_not_found(error):
 class _Call:
   """One call running in its own daemon thread."""
 
-  def __init__(self, function, args):
+  def __init__(self, function, args) -> None:
     self.done = threading.Event()
     self.result = None
     self.error = None
@@ -187,7 +189,7 @@ class _Call:
     )
     thread.start()
 
-  def _run(self, function, args):
+  def _run(self, function, args) -> None:
     try:
       self.result = function(*args)
     except BaseException as error:  # noqa: BLE001 - handed to the caller.
@@ -196,7 +198,7 @@ class _Call:
       self.done.set()
 
 
-def call(what, path, function, *args):
+def call(what: str, path: str, function: Callable[..., Any], *args: Any) -> Any:
   """Runs function(*args), a remote storage call, within the time limit.
 
   Args:
@@ -244,7 +246,7 @@ def call(what, path, function, *args):
   raise remote_error(path, what, error) from error
 
 
-def _abandon(running):
+def _abandon(running) -> None:
   with _abandoned_lock:
     if not _abandoned:
       atexit.register(_wait_for_abandoned)
@@ -257,7 +259,7 @@ def _still_running():
     return list(_abandoned)
 
 
-def _flush():
+def _flush() -> None:
   for stream in (sys.stdout, sys.stderr):
     try:
       stream.flush()
@@ -265,7 +267,7 @@ def _flush():
       pass
 
 
-def _wait_for_abandoned():
+def _wait_for_abandoned() -> None:
   """At exit: lets abandoned calls end before TensorFlow is torn down."""
   running = _still_running()
   if not running:
@@ -284,12 +286,12 @@ def _wait_for_abandoned():
     os._exit(1)  # Exiting normally now would abort in TensorFlow's teardown.
 
 
-def hanging():
+def hanging() -> bool:
   """Whether a remote call that timed out is still running."""
   return bool(_still_running())
 
 
-def exit_now(code):
+def exit_now(code: int) -> None:
   """For command-line tools: exits at once with `code` if calls are stuck.
 
   Otherwise returns, and the caller exits as usual.

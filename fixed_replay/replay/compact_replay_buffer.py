@@ -31,7 +31,7 @@ import numpy as np
 from fixed_replay.replay import checkpoint_selection
 from fixed_replay.replay import compact_windows
 from fixed_replay.replay import core
-from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 
 DEFAULT_MEMORY_BUDGET = 1_500_000_000
 DEFAULT_CACHE_BYTES = compact_windows.DEFAULT_CACHE_BYTES
@@ -151,7 +151,7 @@ class CompactReplayBuffer(core.ReplayCore):
     )
     if prefetch and workers > 0:
       self._prefetch_batches(seed_sequence, workers, prefetch_batches)
-    found = compact_store.find_stored_checkpoints(self._data_dir)
+    found = manifest_lib.find_stored_checkpoints(self._data_dir)
     selected = checkpoint_selection.select_checkpoints(
       found,
       self._replay_suffix,

@@ -9,15 +9,20 @@ block being decoded by one thread is waited for, not decoded twice.
 """
 
 import collections
+from collections.abc import Callable
+from collections.abc import Iterable
 import threading
 
 import numpy as np
+import numpy.typing as npt
 
 
 class BlockCache:
   """Decoded blocks keyed by int, in an arena bounded in bytes."""
 
-  def __init__(self, num_slots, block_shape, dtype):
+  def __init__(
+    self, num_slots: int, block_shape: tuple[int, ...], dtype: npt.DTypeLike
+  ) -> None:
     """Creates the arena (memory is only committed as slots are filled).
 
     Args:
@@ -41,14 +46,14 @@ class BlockCache:
     self.misses = 0
 
   @property
-  def num_slots(self):
+  def num_slots(self) -> int:
     return len(self.arena)
 
   @property
-  def nbytes(self):
+  def nbytes(self) -> int:
     return self.arena.nbytes
 
-  def frames(self):
+  def frames(self) -> np.ndarray:
     """The arena as rows of frames: slot s, row r is frame s * rows + r."""
     return self.arena.reshape((-1,) + self.arena.shape[2:])
 
@@ -66,7 +71,9 @@ class BlockCache:
       'for the batches being prepared at once'
     )
 
-  def acquire(self, keys, load):
+  def acquire(
+    self, keys: Iterable[int], load: Callable[[int, np.ndarray], object]
+  ) -> np.ndarray:
     """Pins the blocks of `keys`, decoding the missing ones.
 
     Args:
@@ -128,13 +135,13 @@ class BlockCache:
       with self._lock:
         self._publish(to_load)
 
-  def _publish(self, entries):
+  def _publish(self, entries) -> None:
     """Marks decoded blocks ready and wakes their waiters (lock held)."""
     for key, _ in entries:
       self._loading.discard(key)
     self._decoded.notify_all()
 
-  def _abandon(self, entries):
+  def _abandon(self, entries) -> None:
     """Forgets reserved slots whose blocks were not decoded (lock held)."""
     for key, slot in entries:
       if self._slot_of.get(key) == slot:
@@ -143,7 +150,7 @@ class BlockCache:
       self._loading.discard(key)
     self._decoded.notify_all()
 
-  def _wait_for(self, key, slot, load):
+  def _wait_for(self, key, slot, load) -> None:
     """Waits for another thread's decode of `key`; redoes it if it failed."""
     with self._lock:
       self._decoded.wait_for(lambda: key not in self._loading)
@@ -157,13 +164,13 @@ class BlockCache:
         self._key_of[slot] = key
         self._slot_of[key] = slot
 
-  def _unpin(self, slots):
+  def _unpin(self, slots) -> None:
     for slot in slots:
       self._pins[slot] -= 1
       if not self._pins[slot] and self._key_of[slot] is None:
         self._free.append(slot)
 
-  def release(self, slots):
+  def release(self, slots) -> None:
     """Unpins slots returned by acquire()."""
     with self._lock:
       self._unpin(int(s) for s in slots)

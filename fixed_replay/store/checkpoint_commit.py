@@ -9,19 +9,73 @@ then renamed into place; on any failure the partial directory is removed.
 import os
 import shutil
 import time
+from typing import Any
+from typing import Protocol
 
 from absl import logging
 
+from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_output
-from fixed_replay.store import compact_store
 from fixed_replay.store import destination
 from fixed_replay.store import dopamine_output
+from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConvertOptions
 
 
-def output_of(options):
+class ConverterOutput(Protocol):
+  """What a conversion writes: a store's checkpoints in one format.
+
+  A checkpoint is written into a partial directory, verified, then committed
+  (renamed into place) by convert_checkpoint; the other methods answer what
+  a store already holds, so that a rerun skips what is done.
+  """
+
+  def final_path(self, store_dir: str, suffix: int) -> str:
+    """Where checkpoint `suffix` is once committed (its presence: done)."""
+    ...
+
+  def exists(self, store_dir: str, suffix: int) -> bool: ...
+
+  def stored_source(self, store_dir: str, suffix: int) -> dict | None:
+    """manifest['source'] of a stored checkpoint, or None if absent."""
+    ...
+
+  def check_existing(
+    self, store_dir: str, source: CheckpointSource, options: ConvertOptions
+  ) -> None:
+    """Raises CheckpointError unless the stored checkpoint is this one."""
+    ...
+
+  def clean(self, store_dir: str) -> None:
+    """Tidies what an interrupted conversion left, before converting."""
+    ...
+
+  def write(
+    self,
+    source: CheckpointSource,
+    partial: str,
+    options: ConvertOptions,
+    threads: int,
+  ) -> tuple[int, Any]:
+    """Writes into `partial`; returns (rows, what verify needs)."""
+    ...
+
+  def verify(self, partial: str, written: Any) -> None: ...
+
+  def commit(self, partial: str, store_dir: str, suffix: int) -> None: ...
+
+  def remove(self, store_dir: str, suffix: int) -> None: ...
+
+  def stored_bytes(self, store_dir: str, suffix: int) -> int: ...
+
+  def stored_rows(self, store_dir: str, suffix: int) -> int: ...
+
+
+def output_of(options: ConvertOptions) -> ConverterOutput:
   """The output ConvertOptions.output_format names."""
   if options.output_format == 'compact':
     return compact_output.CompactOutput()
@@ -32,7 +86,12 @@ def output_of(options):
   )
 
 
-def convert_checkpoint(files, store_dir, options, threads=1):
+def convert_checkpoint(
+  files: CheckpointSource | checkpoints.CheckpointFiles,
+  store_dir: str,
+  options: ConvertOptions,
+  threads: int = 1,
+) -> dict:
   """Converts one checkpoint into the store (`checkpoint_<suffix>`).
 
   Args:
@@ -52,9 +111,7 @@ def convert_checkpoint(files, store_dir, options, threads=1):
   source = checkpoint_source.as_source(files)
   output = output_of(options)
   final = output.final_path(store_dir, source.suffix)
-  partial = os.path.join(
-    store_dir, compact_store.partial_dirname(source.suffix)
-  )
+  partial = os.path.join(store_dir, manifest_lib.partial_dirname(source.suffix))
   try:
     if os.path.exists(partial):
       shutil.rmtree(partial)
@@ -80,9 +137,9 @@ def convert_checkpoint(files, store_dir, options, threads=1):
   }
 
 
-def remove_partials(store_dir):
+def remove_partials(store_dir: str) -> None:
   """Deletes partial checkpoints of killed conversions (ours by name)."""
   for name in os.listdir(store_dir):
-    if compact_store.is_partial_dirname(name):
+    if manifest_lib.is_partial_dirname(name):
       logging.info('Removing %s, left by an interrupted conversion', name)
       shutil.rmtree(os.path.join(store_dir, name))

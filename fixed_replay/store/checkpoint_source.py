@@ -1,27 +1,21 @@
 """Where the rows of a checkpoint being converted come from.
 
 convert.py writes, verifies and commits one checkpoint at a time, in a worker
-process, whatever the rows come from. A source describes one checkpoint:
-
-  source.suffix              int, the checkpoint's suffix in the output.
-  source.description()       dict recorded as manifest['source'] and compared
-                             before a finished checkpoint is skipped; None when
-                             only reading the source tells (the reader's
-                             `finish` then returns it).
-  source.expected_rows()     int, rows expected, for the progress bar.
-  source.source_files()      {name: bytes} of the files (or parts) it reads.
-  with source.open(threads) as reader:
-    reader.row_shape, reader.dtype          one frame
-    for frames in reader.frame_slices(n):   up to n frames at a time (the
-      ...                                   array is reused: consume it)
-    rows = reader.finish(num_rows)          SourceRows, after the last slice
+process, whatever the rows come from: a CheckpointSource describes one
+checkpoint and opens a SourceReader over its rows (both Protocols below, so
+that a new kind of input needs no change to the converter).
 
 Sources must pickle (they travel to worker processes). GzipSource reads a
 Dopamine checkpoint, streaming its observation file; RL Unplugged episodes
 come from store/rlu_source.py.
 """
 
+from collections.abc import Iterator
+from collections.abc import Sequence
 import dataclasses
+from typing import Any
+from typing import Protocol
+from typing import runtime_checkable
 
 import numpy as np
 
@@ -53,7 +47,61 @@ class SourceRows:
   description: dict
 
 
-def file_sizes(paths):
+class SourceReader(Protocol):
+  """The rows of one checkpoint, read once, frames first.
+
+  Used as `with source.open(threads) as reader:`; `row_shape` and `dtype`
+  describe one frame.
+  """
+
+  row_shape: tuple[int, ...]
+  dtype: np.dtype
+
+  def __enter__(self) -> 'SourceReader': ...
+
+  def __exit__(self, *exc_info: Any) -> Any: ...
+
+  def frame_slices(self, slice_rows: int) -> Iterator[np.ndarray]:
+    """Yields up to `slice_rows` frames at a time (one reused array)."""
+    ...
+
+  def finish(self, num_rows: int) -> SourceRows:
+    """Everything but the frames, after the last slice was consumed."""
+    ...
+
+
+@runtime_checkable
+class CheckpointSource(Protocol):
+  """One checkpoint to convert, from whatever files hold it.
+
+  Attributes:
+    suffix: int, the checkpoint's suffix in the output.
+  """
+
+  suffix: int
+
+  def description(self) -> dict | None:
+    """manifest['source'], compared before a finished checkpoint is skipped.
+
+    None when only reading the source tells (the reader's `finish` then
+    returns it).
+    """
+    ...
+
+  def expected_rows(self) -> int:
+    """Rows expected, for the progress bar."""
+    ...
+
+  def source_files(self) -> dict[str, int]:
+    """{name: bytes} of the files (or parts) it reads."""
+    ...
+
+  def open(self, threads: int = 1) -> SourceReader:
+    """A reader over the rows, decoding with up to `threads` threads."""
+    ...
+
+
+def file_sizes(paths: Sequence[str]) -> dict[str, int]:
   """{base name: bytes} of files, the way manifests record their source."""
   return {path.rstrip('/').split('/')[-1]: storage.size(path) for path in paths}
 
@@ -65,24 +113,26 @@ class GzipSource:
   files: checkpoints.CheckpointFiles
 
   @property
-  def suffix(self):
+  def suffix(self) -> int:
     return self.files.suffix
 
-  def description(self):
+  def description(self) -> dict:
     return {'files': file_sizes(self.files.all_paths())}
 
-  def expected_rows(self):
+  def expected_rows(self) -> int:
     return checkpoints.read_store_headers(self.files)['observation'].num_rows
 
-  def source_files(self):
+  def source_files(self) -> dict[str, int]:
     return self.description()['files']
 
-  def open(self, threads=1):
+  def open(self, threads: int = 1) -> SourceReader:
     del threads  # Inflating one gzip stream is sequential.
     return _GzipReader(self.files)
 
 
-def as_source(source):
+def as_source(
+  source: CheckpointSource | checkpoints.CheckpointFiles,
+) -> CheckpointSource:
   """Accepts a source, or CheckpointFiles (wrapped in a GzipSource)."""
   if isinstance(source, checkpoints.CheckpointFiles):
     return GzipSource(source)
@@ -92,7 +142,7 @@ def as_source(source):
 class _GzipReader:
   """Streams the observation file; reads the small arrays at the end."""
 
-  def __init__(self, files):
+  def __init__(self, files: checkpoints.CheckpointFiles) -> None:
     self._files = files
     self._path = files.store_paths['observation']
     # Reads (and checks) the headers, add_count, invalid_range and
@@ -110,13 +160,13 @@ class _GzipReader:
     self.row_shape = self._header.row_shape
     self.dtype = self._header.dtype
 
-  def __enter__(self):
+  def __enter__(self) -> '_GzipReader':
     return self
 
-  def __exit__(self, *unused_exc_info):
+  def __exit__(self, *unused_exc_info: Any) -> None:
     self._stream.close()
 
-  def frame_slices(self, slice_rows):
+  def frame_slices(self, slice_rows: int) -> Iterator[np.ndarray]:
     num_rows = self._header.shape[0]
     buffer = np.empty((min(slice_rows, num_rows),) + self.row_shape, self.dtype)
     for start in range(0, num_rows, slice_rows):
@@ -124,7 +174,7 @@ class _GzipReader:
       self._stream.readinto(part.reshape(-1).view(np.uint8))
       yield part
 
-  def finish(self, num_rows):
+  def finish(self, num_rows: int) -> SourceRows:
     # Reading to the end checks the source's gzip CRC-32 and length.
     if self._stream.read_to_end():
       raise CheckpointError(
@@ -141,7 +191,7 @@ class _GzipReader:
     )
 
 
-def _read_small_arrays(files, num_rows):
+def _read_small_arrays(files, num_rows: int):
   """Reads every `$store$_` array but the observations, checking its gzip."""
   arrays = {}
   for name, path in sorted(files.store_paths.items()):

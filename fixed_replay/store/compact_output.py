@@ -13,16 +13,22 @@ import concurrent.futures
 import itertools
 import os
 import shutil
+from typing import Any
 
 import blosc2
 import numpy as np
+import numpy.typing as npt
 
+from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_store
+from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConvertOptions
 
 
 def _stored_options(manifest):
@@ -36,7 +42,11 @@ def _stored_options(manifest):
   }
 
 
-def check_existing(directory, files, options):
+def check_existing(
+  directory: str,
+  files: CheckpointSource | checkpoints.CheckpointFiles,
+  options: ConvertOptions,
+) -> None:
   """Verifies an already converted checkpoint before it is skipped.
 
   Args:
@@ -60,7 +70,13 @@ def check_existing(directory, files, options):
   return manifest
 
 
-def check_same_conversion(path, source, stored_source, stored, wanted):
+def check_same_conversion(
+  path: str,
+  source: CheckpointSource,
+  stored_source: dict | None,
+  stored: dict,
+  wanted: dict,
+) -> None:
   """Refuses to skip a checkpoint converted from other files or options.
 
   Shared by both outputs (compact store and Dopamine files).
@@ -90,7 +106,7 @@ def check_same_conversion(path, source, stored_source, stored, wanted):
     )
 
 
-def _write_npy(directory, name, array):
+def _write_npy(directory: str, name, array):
   path = os.path.join(directory, name)
   with open(path, 'wb') as stream:
     np.save(stream, array, allow_pickle=False)
@@ -99,7 +115,9 @@ def _write_npy(directory, name, array):
   return name
 
 
-def slice_rows(row_shape, dtype, options):
+def slice_rows(
+  row_shape: tuple[int, ...], dtype: npt.DTypeLike, options: ConvertOptions
+) -> int:
   """Frames read per slice: slice_bytes worth, whole blocks."""
   block_rows = options.block_rows
   row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
@@ -119,14 +137,14 @@ def _compress_slices(slices, out, cparams, options, threads):
   # A few tasks per thread and slice: one per 16-frame block cost more in
   # futures than the blocks' compression on one core.
   compress = lambda group: [
-    compact_store.compress_block(block, cparams) for block in group
+    frame_blocks.compress_block(block, cparams) for block in group
   ]
   offsets, crcs = [0], []
   frames_crc, blocks_crc, num_rows = 0, 0, 0
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
     for part in slices:
       num_rows += len(part)
-      frames_crc = compact_store.crc32(part, frames_crc)
+      frames_crc = manifest_lib.crc32(part, frames_crc)
       blocks = [
         part[i : i + block_rows] for i in range(0, len(part), block_rows)
       ]
@@ -135,15 +153,15 @@ def _compress_slices(slices, out, cparams, options, threads):
       for chunk in itertools.chain.from_iterable(pool.map(compress, groups)):
         out.write(chunk)
         offsets.append(offsets[-1] + len(chunk))
-        crcs.append(compact_store.crc32(chunk))
-        blocks_crc = compact_store.crc32(chunk, blocks_crc)
+        crcs.append(manifest_lib.crc32(chunk))
+        blocks_crc = manifest_lib.crc32(chunk, blocks_crc)
       worker_processes.count_progress(len(part))
   return offsets, crcs, frames_crc, blocks_crc, num_rows
 
 
-def _write_frames(reader, directory, options, threads):
+def _write_frames(reader, directory: str, options, threads):
   """Streams a source's frames into blocks; returns the manifest entry."""
-  cparams = compact_store.block_cparams(
+  cparams = frame_blocks.block_cparams(
     options.codec,
     options.clevel,
     options.block_rows,
@@ -153,19 +171,19 @@ def _write_frames(reader, directory, options, threads):
   slices = reader.frame_slices(
     slice_rows(reader.row_shape, reader.dtype, options)
   )
-  with open(os.path.join(directory, compact_store.BLOCKS_FILE), 'wb') as out:
+  with open(os.path.join(directory, manifest_lib.BLOCKS_FILE), 'wb') as out:
     offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
       slices, out, cparams, options, threads
     )
     out.flush()
     os.fsync(out.fileno())
   _write_npy(
-    directory, compact_store.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
+    directory, manifest_lib.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
   )
-  _write_npy(directory, compact_store.CRC_FILE, np.array(crcs, dtype=np.uint32))
+  _write_npy(directory, manifest_lib.CRC_FILE, np.array(crcs, dtype=np.uint32))
   dtype = np.dtype(reader.dtype)
   spec = {
-    'file': compact_store.BLOCKS_FILE,
+    'file': manifest_lib.BLOCKS_FILE,
     'dtype': dtype.str,
     'row_shape': list(reader.row_shape),
     'codec': options.codec,
@@ -180,7 +198,7 @@ def _write_frames(reader, directory, options, threads):
   return num_rows, spec, blocks_entry
 
 
-def _write_checkpoint(source, directory, options, threads):
+def _write_checkpoint(source, directory: str, options, threads):
   """Writes every file of one checkpoint into `directory`; returns manifest."""
   with source.open(threads) as reader:
     num_rows, frames_spec, blocks_entry = _write_frames(
@@ -192,11 +210,11 @@ def _write_checkpoint(source, directory, options, threads):
     name: _write_npy(directory, f'{name}.npy', array)
     for name, array in arrays.items()
   }
-  _write_npy(directory, compact_store.INVALID_RANGE_FILE, meta.invalid_range)
+  _write_npy(directory, manifest_lib.INVALID_RANGE_FILE, meta.invalid_range)
   episode_ends = None
   if meta.episode_end_indices is not None:
     episode_ends = _write_npy(
-      directory, compact_store.EPISODE_ENDS_FILE, meta.episode_end_indices
+      directory, manifest_lib.EPISODE_ENDS_FILE, meta.episode_end_indices
     )
   if num_rows >= 2**31:
     raise CheckpointError(directory, f'{num_rows} rows: too many')
@@ -212,25 +230,25 @@ def _write_checkpoint(source, directory, options, threads):
   ).astype(np.int32)
   _write_npy(
     directory,
-    compact_store.VALID_MASK_FILE,
+    manifest_lib.VALID_MASK_FILE,
     compact_store.pack_valid_rows(valid, num_rows),
   )
   names = [
-    compact_store.OFFSETS_FILE,
-    compact_store.CRC_FILE,
-    compact_store.INVALID_RANGE_FILE,
-    compact_store.VALID_MASK_FILE,
+    manifest_lib.OFFSETS_FILE,
+    manifest_lib.CRC_FILE,
+    manifest_lib.INVALID_RANGE_FILE,
+    manifest_lib.VALID_MASK_FILE,
   ] + list(written.values())
   if episode_ends:
     names.append(episode_ends)
   file_entries = {
-    name: compact_store.file_entry(os.path.join(directory, name))
+    name: manifest_lib.file_entry(os.path.join(directory, name))
     for name in names
   }
-  file_entries[compact_store.BLOCKS_FILE] = blocks_entry
+  file_entries[manifest_lib.BLOCKS_FILE] = blocks_entry
   manifest = {
-    'format': compact_store.FORMAT,
-    'version': compact_store.VERSION,
+    'format': manifest_lib.FORMAT,
+    'version': manifest_lib.VERSION,
     'suffix': source.suffix,
     'num_rows': num_rows,
     'add_count': meta.add_count,
@@ -245,7 +263,7 @@ def _write_checkpoint(source, directory, options, threads):
       for name, array in arrays.items()
     },
     'valid_rows': {
-      'file': compact_store.VALID_MASK_FILE,
+      'file': manifest_lib.VALID_MASK_FILE,
       'stack_size': options.stack_size,
       'update_horizon': options.update_horizon,
       'count': len(valid),
@@ -255,11 +273,11 @@ def _write_checkpoint(source, directory, options, threads):
   }
   if options.game:
     manifest[manifest_lib.GAME_KEY] = options.game
-  compact_store.write_manifest(directory, manifest)
+  manifest_lib.write_manifest(directory, manifest)
   return manifest, arrays, valid
 
 
-def _verify_written(directory, arrays, valid):
+def _verify_written(directory: str, arrays, valid):
   """Reads a freshly written checkpoint back; raises on any difference."""
   compact_store.verify_checkpoint(directory, decode=True)
   opened = compact_store.StoredCheckpoint(directory, verify=False)
@@ -279,7 +297,7 @@ def _verify_written(directory, arrays, valid):
     opened.close()
 
 
-def fsync_directory(path):
+def fsync_directory(path: str) -> None:
   descriptor = os.open(path, os.O_RDONLY)
   try:
     os.fsync(descriptor)
@@ -288,57 +306,62 @@ def fsync_directory(path):
 
 
 class CompactOutput:
-  """The compact store: checkpoint_<suffix>/ directories (compact_store.py)."""
+  """The compact store: checkpoint_<suffix>/ directories (compact_store.py).
 
-  def final_path(self, store_dir, suffix):
-    return os.path.join(store_dir, compact_store.checkpoint_dirname(suffix))
+  A checkpoint_commit.ConverterOutput.
+  """
 
-  def exists(self, store_dir, suffix):
+  def final_path(self, store_dir: str, suffix: int) -> str:
+    return os.path.join(store_dir, manifest_lib.checkpoint_dirname(suffix))
+
+  def exists(self, store_dir: str, suffix: int) -> bool:
     return os.path.exists(self.final_path(store_dir, suffix))
 
-  def stored_source(self, store_dir, suffix):
+  def stored_source(self, store_dir: str, suffix: int) -> dict | None:
     """manifest['source'] of a stored checkpoint, or None if absent."""
     if not self.exists(store_dir, suffix):
       return None
-    return compact_store.read_manifest(self.final_path(store_dir, suffix))[
+    return manifest_lib.read_manifest(self.final_path(store_dir, suffix))[
       'source'
     ]
 
-  def check_existing(self, store_dir, source, options):
+  def check_existing(
+    self, store_dir: str, source: CheckpointSource, options: ConvertOptions
+  ) -> None:
     check_existing(self.final_path(store_dir, source.suffix), source, options)
 
-  def clean(self, store_dir):
+  def clean(self, store_dir: str) -> None:
     """Nothing to tidy: partial directories are removed by the caller."""
 
-  def write(self, source, partial, options, threads):
+  def write(self, source, partial, options, threads):  # ConverterOutput's.
     """Returns (rows, what verify needs)."""
     manifest, arrays, valid = _write_checkpoint(
       source, partial, options, threads
     )
     return manifest['num_rows'], (arrays, valid)
 
-  def verify(self, partial, written):
+  def verify(self, partial: str, written: Any) -> None:
     _verify_written(partial, *written)
 
-  def commit(self, partial, store_dir, suffix):
+  def commit(self, partial: str, store_dir: str, suffix: int) -> None:
     os.rename(partial, self.final_path(store_dir, suffix))
 
-  def remove(self, store_dir, suffix):
+  def remove(self, store_dir: str, suffix: int) -> None:
     """Deletes a stored checkpoint (renamed away first: never half there)."""
-    doomed = os.path.join(store_dir, compact_store.partial_dirname(suffix))
+    doomed = os.path.join(store_dir, manifest_lib.partial_dirname(suffix))
     os.rename(self.final_path(store_dir, suffix), doomed)
     fsync_directory(store_dir)
     shutil.rmtree(doomed)
 
-  def stored_bytes(self, store_dir, suffix):
+  def stored_bytes(self, store_dir: str, suffix: int) -> int:
     return store_bytes(self.final_path(store_dir, suffix))
 
-  def stored_rows(self, store_dir, suffix):
+  def stored_rows(self, store_dir: str, suffix: int) -> int:
     path = self.final_path(store_dir, suffix)
-    return compact_store.read_manifest(path)['num_rows']
+    return manifest_lib.read_manifest(path)['num_rows']
 
 
-def store_bytes(directory):
+def store_bytes(directory: str) -> int:
   """Bytes of the files of a stored checkpoint directory."""
   return sum(
     os.path.getsize(os.path.join(directory, name))

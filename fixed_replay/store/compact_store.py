@@ -39,43 +39,15 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
 
-# The store's layout (manifest.py) and frame blocks (frame_blocks.py), under
-# the names convert, the buffers and the tests import from here.
-FORMAT = manifest_lib.FORMAT
-VERSION = manifest_lib.VERSION
-MANIFEST = manifest_lib.MANIFEST
-MANIFEST_CRC_KEY = manifest_lib.MANIFEST_CRC_KEY
-BLOCKS_FILE = manifest_lib.BLOCKS_FILE
-OFFSETS_FILE = manifest_lib.OFFSETS_FILE
-CRC_FILE = manifest_lib.CRC_FILE
-VALID_MASK_FILE = manifest_lib.VALID_MASK_FILE
-INVALID_RANGE_FILE = manifest_lib.INVALID_RANGE_FILE
-EPISODE_ENDS_FILE = manifest_lib.EPISODE_ENDS_FILE
-crc32 = manifest_lib.crc32
-checkpoint_dirname = manifest_lib.checkpoint_dirname
-partial_dirname = manifest_lib.partial_dirname
-is_partial_dirname = manifest_lib.is_partial_dirname
-partial_suffix = manifest_lib.partial_suffix
-file_entry = manifest_lib.file_entry
-read_manifest = manifest_lib.read_manifest
-write_manifest = manifest_lib.write_manifest
-find_stored_checkpoints = manifest_lib.find_stored_checkpoints
-verify_files = manifest_lib.verify_files
-CODECS = frame_blocks.CODECS
-block_cparams = frame_blocks.block_cparams
-compress_block = frame_blocks.compress_block
-StoredFrames = frame_blocks.StoredFrames
-UnheldFrames = frame_blocks.UnheldFrames
 
-
-def pack_valid_rows(rows, num_rows):
+def pack_valid_rows(rows: np.ndarray, num_rows: int) -> np.ndarray:
   """Packs sorted valid file rows into one bit per row (little bit order)."""
   mask = np.zeros(num_rows, dtype=bool)
   mask[rows] = True
   return np.packbits(mask, bitorder='little')
 
 
-def unpack_valid_rows(packed, num_rows):
+def unpack_valid_rows(packed: np.ndarray, num_rows: int) -> np.ndarray:
   """Inverse of pack_valid_rows: sorted int32 file rows."""
   mask = np.unpackbits(packed, count=num_rows, bitorder='little')
   return np.flatnonzero(mask).astype(np.int32)
@@ -92,12 +64,12 @@ class StoredCheckpoint:
     add_count: int.
     arrays: dict of element name to read-only memory-mapped array (all
       `$store$_` elements but observation).
-    frames: StoredFrames.
+    frames: frame_blocks.StoredFrames.
     invalid_range: int64 array.
     episode_end_indices: int64 array or None.
   """
 
-  def __init__(self, directory, verify=True):
+  def __init__(self, directory: str, verify: bool = True) -> None:
     """Opens a stored checkpoint.
 
     Args:
@@ -109,9 +81,11 @@ class StoredCheckpoint:
       CheckpointError: on a bad manifest or a damaged file.
     """
     self.directory = str(directory)
-    self.manifest = read_manifest(self.directory)
+    self.manifest = manifest_lib.read_manifest(self.directory)
     if verify:
-      verify_files(self.directory, self.manifest, skip=(BLOCKS_FILE,))
+      manifest_lib.verify_files(
+        self.directory, self.manifest, skip=(manifest_lib.BLOCKS_FILE,)
+      )
     manifest = self.manifest
     self.suffix = manifest['suffix']
     self.num_rows = manifest['num_rows']
@@ -127,16 +101,18 @@ class StoredCheckpoint:
           f'{len(array)} rows, manifest says {self.num_rows}',
         )
     self.invalid_range = np.load(
-      os.path.join(self.directory, INVALID_RANGE_FILE)
+      os.path.join(self.directory, manifest_lib.INVALID_RANGE_FILE)
     ).astype(np.int64)
     self.episode_end_indices = None
     if manifest['episode_end_indices']:
       self.episode_end_indices = np.load(
         os.path.join(self.directory, manifest['episode_end_indices'])
       )
-    self.frames = StoredFrames(self.directory, manifest)
+    self.frames = frame_blocks.StoredFrames(self.directory, manifest)
 
-  def valid_rows_table(self, stack_size, update_horizon):
+  def valid_rows_table(
+    self, stack_size: int, update_horizon: int
+  ) -> np.ndarray | None:
     """The precomputed valid rows of the whole file, or None.
 
     Returns:
@@ -160,7 +136,7 @@ class StoredCheckpoint:
         f'{self.suffix} has {self.num_rows} rows',
       )
 
-  def read_rows_into(self, name, start, out):
+  def read_rows_into(self, name: str, start: int, out: np.ndarray) -> None:
     """Reads rows [start, start + len(out)) of a small array into `out`.
 
     Plain file reads: unlike touching the memory map, they leave nothing
@@ -183,7 +159,9 @@ class StoredCheckpoint:
       if stream.readinto(view) != len(view):
         raise CheckpointError(path, f'ends before row {start + len(out)}')
 
-  def window(self, start, count, arrays=None):
+  def window(
+    self, start: int, count: int, arrays: dict[str, np.ndarray] | None = None
+  ) -> checkpoints.CheckpointWindow:
     """A CheckpointWindow of rows [start, start + count), frames not held.
 
     Args:
@@ -193,7 +171,8 @@ class StoredCheckpoint:
         window's rows; by default, slices of the memory maps.
 
     Returns:
-      checkpoints.CheckpointWindow whose store['observation'] is UnheldFrames.
+      checkpoints.CheckpointWindow whose store['observation'] is
+      frame_blocks.UnheldFrames.
     """
     self._check_rows(start, count)
     if arrays is None:
@@ -202,7 +181,7 @@ class StoredCheckpoint:
         for name, array in self.arrays.items()
       }
     store = dict(arrays)
-    store['observation'] = UnheldFrames(count)
+    store['observation'] = frame_blocks.UnheldFrames(count)
     return checkpoints.CheckpointWindow(
       suffix=self.suffix,
       start=start,
@@ -213,7 +192,7 @@ class StoredCheckpoint:
       episode_end_indices=self.episode_end_indices,
     )
 
-  def close(self):
+  def close(self) -> None:
     self.frames.close()
 
 
@@ -225,7 +204,9 @@ class VerifiedCheckpoint:
   frames_crc32: int
 
 
-def verify_checkpoint(directory, decode=False):
+def verify_checkpoint(
+  directory: str, decode: bool = False
+) -> 'VerifiedCheckpoint':
   """Checks a stored checkpoint against its manifest.
 
   Args:
@@ -239,18 +220,18 @@ def verify_checkpoint(directory, decode=False):
   Raises:
     CheckpointError: naming the file (and for frames, block and rows).
   """
-  manifest = read_manifest(directory)
-  verify_files(directory, manifest)
+  manifest = manifest_lib.read_manifest(directory)
+  manifest_lib.verify_files(directory, manifest)
   spec = manifest['observation']
   if not decode:
     return VerifiedCheckpoint(manifest, spec['frames_crc32'])
-  frames = StoredFrames(directory, manifest)
+  frames = frame_blocks.StoredFrames(directory, manifest)
   try:
     scratch = np.empty((frames.block_rows,) + frames.row_shape, frames.dtype)
     value = 0
     for block in range(frames.num_blocks):
       rows = frames.read_block(block, scratch)
-      value = crc32(scratch[:rows], value)
+      value = manifest_lib.crc32(scratch[:rows], value)
   finally:
     frames.close()
   if value != spec['frames_crc32']:

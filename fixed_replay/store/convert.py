@@ -23,10 +23,13 @@ held by one conversion at a time (destination.py); a failure to write names
 the path and the cause.
 """
 
+from collections.abc import Iterable
+from collections.abc import Sequence
 import contextlib
 import dataclasses
 import os
 import time
+from typing import Any
 
 from absl import logging
 
@@ -37,29 +40,45 @@ from fixed_replay.errors import CheckpointProblems
 from fixed_replay.io import files as storage
 from fixed_replay.store import checkpoint_commit
 from fixed_replay.store import checkpoint_source
-from fixed_replay.store import compact_output
-from fixed_replay.store import convert_options
 from fixed_replay.store import convert_runners
 from fixed_replay.store import destination
-
-# The public names of this module before it was split (kept importable).
-ConvertOptions = convert_options.ConvertOptions
-ConversionResult = convert_options.ConversionResult
-CompactOutput = compact_output.CompactOutput
-check_existing = compact_output.check_existing
-slice_rows = compact_output.slice_rows
-output_of = checkpoint_commit.output_of
-convert_checkpoint = checkpoint_commit.convert_checkpoint
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConversionResult
+from fixed_replay.store.convert_options import ConvertOptions
 
 
-def _check_not_source(source_dir, store_dir):
+def _runner(
+  workers: int | None = None, ray: Any = None
+) -> convert_runners.ConversionRunner:
+  """The runner for `workers` and `ray` (see convert_runs).
+
+  Args:
+    workers: int or None; processes (or, with a local Ray, CPUs) converting
+      at once; None: one per core; 0: this process (not with Ray).
+    ray: None or False (no Ray), True (a private local Ray), a str (the
+      address of a Ray cluster) or a distributed.ClusterInfo (Ray already
+      connected in this process, e.g. by a notebook or a test).
+
+  Returns:
+    convert_runners.ConversionRunner.
+  """
+  if ray is None or ray is False:
+    if workers == 0:
+      return convert_runners.InProcess()
+    return convert_runners.ProcessPool(workers)
+  from fixed_replay.store import ray_convert  # Ray only when asked for.
+
+  return ray_convert.RayRunner(ray, workers)
+
+
+def _check_not_source(source_dir: str, store_dir: str):
   if not storage.is_remote(source_dir) and os.path.realpath(
     source_dir
   ) == os.path.realpath(store_dir):
     raise CheckpointError(store_dir, 'the store must not be the source')
 
 
-def _absolute(path):
+def _absolute(path: str):
   """A local path made absolute (Ray tasks run in other directories)."""
   return path if storage.is_remote(path) else os.path.abspath(path)
 
@@ -67,7 +86,7 @@ def _absolute(path):
 class _Store:
   """One store during a conversion: locked, tidied, what was done in it."""
 
-  def __init__(self, source_dir, store_dir, options):
+  def __init__(self, source_dir: str, store_dir: str, options) -> None:
     self.source_dir = source_dir
     self.store_dir = store_dir
     self._options = options
@@ -88,7 +107,7 @@ class _Store:
       raise
     return self
 
-  def __exit__(self, *unused_exc_info):
+  def __exit__(self, *unused_exc_info) -> bool:
     self._lock.close()
     return False
 
@@ -120,10 +139,10 @@ class _Store:
       )
     return pending
 
-  def done(self, pending):
+  def done(self, pending) -> None:
     self.converted += [item.source.suffix for item in pending]
 
-  def result(self, seconds):
+  def result(self, seconds: float):
     output, store_dir = self._output, self.store_dir
     converted = sorted(set(self.converted))
     source_files = {
@@ -141,7 +160,7 @@ class _Store:
     )
 
 
-def _gzip_sources(source_dir):
+def _gzip_sources(source_dir: str):
   """The checkpoints of a Dopamine run, all checked first."""
   found = checkpoints.find_checkpoints(source_dir)
   _, errors = checkpoints.check_run(found)
@@ -150,13 +169,19 @@ def _gzip_sources(source_dir):
   return [checkpoint_source.GzipSource(files) for files in found.values()]
 
 
-def convert(source_dir, store_dir, options=None, workers=None, ray=None):
+def convert(
+  source_dir: str,
+  store_dir: str,
+  options: ConvertOptions | None = None,
+  workers: int | None = None,
+  ray: Any = None,
+) -> ConversionResult:
   """Converts every complete checkpoint of `source_dir` into a store.
 
   Args:
     source_dir: str, directory of gzip checkpoints (local or gs://).
     store_dir: str, local directory of the store (created if needed).
-    options: ConvertOptions or None for the defaults.
+    options: convert_options.ConvertOptions or None for the defaults.
     workers: int or None; processes converting checkpoints in parallel (None:
       one per core, at most one per checkpoint); 0 converts in this process.
       With a local Ray: its CPUs.
@@ -167,7 +192,7 @@ def convert(source_dir, store_dir, options=None, workers=None, ray=None):
       checkpoint is then a Ray task, retried if it fails or is lost.
 
   Returns:
-    ConversionResult.
+    convert_options.ConversionResult.
 
   Raises:
     CheckpointError: if the source holds no complete checkpoint, a source
@@ -179,57 +204,53 @@ def convert(source_dir, store_dir, options=None, workers=None, ray=None):
   return convert_runs([(source_dir, store_dir)], options, workers, ray)[0]
 
 
-def convert_runs(runs, options=None, workers=None, ray=None):
+def convert_runs(
+  runs: Sequence[tuple[str, str]],
+  options: ConvertOptions | None = None,
+  workers: int | None = None,
+  ray: Any = None,
+) -> list[ConversionResult]:
   """Converts several Dopamine runs, each into its own store, as one job.
 
-  All stores are locked and checked first; then every pending checkpoint of
-  every run is converted by the same workers (or Ray tasks), with one
-  progress display.
+  Every run's files are checked first, then all stores are locked; then
+  every pending checkpoint of every run is converted by the same workers (or
+  Ray tasks), with one progress display (convert_source_runs, one round).
 
   Args:
     runs: list of (source_dir, store_dir) pairs, as for `convert`.
     options, workers, ray: as for `convert`.
 
   Returns:
-    list of ConversionResult, one per run, in the order of `runs`.
+    list of convert_options.ConversionResult, one per run, in the order of
+    `runs`.
 
   Raises:
     CheckpointError: as for `convert`; the stores must be distinct.
   """
-  began = time.perf_counter()
   options = options or ConvertOptions()
   if options.game is None:  # The game the sources' paths name, if one.
     game = layout.game_of(*(str(s) for s, _ in runs))
     options = dataclasses.replace(options, game=game)
   if ray:
     runs = [(_absolute(str(s)), _absolute(str(d))) for s, d in runs]
-  runs = [(str(s), str(d)) for s, d in runs]
-  stores = [os.path.realpath(d) for _, d in runs]
-  if len(set(stores)) != len(stores):
-    raise CheckpointError(runs[0][1], 'two runs would go into one store')
-  sources = [_gzip_sources(source_dir) for source_dir, _ in runs]
-  with contextlib.ExitStack() as stack:
-    try:
-      held = [stack.enter_context(_Store(s, d, options)) for s, d in runs]
-      pending = []
-      for store, run_sources in zip(held, sources, strict=True):
-        pending += store.plan(run_sources)
-      if pending:
-        with convert_runners.runner(workers, ray) as run:
-          run.run(pending, options)
-      for store in held:
-        store.done(
-          [item for item in pending if item.store_dir == store.store_dir]
-        )
-    except OSError as error:
-      raise destination.error(runs[0][1], error) from error
-    seconds = time.perf_counter() - began
-    return [store.result(seconds) for store in held]
+  # Every run's files are checked before any store is created or locked.
+  rounds = [[_gzip_sources(str(source_dir))] for source_dir, _ in runs]
+  return convert_source_runs(
+    [(s, d, r) for (s, d), r in zip(runs, rounds, strict=True)],
+    options,
+    workers,
+    ray,
+  )
 
 
 def convert_sources(
-  source_dir, store_dir, rounds, options=None, workers=None, ray=None
-):
+  source_dir: str,
+  store_dir: str,
+  rounds: Iterable[list[CheckpointSource]],
+  options: ConvertOptions | None = None,
+  workers: int | None = None,
+  ray: Any = None,
+) -> ConversionResult:
   """Converts checkpoints from sources into a store, round after round.
 
   Args:
@@ -239,11 +260,11 @@ def convert_sources(
     rounds: iterable of lists of sources (checkpoint_source.py). Each round
       is converted before the next is asked for, all under the store's
       lock, so a generator may plan a round from what the store holds.
-    options: ConvertOptions or None for the defaults.
+    options: convert_options.ConvertOptions or None for the defaults.
     workers, ray: as for `convert` (Ray's cluster serves every round).
 
   Returns:
-    ConversionResult.
+    convert_options.ConversionResult.
 
   Raises:
     CheckpointError: as for `convert`.
@@ -253,7 +274,12 @@ def convert_sources(
   )[0]
 
 
-def convert_source_runs(runs, options=None, workers=None, ray=None):
+def convert_source_runs(
+  runs: Sequence[tuple[str, str, Iterable[list[CheckpointSource]]]],
+  options: ConvertOptions | None = None,
+  workers: int | None = None,
+  ray: Any = None,
+) -> list[ConversionResult]:
   """`convert_sources` of several runs, each into its own store, as one job.
 
   Round k of every run is converted together (the same workers or Ray
@@ -265,7 +291,8 @@ def convert_source_runs(runs, options=None, workers=None, ray=None):
     options, workers, ray: as for `convert_sources`.
 
   Returns:
-    list of ConversionResult, one per run, in the order of `runs`.
+    list of convert_options.ConversionResult, one per run, in the order of
+    `runs`.
 
   Raises:
     CheckpointError: as for `convert`.
@@ -279,7 +306,7 @@ def convert_source_runs(runs, options=None, workers=None, ray=None):
   with contextlib.ExitStack() as stack:
     try:
       held = [stack.enter_context(_Store(s, d, options)) for s, d, _ in runs]
-      run = stack.enter_context(convert_runners.runner(workers, ray))
+      run = stack.enter_context(_runner(workers, ray))
       active = [
         (store, iter(rounds))
         for store, (_, _, rounds) in zip(held, runs, strict=True)

@@ -11,7 +11,7 @@ class ConvertOptions:
     block_rows: int, frames per compressed block. Measured on Breakout
       (benchmarks/compact_store_benchmark.py): 16 stores ~0.7x gzip's bytes
       and decodes a random 5-frame window in ~50 us; 32 is smaller, slower.
-    codec: str, a key of compact_store.CODECS.
+    codec: str, a key of frame_blocks.CODECS.
     clevel: int, blosc2 compression level (0-9); zstd at 5 compresses ~50k
       frames/s per core; higher levels cost much more for little.
     stack_size: int, frames per state, for the table of valid rows.
@@ -39,7 +39,7 @@ class ConvertOptions:
   gzip_level: int = 2
   game: str | None = None
 
-  def stored(self):
+  def stored(self) -> dict:
     """The options a compact checkpoint records (its format's, not
     slice_bytes)."""
     return {
@@ -64,8 +64,8 @@ class ConversionResult:
     seconds: float, wall time.
   """
 
-  converted: list
-  skipped: list
+  converted: list[int]
+  skipped: list[int]
   frames: int
   source_bytes: int
   store_bytes: int

@@ -1,19 +1,24 @@
-"""Who converts the pending checkpoints: this process, workers, or Ray.
+"""Who converts the pending checkpoints: this process or worker processes.
 
-A runner is a context manager with `run(pending, options)`, where pending
-is a list of Pending (a checkpoint's source, its store, its expected rows);
-it returns once every checkpoint is stored, or raises. All runners call
-checkpoint_commit.convert_checkpoint, so they write the same bytes:
+A ConversionRunner (the Protocol below) is a context manager whose
+`run(pending, options)` returns once every Pending checkpoint is stored, or
+raises. All runners call checkpoint_commit.convert_checkpoint, so they write
+the same bytes:
 
 * `InProcess`: one by one in this process (--workers=0);
 * `ProcessPool`: worker processes that die with this one (workers.py);
 * ray_convert.RayRunner: a Ray task per checkpoint, retried when it fails.
+
+convert.py chooses among them; Ray's runner imports this module, never the
+reverse.
 """
 
-import collections
 import concurrent.futures
 import os
 import time
+from typing import Any
+from typing import NamedTuple
+from typing import Protocol
 
 from absl import logging
 import numpy as np
@@ -22,35 +27,39 @@ from fixed_replay import progress
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_commit
 from fixed_replay.store import workers as worker_processes
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConvertOptions
 
 _LOG_EVERY_S = 30.0
 
-# One checkpoint to convert: its source, the store it goes to, and the rows
-# it is expected to hold (for progress).
-Pending = collections.namedtuple('Pending', ['source', 'store_dir', 'rows'])
 
+class Pending(NamedTuple):
+  """One checkpoint to convert.
 
-def runner(workers=None, ray=None):
-  """The runner for `workers` and `ray` (see convert.convert_runs).
-
-  Args:
-    workers: int or None; processes (or, with a local Ray, CPUs) converting
-      at once; None: one per core; 0: this process (not with Ray).
-    ray: None or False (no Ray), True (a private local Ray), a str (the
-      address of a Ray cluster) or a distributed.ClusterInfo (Ray already
-      connected in this process, e.g. by a notebook or a test).
-
-  Returns:
-    A runner (a context manager with `run(pending, options)`).
+  Attributes:
+    source: the checkpoint's rows.
+    store_dir: str, the store it goes to.
+    rows: int, the rows it is expected to hold (for progress).
   """
-  if ray is None or ray is False:
-    return InProcess() if workers == 0 else ProcessPool(workers)
-  from fixed_replay.store import ray_convert  # Ray only when asked for.
 
-  return ray_convert.RayRunner(ray, workers)
+  source: CheckpointSource
+  store_dir: str
+  rows: int
 
 
-def _format_eta(seconds):
+class ConversionRunner(Protocol):
+  """Converts pending checkpoints; a context manager around its resources."""
+
+  def __enter__(self) -> 'ConversionRunner': ...
+
+  def __exit__(self, *exc_info: Any) -> bool | None: ...
+
+  def run(self, pending: list[Pending], options: ConvertOptions) -> None:
+    """Returns once every checkpoint of `pending` is stored, or raises."""
+    ...
+
+
+def _format_eta(seconds: float) -> str:
   seconds = int(seconds)
   return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
 
@@ -58,14 +67,14 @@ def _format_eta(seconds):
 class FrameProgress:
   """A tqdm bar at a terminal, a log line every 30 s otherwise."""
 
-  def __init__(self, total):
+  def __init__(self, total: int) -> None:
     self._total = total
     self._bar = progress.bar(total, 'converting', unit='frame', unit_scale=True)
     self._began = time.perf_counter()
     self._last_log = self._began
     self._shown = 0
 
-  def update(self, done):
+  def update(self, done: int) -> None:
     self._bar.update(done - self._shown)
     self._shown = done
     now = time.perf_counter()
@@ -82,11 +91,12 @@ class FrameProgress:
         _format_eta(eta) if np.isfinite(eta) else '?',
       )
 
-  def close(self):
+  def close(self) -> None:
     self._bar.close()
 
 
-def log_result(result, store_dir):
+def log_result(result: dict, store_dir: str) -> None:
+  """Logs one converted checkpoint (convert_checkpoint's result)."""
   logging.info(
     'Converted checkpoint %d (%d rows) into %s in %.1f s',
     result['suffix'],
@@ -99,13 +109,13 @@ def log_result(result, store_dir):
 class InProcess:
   """Converts the pending checkpoints one by one in this process."""
 
-  def __enter__(self):
+  def __enter__(self) -> ConversionRunner:
     return self
 
-  def __exit__(self, *unused_exc_info):
+  def __exit__(self, *unused_exc_info: Any) -> bool:
     return False
 
-  def run(self, pending, options):
+  def run(self, pending: list[Pending], options: ConvertOptions) -> None:
     bar = FrameProgress(sum(item.rows for item in pending))
     done = 0
     try:
@@ -128,16 +138,16 @@ class ProcessPool:
   rerun has less to do.
   """
 
-  def __init__(self, workers=None):
+  def __init__(self, workers: int | None = None) -> None:
     self._workers = workers
 
-  def __enter__(self):
+  def __enter__(self) -> ConversionRunner:
     return self
 
-  def __exit__(self, *unused_exc_info):
+  def __exit__(self, *unused_exc_info: Any) -> bool:
     return False
 
-  def run(self, pending, options):
+  def run(self, pending: list[Pending], options: ConvertOptions) -> None:
     count = self._workers or min(len(pending), os.cpu_count() or 1)
     count = min(count, len(pending))
     threads = max(1, (os.cpu_count() or 1) // count)

@@ -18,6 +18,7 @@ import errno
 import fcntl
 import os
 import time
+from typing import IO
 
 from fixed_replay.errors import CheckpointError
 
@@ -41,7 +42,7 @@ _REASONS = {
 }
 
 
-def error(path, os_error):
+def error(path: str, os_error: OSError) -> CheckpointError:
   """The CheckpointError for an OSError met while writing the store.
 
   Args:
@@ -63,7 +64,7 @@ def error(path, os_error):
   return CheckpointError(str(where), message)
 
 
-def create(store_dir):
+def create(store_dir: str) -> None:
   """Creates the store directory (and parents) if needed.
 
   Raises:
@@ -79,7 +80,7 @@ def create(store_dir):
     raise error(store_dir, os_error) from os_error
 
 
-def _open_lock(store_dir, name):
+def _open_lock(store_dir: str, name):
   path = os.path.join(store_dir, name)
   try:
     return open(path, 'a')  # Never truncates: the file holds nothing.
@@ -87,7 +88,7 @@ def _open_lock(store_dir, name):
     raise error(path, os_error) from os_error
 
 
-def lock(store_dir):
+def lock(store_dir: str) -> IO:
   """Takes the store's lock: one converter per store at a time.
 
   Returns:
@@ -107,7 +108,9 @@ def lock(store_dir):
   return handle
 
 
-def wait_for_old_workers(store_dir, wait_s=_OLD_WORKERS_WAIT_S):
+def wait_for_old_workers(
+  store_dir: str, wait_s: float = _OLD_WORKERS_WAIT_S
+) -> None:
   """Returns once no worker of an earlier conversion is alive.
 
   Raises:
@@ -132,7 +135,7 @@ def wait_for_old_workers(store_dir, wait_s=_OLD_WORKERS_WAIT_S):
     handle.close()
 
 
-def hold_workers_lock(store_dir):
+def hold_workers_lock(store_dir: str) -> IO:
   """Takes the workers' lock shared, for the life of a worker process."""
   handle = _open_lock(store_dir, WORKERS_LOCK_FILE)
   fcntl.flock(handle, fcntl.LOCK_SH)

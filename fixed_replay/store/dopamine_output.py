@@ -22,6 +22,7 @@ directory is someone else's and is refused.
 
 import json
 import os
+from typing import Any
 
 import numpy as np
 
@@ -32,8 +33,10 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.io.gzip_stream import GzipStream
 from fixed_replay.store import compact_output
-from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConvertOptions
 
 FORMAT = 'fixed_replay.store.dopamine_output'
 VERSION = 1
@@ -42,7 +45,7 @@ MANIFEST = 'manifest.json'
 _READ_BYTES = 4 << 20
 
 
-def stored_options(options):
+def stored_options(options: ConvertOptions) -> dict:
   return {
     'gzip_level': options.gzip_level,
     'stack_size': options.stack_size,
@@ -50,7 +53,7 @@ def stored_options(options):
   }
 
 
-def _frames_crc(path):
+def _frames_crc(path: str):
   """CRC-32 of the rows of a gzip .npy file, read through to its trailer."""
   value = 0
   with GzipStream(path) as stream:
@@ -58,7 +61,7 @@ def _frames_crc(path):
     left = header.nbytes
     while left:
       chunk = stream.read(min(left, _READ_BYTES))
-      value = compact_store.crc32(chunk, value)
+      value = manifest_lib.crc32(chunk, value)
       left -= len(chunk)
     if stream.read_to_end():
       raise CheckpointError(path, 'more data after the rows its header lists')
@@ -66,17 +69,20 @@ def _frames_crc(path):
 
 
 class DopamineOutput:
-  """Dopamine checkpoint files; see the module docstring."""
+  """Dopamine checkpoint files; see the module docstring.
 
-  def manifest_path(self, store_dir, suffix):
+  A checkpoint_commit.ConverterOutput.
+  """
+
+  def manifest_path(self, store_dir: str, suffix: int) -> str:
     return os.path.join(store_dir, META_DIR, f'checkpoint_{suffix}.json')
 
   final_path = manifest_path
 
-  def exists(self, store_dir, suffix):
+  def exists(self, store_dir: str, suffix: int) -> bool:
     return os.path.exists(self.manifest_path(store_dir, suffix))
 
-  def read_manifest(self, store_dir, suffix):
+  def read_manifest(self, store_dir: str, suffix: int) -> dict:
     path = self.manifest_path(store_dir, suffix)
     try:
       with open(path) as stream:
@@ -89,25 +95,27 @@ class DopamineOutput:
       )
     return manifest
 
-  def stored_source(self, store_dir, suffix):
+  def stored_source(self, store_dir: str, suffix: int) -> dict | None:
     if not self.exists(store_dir, suffix):
       return None
     return self.read_manifest(store_dir, suffix)['source']
 
-  def stored_bytes(self, store_dir, suffix):
+  def stored_bytes(self, store_dir: str, suffix: int) -> int:
     files = self.read_manifest(store_dir, suffix)['files']
     return sum(entry['bytes'] for entry in files.values())
 
-  def stored_rows(self, store_dir, suffix):
+  def stored_rows(self, store_dir: str, suffix: int) -> int:
     return self.read_manifest(store_dir, suffix)['num_rows']
 
-  def verify_stored(self, store_dir, suffix):
+  def verify_stored(self, store_dir: str, suffix: int) -> dict:
     """Checks every file of a committed checkpoint; returns the manifest."""
     manifest = self.read_manifest(store_dir, suffix)
-    compact_store.verify_files(store_dir, manifest)
+    manifest_lib.verify_files(store_dir, manifest)
     return manifest
 
-  def check_existing(self, store_dir, source, options):
+  def check_existing(
+    self, store_dir: str, source: CheckpointSource, options: ConvertOptions
+  ) -> None:
     manifest = self.verify_stored(store_dir, source.suffix)
     compact_output.check_same_conversion(
       self.manifest_path(store_dir, source.suffix),
@@ -117,7 +125,7 @@ class DopamineOutput:
       stored_options(options),
     )
 
-  def clean(self, store_dir):
+  def clean(self, store_dir: str) -> None:
     """Deletes files of uncommitted suffixes; refuses someone else's DST."""
     meta = os.path.join(store_dir, META_DIR)
     orphans = {}
@@ -136,7 +144,7 @@ class DopamineOutput:
         os.remove(os.path.join(store_dir, name))
     os.makedirs(meta, exist_ok=True)
 
-  def write(self, source, partial, options, threads):
+  def write(self, source, partial, options, threads):  # ConverterOutput's.
     """Writes the checkpoint's files and manifest into `partial`."""
     suffix = source.suffix
     name = lambda element: file_names.checkpoint_filename(
@@ -185,14 +193,14 @@ class DopamineOutput:
       'source': rows.description,
       'options': stored_options(options),
       'files': {
-        entry: compact_store.file_entry(os.path.join(partial, entry))
+        entry: manifest_lib.file_entry(os.path.join(partial, entry))
         for entry in sorted(os.listdir(partial))
       },
     }
-    compact_store.write_manifest(partial, manifest)
+    manifest_lib.write_manifest(partial, manifest)
     return writer.num_rows, (manifest, rows)
 
-  def verify(self, partial, written):
+  def verify(self, partial: str, written: Any) -> None:
     """Reads the written files back as a reader would; raises on any doubt."""
     manifest, rows = written
     files = checkpoints.find_checkpoints(partial)[manifest['suffix']]
@@ -220,9 +228,9 @@ class DopamineOutput:
       )
     ):
       raise CheckpointError(partial, 'bookkeeping differs when read back')
-    compact_store.verify_files(partial, manifest)
+    manifest_lib.verify_files(partial, manifest)
 
-  def commit(self, partial, store_dir, suffix):
+  def commit(self, partial: str, store_dir: str, suffix: int) -> None:
     names = sorted(n for n in os.listdir(partial) if file_names.parse(n))
     last = file_names.file_name('add_count', suffix)
     for name in [n for n in names if n != last] + [last]:
@@ -233,7 +241,7 @@ class DopamineOutput:
     )
     compact_output.fsync_directory(os.path.join(store_dir, META_DIR))
 
-  def remove(self, store_dir, suffix):
+  def remove(self, store_dir: str, suffix: int) -> None:
     """Deletes a committed checkpoint: its manifest first, then its files."""
     manifest = self.read_manifest(store_dir, suffix)
     os.remove(self.manifest_path(store_dir, suffix))

@@ -11,6 +11,7 @@ import os
 
 import blosc2
 import numpy as np
+import numpy.typing as npt
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store.manifest import CRC_FILE
@@ -29,7 +30,13 @@ CODECS = {
 blosc2.set_releasegil(True)
 
 
-def block_cparams(codec, clevel, block_rows, row_shape, dtype):
+def block_cparams(
+  codec: str,
+  clevel: int,
+  block_rows: int,
+  row_shape: tuple[int, ...],
+  dtype: npt.DTypeLike,
+) -> dict:
   """blosc2 compression parameters of one block of frames.
 
   One internal blosc2 block per chunk: a block of frames is compressed as a
@@ -52,7 +59,7 @@ def block_cparams(codec, clevel, block_rows, row_shape, dtype):
   }
 
 
-def compress_block(frames, cparams):
+def compress_block(frames: np.ndarray, cparams: dict) -> bytes:
   """Returns the blosc2 chunk (bytes) of a C-contiguous block of frames."""
   return blosc2.compress2(np.ascontiguousarray(frames), **cparams)
 
@@ -63,7 +70,7 @@ class StoredFrames:
   Thread-safe: reads use `os.pread` on one descriptor.
   """
 
-  def __init__(self, directory, manifest):
+  def __init__(self, directory: str, manifest: dict) -> None:
     self.directory = directory
     self.suffix = manifest['suffix']
     spec = manifest['observation']
@@ -86,11 +93,11 @@ class StoredFrames:
     self._fd = os.open(self.path, os.O_RDONLY)
 
   @property
-  def nbytes(self):
+  def nbytes(self) -> int:
     """Bytes held in memory: the block index."""
     return self.offsets.nbytes + self.crcs.nbytes
 
-  def block_rows_of(self, block):
+  def block_rows_of(self, block: int) -> tuple[int, int]:
     """File rows [first, end) held by `block`."""
     first = block * self.block_rows
     return first, min(first + self.block_rows, self.num_rows)
@@ -103,7 +110,7 @@ class StoredFrames:
       f'damaged: {problem}',
     )
 
-  def read_block(self, block, out):
+  def read_block(self, block: int, out: np.ndarray) -> int:
     """Decodes `block` into `out[:rows]`; returns the number of rows.
 
     Args:
@@ -134,7 +141,7 @@ class StoredFrames:
       raise self._damaged(block, f'blosc2 cannot decode it: {error}') from error
     return rows
 
-  def read_rows(self, start, count):
+  def read_rows(self, start: int, count: int) -> np.ndarray:
     """Returns frames [start, start + count) as a new array (not hot path)."""
     result = np.empty((count,) + self.row_shape, self.dtype)
     scratch = np.empty((self.block_rows,) + self.row_shape, self.dtype)
@@ -150,7 +157,7 @@ class StoredFrames:
       row += take
     return result
 
-  def close(self):
+  def close(self) -> None:
     if self._fd is not None:
       os.close(self._fd)
       self._fd = None
@@ -165,8 +172,8 @@ class UnheldFrames:
 
   nbytes = 0
 
-  def __init__(self, num_rows):
+  def __init__(self, num_rows: int) -> None:
     self._num_rows = num_rows
 
-  def __len__(self):
+  def __len__(self) -> int:
     return self._num_rows

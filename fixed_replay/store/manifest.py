@@ -7,9 +7,12 @@ the format and version, the codec, the block size, the rows, the source
 files, the size and CRC-32 of every file, and the CRC-32 of its own content.
 """
 
+from collections.abc import Collection
 import json
 import os
 import re
+
+import numpy as np
 
 from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
@@ -59,33 +62,33 @@ _OBSERVATION_FIELDS = {
 _crc32 = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND].crc32
 
 
-def crc32(data, value=0):
+def crc32(data: bytes | memoryview | np.ndarray, value: int = 0) -> int:
   """CRC-32 of a buffer (zlib's polynomial), optionally continuing `value`."""
   return _crc32(memoryview(data).cast('B'), value)
 
 
-def checkpoint_dirname(suffix):
+def checkpoint_dirname(suffix: int) -> str:
   """The directory of complete checkpoint `suffix` in a store."""
   return f'checkpoint_{suffix}'
 
 
-def partial_dirname(suffix):
+def partial_dirname(suffix: int) -> str:
   """Where checkpoint `suffix` is written before it is complete."""
   return f'.checkpoint_{suffix}.partial-{os.getpid()}'
 
 
-def is_partial_dirname(name):
+def is_partial_dirname(name: str) -> bool:
   """Whether `name` is a checkpoint being (or left half) written."""
   return partial_suffix(name) is not None
 
 
-def partial_suffix(name):
+def partial_suffix(name: str) -> int | None:
   """The suffix of a partial checkpoint directory's name, or None."""
   match = _PARTIAL_DIR.match(name)
   return int(match['suffix']) if match else None
 
 
-def file_entry(path):
+def file_entry(path: str) -> dict[str, int]:
   """{'bytes', 'crc32'} of a file, read in chunks."""
   value, size = 0, 0
   with open(path, 'rb') as stream:
@@ -100,7 +103,7 @@ def _manifest_text(manifest):
   return json.dumps(manifest, indent=1, sort_keys=True)
 
 
-def _check_fields(path, entries, fields, where):
+def _check_fields(path: str, entries, fields, where):
   for key, kind in fields.items():
     value = entries.get(key)
     if not isinstance(value, kind) or isinstance(value, bool):
@@ -109,7 +112,7 @@ def _check_fields(path, entries, fields, where):
       )
 
 
-def _check_manifest(path, manifest):
+def _check_manifest(path: str, manifest):
   """Checks the manifest's own CRC-32 and the types of its entries."""
   if not isinstance(manifest, dict):
     raise CheckpointError(path, 'damaged manifest: not a JSON object')
@@ -130,7 +133,7 @@ def _check_manifest(path, manifest):
     _check_fields(path, manifest, {GAME_KEY: str}, '')
 
 
-def read_manifest(directory):
+def read_manifest(directory: str) -> dict:
   """Reads and checks the manifest of a stored checkpoint.
 
   Raises:
@@ -160,7 +163,7 @@ def read_manifest(directory):
   return manifest
 
 
-def write_manifest(directory, manifest):
+def write_manifest(directory: str, manifest: dict) -> None:
   """Writes manifest.json deterministically (sorted keys) and syncs it.
 
   The written manifest holds the CRC-32 of its canonical text without that
@@ -177,7 +180,7 @@ def write_manifest(directory, manifest):
     os.fsync(stream.fileno())
 
 
-def find_stored_checkpoints(store_dir):
+def find_stored_checkpoints(store_dir: str) -> dict[int, str]:
   """Returns {suffix: directory} of the complete checkpoints of a store.
 
   Raises:
@@ -203,7 +206,9 @@ def find_stored_checkpoints(store_dir):
   return dict(sorted(found.items()))
 
 
-def verify_files(directory, manifest, skip=()):
+def verify_files(
+  directory: str, manifest: dict, skip: Collection[str] = ()
+) -> None:
   """Checks the size and CRC-32 of every file the manifest lists.
 
   Raises:

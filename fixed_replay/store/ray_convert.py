@@ -19,6 +19,7 @@ conversion never works beside a task of a killed one.
 import contextlib
 import os
 import socket
+from typing import Any
 import uuid
 
 from absl import logging
@@ -29,12 +30,14 @@ from fixed_replay.errors import CheckpointProblems
 from fixed_replay.store import checkpoint_commit
 from fixed_replay.store import convert_runners
 from fixed_replay.store import destination
+from fixed_replay.store.checkpoint_source import CheckpointSource
+from fixed_replay.store.convert_options import ConvertOptions
 
 JOB_FILE = '.convert.job'
 MAX_ATTEMPTS = 3
 
 
-def check_shared(store_dir, token):
+def check_shared(store_dir: str, token: str) -> None:
   """Raises CheckpointError unless `store_dir` holds this job's token."""
   path = os.path.join(store_dir, JOB_FILE)
   try:
@@ -53,7 +56,9 @@ def check_shared(store_dir, token):
     )
 
 
-def convert_task(source, store_dir, options, token):
+def convert_task(
+  source: CheckpointSource, store_dir: str, options: ConvertOptions, token: str
+) -> dict:
   """A Ray task: converts one checkpoint into the shared store."""
   check_shared(store_dir, token)
   lock = destination.hold_workers_lock(store_dir)
@@ -65,7 +70,7 @@ def convert_task(source, store_dir, options, token):
     lock.close()
 
 
-def _write_job_file(store_dir, token):
+def _write_job_file(store_dir: str, token):
   path = os.path.join(store_dir, JOB_FILE)
   try:
     with open(path, 'w') as stream:
@@ -76,23 +81,25 @@ def _write_job_file(store_dir, token):
     raise destination.error(path, error) from error
 
 
-def _remove_job_file(store_dir):
+def _remove_job_file(store_dir: str) -> None:
   with contextlib.suppress(FileNotFoundError):
     os.remove(os.path.join(store_dir, JOB_FILE))
 
 
-def task_key(item):
+def task_key(item: convert_runners.Pending) -> str:
   """A task's name in logs: the checkpoint it writes."""
   return f'{item.store_dir}/checkpoint_{item.source.suffix}'
 
 
 class RayRunner:
-  """Runs pending checkpoints as Ray tasks (see convert_runners.py).
+  """A convert_runners.ConversionRunner: one Ray task per checkpoint.
 
   The cluster is started (or joined) at the first `run` and left at exit.
   """
 
-  def __init__(self, ray, workers=None):
+  def __init__(
+    self, ray: bool | str | distributed.ClusterInfo, workers: int | None = None
+  ) -> None:
     """Takes the Ray to use.
 
     Args:
@@ -116,10 +123,10 @@ class RayRunner:
     self._stack = contextlib.ExitStack()
     self._info = None
 
-  def __enter__(self):
+  def __enter__(self) -> 'RayRunner':
     return self
 
-  def __exit__(self, *exc_info):
+  def __exit__(self, *exc_info: Any) -> bool | None:
     return self._stack.__exit__(*exc_info)
 
   def _cluster(self):
@@ -133,7 +140,9 @@ class RayRunner:
         )
     return self._info
 
-  def run(self, pending, options):
+  def run(
+    self, pending: list[convert_runners.Pending], options: ConvertOptions
+  ) -> None:
     """Converts `pending` (convert_runners.Pending) as Ray tasks.
 
     Raises:

@@ -18,19 +18,25 @@ episode order) round 1 does all the work, reading each shard once; round 2
 only checks.
 """
 
+from collections.abc import Sequence
 import dataclasses
 import os
+from typing import Any
 
 from absl import logging
 
 from fixed_replay.dataset import layout
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.dataset import rlu_tfds
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
+from fixed_replay.store import checkpoint_commit
 from fixed_replay.store import convert
 from fixed_replay.store import rlu_plan
 from fixed_replay.store import rlu_source
+from fixed_replay.store.convert_options import ConversionResult
+from fixed_replay.store.convert_options import ConvertOptions
 
 KINDS = ('rlu', 'tfds')
 # Decoding a PNG already costs ~60 us a frame. blosc2's zstd at level 3
@@ -43,9 +49,9 @@ _KIND_OF = {layout.Kind.RLU: 'rlu', layout.Kind.TFDS: 'tfds'}
 _BYTES_PER_FRAME_GUESS = 1000  # RL Unplugged's PNGs: ~1 KB a frame.
 
 
-def default_options(**overrides):
+def default_options(**overrides: Any) -> ConvertOptions:
   """ConvertOptions for RL Unplugged input: the store's, but CLEVEL."""
-  return convert.ConvertOptions(**{'clevel': CLEVEL, **overrides})
+  return ConvertOptions(**{'clevel': CLEVEL, **overrides})
 
 
 def _with_game(options, source):
@@ -55,7 +61,9 @@ def _with_game(options, source):
   return dataclasses.replace(options, game=layout.game_of(str(source)))
 
 
-def discover(source, kind, run=None):
+def discover(
+  source: str, kind: str, run: int | None = None
+) -> tuple[str, list[rlu_plan.Part]]:
   """Returns (location, parts) of a run.
 
   Args:
@@ -84,7 +92,7 @@ def discover(source, kind, run=None):
   raise ValueError(f'kind {kind!r} is not one of {KINDS}')
 
 
-def _index_part(kind, location, part, store_dir):
+def _index_part(kind: str, location: str, part, store_dir: str):
   logging.info('Indexing %s', rlu_source.part_label(kind, location, part))
   entries = [
     rlu_plan.entry_of(part, episode)
@@ -95,7 +103,9 @@ def _index_part(kind, location, part, store_dir):
   return entries
 
 
-def _first_round(kind, location, parts, store_dir, options, output):
+def _first_round(
+  kind: str, location: str, parts, store_dir: str, options, output
+):
   """First-pass sources, and the parts that still need an index."""
   sources, unindexed = [], []
   for part in parts:
@@ -125,7 +135,13 @@ def _first_round(kind, location, parts, store_dir, options, output):
   return sources, unindexed
 
 
-def plan_checkpoints(kind, location, parts, store_dir, options):
+def plan_checkpoints(
+  kind: str,
+  location: str,
+  parts: Sequence[rlu_plan.Part],
+  store_dir: str,
+  options: ConvertOptions,
+) -> dict[int, rlu_source.EpisodeSource]:
   """Plans every checkpoint from the parts' indexes (all must exist).
 
   Returns:
@@ -158,7 +174,11 @@ def plan_checkpoints(kind, location, parts, store_dir, options):
   return sources
 
 
-def stale_checkpoints(planned, store_dir, output):
+def stale_checkpoints(
+  planned: dict[int, rlu_source.EpisodeSource],
+  store_dir: str,
+  output: checkpoint_commit.ConverterOutput,
+) -> list[int]:
   """Stored checkpoints made from a subset of their parts (see rlu_plan)."""
   stale = []
   for checkpoint, source in planned.items():
@@ -168,7 +188,7 @@ def stale_checkpoints(planned, store_dir, output):
   return stale
 
 
-def _done(planned, store_dir, output):
+def _done(planned, store_dir: str, output):
   """Checkpoints stored exactly as planned."""
   return {
     checkpoint
@@ -177,7 +197,12 @@ def _done(planned, store_dir, output):
   }
 
 
-def unfinished(location, store_dir, parts, options):
+def unfinished(
+  location: str,
+  store_dir: str,
+  parts: Sequence[rlu_plan.Part],
+  options: ConvertOptions,
+) -> tuple[list[rlu_plan.Part], dict[int, list[str]]]:
   """What a convert_rlu of the shards `parts` still has to do.
 
   Returns:
@@ -185,7 +210,7 @@ def unfinished(location, store_dir, parts, options):
     the parts it needs} for the checkpoints of the indexed parts that are
     not stored as planned.
   """
-  output = convert.output_of(options)
+  output = checkpoint_commit.output_of(options)
   unindexed = [p for p in parts if rlu_plan.read_index(store_dir, p) is None]
   indexed = [p for p in parts if p not in unindexed]
   planned = plan_checkpoints('rlu', location, indexed, store_dir, options)
@@ -198,11 +223,21 @@ def unfinished(location, store_dir, parts, options):
   return unindexed, todo
 
 
-def _rounds(kind, location, parts, store_dir, options, recheck, plan=True):
-  output = convert.output_of(options)
+def _rounds(
+  kind: str,
+  location: str,
+  parts,
+  store_dir: str,
+  options,
+  recheck,
+  plan: bool = True,
+):
+  output = checkpoint_commit.output_of(options)
   rlu_plan.remove_temporaries(store_dir)
   existed = {
-    n for n in range(rlu_shards.NUM_CHECKPOINTS) if output.exists(store_dir, n)
+    n
+    for n in range(rlu_episodes.NUM_CHECKPOINTS)
+    if output.exists(store_dir, n)
   }
   sources, unindexed = _first_round(
     kind, location, parts, store_dir, options, output
@@ -233,17 +268,17 @@ def _rounds(kind, location, parts, store_dir, options, recheck, plan=True):
 
 
 def convert_rlu(
-  source,
-  store_dir,
-  kind=None,
-  run=None,
-  options=None,
-  workers=None,
-  parts=None,
-  recheck=True,
-  plan=True,
-  ray=None,
-):
+  source: str,
+  store_dir: str,
+  kind: str | None = None,
+  run: int | None = None,
+  options: ConvertOptions | None = None,
+  workers: int | None = None,
+  parts: Sequence[rlu_plan.Part] | None = None,
+  recheck: bool = True,
+  plan: bool = True,
+  ray: Any = None,
+) -> ConversionResult:
   """Converts the checkpoints of one RL Unplugged run into a store.
 
   Args:
@@ -252,7 +287,7 @@ def convert_rlu(
     store_dir: str, the local output directory.
     kind: 'rlu', 'tfds' or None to detect it.
     run: int or None; required when the directory holds several runs.
-    options: convert.ConvertOptions (output_format, stack_size, ...);
+    options: convert_options.ConvertOptions (output_format, stack_size, ...);
       default_options() when None.
     workers: int or None, as for convert.convert.
     parts: optional list of rlu_plan.Part to convert instead of all the
@@ -264,7 +299,7 @@ def convert_rlu(
       stays in this process).
 
   Returns:
-    convert.ConversionResult.
+    convert_options.ConversionResult.
 
   Raises:
     CheckpointError: naming the shard and the episode for damaged input;
@@ -279,7 +314,9 @@ def convert_rlu(
   )
 
 
-def _prepare(source, store_dir, kind, run, options, parts, recheck, plan, ray):
+def _prepare(
+  source, store_dir: str, kind: str, run, options, parts, recheck, plan, ray
+):
   """(location, store_dir, rounds) of one run, for convert.convert_sources."""
   source = str(source)
   if ray:  # Ray tasks may run in another directory, or on another node.
@@ -303,12 +340,18 @@ def _prepare(source, store_dir, kind, run, options, parts, recheck, plan, ray):
   return location, str(store_dir), rounds
 
 
-def run_store(destination, run):
+def run_store(destination: str, run: int) -> str:
   """Where `convert_all_runs` puts a run: DESTINATION/run_<r>."""
   return os.path.join(str(destination), f'run_{run}')
 
 
-def convert_all_runs(source, destination, options=None, workers=None, ray=None):
+def convert_all_runs(
+  source: str,
+  destination: str,
+  options: ConvertOptions | None = None,
+  workers: int | None = None,
+  ray: Any = None,
+) -> dict[int, ConversionResult]:
   """Converts every run of a directory of shards, each into its own store.
 
   Run r goes to `run_store(destination, r)` (DESTINATION/run_<r>), the
@@ -322,7 +365,7 @@ def convert_all_runs(source, destination, options=None, workers=None, ray=None):
     options, workers, ray: as for `convert_rlu`.
 
   Returns:
-    dict, run -> convert.ConversionResult, in run order.
+    dict, run -> convert_options.ConversionResult, in run order.
 
   Raises:
     CheckpointError: as for `convert_rlu`.

@@ -10,6 +10,7 @@ a second download, the usual one never does. Killed and restarted, it skips
 what is stored and indexed, and fetches only what is still needed.
 """
 
+from collections.abc import Iterable
 import os
 import time
 
@@ -18,6 +19,7 @@ from absl import logging
 from fixed_replay.dataset import download
 from fixed_replay.store import rlu_convert
 from fixed_replay.store import rlu_plan
+from fixed_replay.store.convert_options import ConvertOptions
 
 
 def _part(shard):
@@ -25,14 +27,14 @@ def _part(shard):
 
 
 def download_and_convert(
-  game,
-  run,
-  destination,
-  store_dir,
-  checkpoints=None,
-  root=download.DEFAULT_ROOT,
-  options=None,
-):
+  game: str,
+  run: int,
+  destination: str,
+  store_dir: str,
+  checkpoints: Iterable[int] | None = None,
+  root: str = download.DEFAULT_ROOT,
+  options: ConvertOptions | None = None,
+) -> download.DownloadResult:
   """Fetches, converts and drops the raw shards of a run one by one.
 
   Args:
@@ -42,7 +44,7 @@ def download_and_convert(
     store_dir: str, the converted output.
     checkpoints: optional iterable of shard numbers.
     root: str, the bucket directory or a local stand-in.
-    options: convert.ConvertOptions (rlu_convert.default_options()).
+    options: convert_options.ConvertOptions (rlu_convert.default_options()).
 
   Returns:
     download.DownloadResult with `conversion` set.
@@ -59,14 +61,14 @@ def download_and_convert(
   download._remove_temporaries(directory)
   result = download.DownloadResult([], [], 0, 0.0, {'converted': []})
 
-  def fetch(names):
+  def fetch(names) -> None:
     for name in sorted(names):
       _, copied = download.fetch(by_name[name], directory)
       if copied:
         result.downloaded.append(name)
         result.bytes += copied
 
-  def convert_parts(parts, **kwargs):
+  def convert_parts(parts, **kwargs) -> None:
     converted = rlu_convert.convert_rlu(
       directory,
       store_dir,

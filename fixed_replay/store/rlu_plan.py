@@ -12,6 +12,8 @@ are. A converted checkpoint's manifest records what it was made from
 before all its parts were known.
 """
 
+from collections.abc import Iterable
+from collections.abc import Sequence
 import dataclasses
 import json
 import os
@@ -19,6 +21,7 @@ import zlib
 
 import numpy as np
 
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 
@@ -53,8 +56,8 @@ class Entry:
   num_steps: int
 
 
-def entry_of(part, episode):
-  """The index entry of an rlu_shards.Episode read from `part` (a Part)."""
+def entry_of(part: Part, episode: rlu_episodes.Episode) -> Entry:
+  """The index entry of an rlu_episodes.Episode read from `part` (a Part)."""
   return Entry(
     part.name,
     episode.record,
@@ -64,11 +67,11 @@ def entry_of(part, episode):
   )
 
 
-def index_path(store_dir, part):
+def index_path(store_dir: str, part: Part) -> str:
   return os.path.join(store_dir, INDEX_DIR, f'{part.name}.json')
 
 
-def write_index(store_dir, part, entries):
+def write_index(store_dir: str, part: Part, entries: Sequence[Entry]) -> None:
   """Writes a part's index atomically (temporary name, then rename)."""
   path = index_path(store_dir, part)
   os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -89,7 +92,7 @@ def write_index(store_dir, part, entries):
   os.replace(temporary, path)
 
 
-def remove_temporaries(store_dir):
+def remove_temporaries(store_dir: str) -> None:
   """Deletes index files an interrupted conversion left half written."""
   directory = os.path.join(store_dir, INDEX_DIR)
   if os.path.isdir(directory):
@@ -98,7 +101,7 @@ def remove_temporaries(store_dir):
         os.remove(os.path.join(directory, name))
 
 
-def read_index(store_dir, part):
+def read_index(store_dir: str, part: Part) -> list[Entry] | None:
   """Returns a part's index entries, or None if not indexed at this size."""
   path = index_path(store_dir, part)
   try:
@@ -115,7 +118,7 @@ def read_index(store_dir, part):
   return [Entry(part.name, *record) for record in data['records']]
 
 
-def check_unique(entries, location):
+def check_unique(entries: Iterable[Entry], location: str) -> None:
   """Raises if an episode_idx appears twice among `entries`."""
   seen = {}
   for entry in entries:
@@ -129,7 +132,9 @@ def check_unique(entries, location):
       )
 
 
-def checkpoints_of(indexes, location):
+def checkpoints_of(
+  indexes: dict[str, list[Entry]], location: str
+) -> dict[int, list[Entry]]:
   """Groups indexed episodes by checkpoint, in episode_idx order.
 
   Args:
@@ -152,7 +157,7 @@ def checkpoints_of(indexes, location):
   return dict(sorted(grouped.items()))
 
 
-def describe(entries, part_bytes):
+def describe(entries: Sequence[Entry], part_bytes: dict[str, int]) -> dict:
   """What a checkpoint is made of, as its manifest records it.
 
   Args:
@@ -175,12 +180,12 @@ def describe(entries, part_bytes):
   }
 
 
-def expected_rows(entries, stack_size):
+def expected_rows(entries: Sequence[Entry], stack_size: int) -> int:
   """Rows of the converted checkpoint: padding, steps, one zero row."""
   return sum(e.num_steps + stack_size - 1 for e in entries) + 1
 
 
-def superseded(stored, wanted):
+def superseded(stored: dict | None, wanted: dict) -> bool:
   """Whether a stored checkpoint was made from a subset of today's parts.
 
   That happens when a checkpoint was converted from its own shard before

@@ -1,6 +1,6 @@
 """A checkpoint made of RL Unplugged episodes, as a conversion source.
 
-EpisodeSource implements checkpoint_source.py's interface for convert.py:
+EpisodeSource is a checkpoint_source.CheckpointSource for convert.py:
 the rows Dopamine's `add` would hold after the checkpoint's episodes
 (dataset/episode_rows.py), frames decoded in slices, one episode record in
 memory at a time. Two ways to know which episodes:
@@ -15,9 +15,14 @@ memory at a time. Two ways to know which episodes:
   out of file order are read by separate passes over that part, merged.
 """
 
+from collections.abc import Iterator
 import dataclasses
+from typing import Any
+
+import numpy as np
 
 from fixed_replay.dataset import episode_rows
+from fixed_replay.dataset import rlu_episodes
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.dataset import rlu_tfds
 from fixed_replay.errors import CheckpointError
@@ -26,14 +31,16 @@ from fixed_replay.store import checkpoint_source
 from fixed_replay.store import rlu_plan
 
 
-def part_label(kind, location, part):
+def part_label(kind: str, location: str, part: rlu_plan.Part) -> str:
   """Names a part in messages: the shard's path or dir[split]."""
   if kind == 'rlu':
     return storage.join(location, part.name)
   return f'{location}[{part.name}]'
 
 
-def open_part(kind, location, part, wanted=None):
+def open_part(
+  kind: str, location: str, part: rlu_plan.Part, wanted: set[int] | None = None
+) -> Iterator[rlu_episodes.Episode]:
   """Yields the validated episodes of a part (shard or TFDS split)."""
   if kind == 'rlu':
     return rlu_shards.iter_episodes(storage.join(location, part.name), wanted)
@@ -42,7 +49,9 @@ def open_part(kind, location, part, wanted=None):
   raise ValueError(f'unknown kind {kind!r}')
 
 
-def first_episode(kind, location, part):
+def first_episode(
+  kind: str, location: str, part: rlu_plan.Part
+) -> rlu_episodes.Episode | None:
   """The first episode of a part, or None if it has none."""
   for episode in open_part(kind, location, part, wanted={0}):
     return episode
@@ -72,45 +81,45 @@ class EpisodeSource:
   kind: str
   location: str
   parts: tuple
-  plan: tuple = None
-  store_dir: str = None
+  plan: tuple | None = None
+  store_dir: str | None = None
   stack_size: int = 4
   update_horizon: int = 1
-  planned: dict = None
+  planned: dict | None = None
   rows_hint: int = 0
 
-  def description(self):
+  def description(self) -> dict | None:
     return self.planned
 
-  def expected_rows(self):
+  def expected_rows(self) -> int:
     return self.rows_hint
 
-  def source_files(self):
+  def source_files(self) -> dict[str, int]:
     return {part.name: part.num_bytes for part in self.parts}
 
-  def open(self, threads=1):
+  def open(self, threads: int = 1) -> checkpoint_source.SourceReader:
     return _EpisodeReader(self, threads)
 
 
 class _EpisodeReader:
   """Reads one EpisodeSource; see checkpoint_source.py for the protocol."""
 
-  row_shape = rlu_shards.FRAME_SHAPE
+  row_shape = rlu_episodes.FRAME_SHAPE
   dtype = 'uint8'
 
-  def __init__(self, source, threads):
+  def __init__(self, source: EpisodeSource, threads: int) -> None:
     self._source = source
     self._threads = threads
     self._rows = None
     self._taken = []
 
-  def __enter__(self):
+  def __enter__(self) -> '_EpisodeReader':
     return self
 
-  def __exit__(self, *unused_exc_info):
+  def __exit__(self, *unused_exc_info: Any) -> None:
     pass
 
-  def frame_slices(self, slice_rows):
+  def frame_slices(self, slice_rows: int) -> Iterator[np.ndarray]:
     source = self._source
     self._rows = episode_rows.EpisodeRows(
       slice_rows, source.stack_size, source.update_horizon, self._threads
@@ -181,7 +190,7 @@ class _EpisodeReader:
       for _ in stream:  # Reads to the end: the checks at the file's end.
         pass
 
-  def finish(self, num_rows):
+  def finish(self, num_rows: int) -> checkpoint_source.SourceRows:
     source = self._source
     arrays, add_count, invalid_range, ends = self._rows.result()
     if num_rows != add_count + 1:
@@ -203,7 +212,7 @@ class _EpisodeReader:
 class _Taken:
   """What the description needs of an episode once its frames are gone."""
 
-  def __init__(self, episode):
+  def __init__(self, episode: rlu_episodes.Episode) -> None:
     self.record = episode.record
     self.checkpoint_idx = episode.checkpoint_idx
     self.episode_idx = episode.episode_idx

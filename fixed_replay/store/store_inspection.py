@@ -19,9 +19,10 @@ from fixed_replay.dataset import summaries
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 
 
-def _valid_count(stored, stack_size, update_horizon):
+def _valid_count(stored, stack_size: int, update_horizon: int):
   table = stored.valid_rows_table(stack_size, update_horizon)
   if table is not None:
     return len(table)
@@ -47,7 +48,9 @@ def _data_bytes(manifest, stored):
   return manifest['num_rows'] * row_bytes + arrays
 
 
-def summarize_checkpoint(directory, stack_size, update_horizon, verify):
+def summarize_checkpoint(
+  directory: str, stack_size: int, update_horizon: int, verify: bool
+) -> summaries.CheckpointSummary:
   """CheckpointSummary of one stored checkpoint; problems never raised."""
   suffix = int(os.path.basename(directory).split('_')[1])
   summary = summaries.CheckpointSummary(suffix=suffix, verified=verify)
@@ -87,7 +90,7 @@ def summarize_checkpoint(directory, stack_size, update_horizon, verify):
   return summary
 
 
-def _check_shapes(checkpoints):
+def _check_shapes(checkpoints) -> None:
   """Flags checkpoints whose frames differ from the store's first."""
   shapes = [
     (s.observation_shape, s.observation_dtype)
@@ -102,14 +105,19 @@ def _check_shapes(checkpoints):
     if summary.observation_shape is not None and shape != first:
       summary.problems.append(
         summaries.Problem(
-          compact_store.checkpoint_dirname(summary.suffix),
+          manifest_lib.checkpoint_dirname(summary.suffix),
           f"frames {shape[0]} {shape[1]}, the store's first checkpoint has "
           f'{first[0]} {first[1]}',
         )
       )
 
 
-def summarize_store(store_dir, stack_size=4, update_horizon=1, verify=False):
+def summarize_store(
+  store_dir: str,
+  stack_size: int = 4,
+  update_horizon: int = 1,
+  verify: bool = False,
+) -> summaries.DirectorySummary:
   """Summarises (and optionally verifies) every checkpoint of a store.
 
   Returns:
@@ -123,13 +131,13 @@ def summarize_store(store_dir, stack_size=4, update_horizon=1, verify=False):
     verified=verify,
   )
   try:
-    found = compact_store.find_stored_checkpoints(store_dir)
+    found = manifest_lib.find_stored_checkpoints(store_dir)
   except CheckpointError as error:
     summary.problems.append(summaries.Problem(error.path, error.problem))
     found = {}
   partial = {}
   for name in os.listdir(store_dir) if os.path.isdir(store_dir) else []:
-    suffix = compact_store.partial_suffix(name)
+    suffix = manifest_lib.partial_suffix(name)
     if suffix is not None:
       partial[suffix] = name
   for suffix in sorted(set(found) | set(partial)):
@@ -139,7 +147,7 @@ def summarize_store(store_dir, stack_size=4, update_horizon=1, verify=False):
       )
       continue
     incomplete = summaries.CheckpointSummary(
-      suffix=suffix, complete=False, missing=[compact_store.MANIFEST]
+      suffix=suffix, complete=False, missing=[manifest_lib.MANIFEST]
     )
     incomplete.problems.append(
       summaries.Problem(

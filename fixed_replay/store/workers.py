@@ -9,12 +9,14 @@ renaming a finished checkpoint into place. On an interrupt the converting
 process kills its workers itself (`kill`).
 """
 
+from collections.abc import Sequence
 import concurrent.futures
 import ctypes
 import multiprocessing
 import os
 import signal
 import sys
+from typing import Any
 
 from absl import logging
 
@@ -28,7 +30,7 @@ _parent_pid = None
 _workers_lock = None
 
 
-def _die_with_parent(parent_pid):
+def _die_with_parent(parent_pid) -> None:
   """Asks Linux to kill this process when its parent dies; exits if it has."""
   if sys.platform.startswith('linux'):
     try:
@@ -42,7 +44,9 @@ def _die_with_parent(parent_pid):
     os._exit(1)
 
 
-def initialize(counter, parent_pid, store_dirs):
+def initialize(
+  counter: Any, parent_pid: int, store_dirs: Sequence[str]
+) -> None:
   """Runs first in every worker: ties it to its parent, takes the locks."""
   global _progress_rows, _parent_pid, _workers_lock
   _die_with_parent(parent_pid)
@@ -51,19 +55,21 @@ def initialize(counter, parent_pid, store_dirs):
   _workers_lock = [destination.hold_workers_lock(d) for d in store_dirs]
 
 
-def parent_alive():
+def parent_alive() -> bool:
   """False in a worker whose converting process is gone."""
   return _parent_pid is None or os.getppid() == _parent_pid
 
 
-def count_progress(rows):
+def count_progress(rows: int) -> None:
   """Adds to the rows-converted counter shared with the parent."""
   if _progress_rows is not None:
     with _progress_rows.get_lock():
       _progress_rows.value += rows
 
 
-def start_pool(num_workers, store_dirs):
+def start_pool(
+  num_workers: int, store_dirs: Sequence[str]
+) -> tuple[concurrent.futures.ProcessPoolExecutor, Any]:
   """Starts a process pool of workers and the counter they share.
 
   Args:
@@ -85,7 +91,7 @@ def start_pool(num_workers, store_dirs):
   return pool, counter
 
 
-def kill(pool):
+def kill(pool: concurrent.futures.ProcessPoolExecutor) -> None:
   """Kills a pool's worker processes now (they may be mid-checkpoint)."""
   processes = list((getattr(pool, '_processes', None) or {}).values())
   for process in processes:

@@ -6,17 +6,19 @@ batch_rl's runner calls the agent's `_train_step()` and reloads through
 so any agent with either contract trains, and says what it trains.
 """
 
+from collections.abc import Callable
 import functools
+from typing import Any
 
 from absl import logging
 
 
-def method_of(agent):
+def method_of(agent: Any) -> str:
   """The method an agent trains, as the run log names it (e.g. 'REM')."""
   return getattr(agent, 'method', None) or type(agent).__name__
 
 
-def log_method(agent):
+def log_method(agent: Any) -> None:
   """Logs the method trained, the agent class and its data."""
   memory = replay_memory(agent)
   logging.info(
@@ -27,19 +29,19 @@ def log_method(agent):
   )
 
 
-def replay_memory(agent):
+def replay_memory(agent: Any) -> Any:
   """The agent's FixedReplayBuffer-like memory (TF agents wrap it)."""
   replay = getattr(agent, '_replay', None)
   return getattr(replay, 'memory', replay)
 
 
-def rows_loaded(agent):
+def rows_loaded(agent: Any) -> int | None:
   """Rows the agent's memory holds, as Dopamine's `add_count`, or None."""
   add_count = getattr(replay_memory(agent), 'add_count', None)
   return None if add_count is None else int(add_count)
 
 
-def warn_if_no_training(agent):
+def warn_if_no_training(agent: Any) -> None:
   """Warns when Dopamine's warm-up test would keep the agent from training.
 
   Dopamine's agents update only once `add_count > min_replay_history`; a
@@ -60,7 +62,7 @@ def warn_if_no_training(agent):
   )
 
 
-def train_step_of(agent):
+def train_step_of(agent: Any) -> Callable[[], Any]:
   """The agent's one-training-step callable (`train_step` or `_train_step`)."""
   step = getattr(agent, 'train_step', None)
   if callable(step):
@@ -68,7 +70,7 @@ def train_step_of(agent):
   return agent._train_step  # noqa: SLF001  (batch_rl's contract)
 
 
-def reload_data(agent):
+def reload_data(agent: Any) -> None:
   """Swaps in the agent's next set of checkpoints, whichever API it has."""
   if callable(getattr(agent, 'reload_data', None)):
     agent.reload_data()
@@ -80,7 +82,7 @@ def reload_data(agent):
     memory.reload_data()
 
 
-def graph_mode_hint(create_agent_fn):
+def graph_mode_hint(create_agent_fn: Callable[..., Any]) -> Callable[..., Any]:
   """Wraps create_agent_fn so that a TF agent built eagerly says what to do."""
 
   @functools.wraps(create_agent_fn)

@@ -7,10 +7,12 @@ short by a crash costs nothing but its own iteration.
 """
 
 import collections
+from collections.abc import Sequence
 import io
 import os
 import pickle
 import re
+from typing import Any
 
 from absl import logging
 import numpy as np
@@ -24,7 +26,7 @@ _ITERATION_KEY = re.compile(r'^iteration_(\d+)$')
 Curve = collections.namedtuple('Curve', ['label', 'iterations', 'returns'])
 
 
-def _logs_dir(run_dir):
+def _logs_dir(run_dir: str):
   """Returns the folder of log_N files: run_dir/logs or run_dir itself."""
   run_dir = str(run_dir)
   for candidate in (storage.join(run_dir, 'logs'), run_dir):
@@ -38,7 +40,7 @@ def _logs_dir(run_dir):
   )
 
 
-def load_statistics(run_dir):
+def load_statistics(run_dir: str) -> dict[int, dict[str, list]]:
   """Returns {iteration: {statistic: [values]}} logged by a run.
 
   Args:
@@ -91,7 +93,7 @@ def _eval_return(statistics):
   return None
 
 
-def load_eval_returns(run_dir):
+def load_eval_returns(run_dir: str) -> tuple[np.ndarray, np.ndarray]:
   """Returns (iterations, average evaluation returns) of a run, as arrays.
 
   Raises:
@@ -132,7 +134,12 @@ def load_curves(run_dirs, labels=None):
   ]
 
 
-def make_figure(curves, title=None, panels=False, references=None):
+def make_figure(
+  curves: Sequence[Any],
+  title: str | None = None,
+  panels: bool = False,
+  references: Any = None,
+) -> Any:
   """Returns a matplotlib Figure with one line per curve.
 
   Uses the object-oriented API (no pyplot), so it needs no display and
@@ -153,9 +160,7 @@ def make_figure(curves, title=None, panels=False, references=None):
 
   groups = [[c] for c in curves] if panels else [curves]
   figure = Figure(
-    figsize=(5 * len(groups) if panels else 8, 5),
-    dpi=100,
-    layout='constrained',
+    figsize=(5 * len(groups) if panels else 8, 5), dpi=100, layout='constrained'
   )
   references = references or [None] * len(curves)
   lines = dict(zip([c.label for c in curves], references, strict=True))
@@ -188,8 +193,8 @@ def plot_eval_returns(
   run_dirs,
   output,
   title=None,
-  overwrite=False,
-  panels=False,
+  overwrite: bool = False,
+  panels: bool = False,
   labels=None,
   references=None,
 ):

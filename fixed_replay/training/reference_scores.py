@@ -112,7 +112,7 @@ class References:
   online_dqn: float | None
 
 
-def _key(game):
+def _key(game: str):
   """'MsPacman', 'ms_pacman' and 'mspacman' name the same game."""
   return re.sub(r'[^a-z0-9]', '', str(game).lower())
 
@@ -120,7 +120,7 @@ def _key(game):
 _BY_KEY = {_key(name): name for name in _SCORES}
 
 
-def references(game):
+def references(game: str) -> 'References | None':
   """Returns the References of a game, or None if it has no entry."""
   name = _BY_KEY.get(_key(game))
   if name is None:
@@ -140,7 +140,7 @@ _TOPS = {
 }
 
 
-def _normalized(game, score, top):
+def _normalized(game: str, score, top):
   """100 (score - random) / (top - random), or None and why it is missing."""
   found = references(game)
   if found is None:
@@ -159,7 +159,7 @@ def _normalized(game, score, top):
   return 100.0 * (score - found.random) / (high - found.random), ''
 
 
-def dqn_normalized(game, score):
+def dqn_normalized(game: str, score: float | None) -> tuple[float | None, str]:
   """REM paper's score in %: 100 (score - random) / (online DQN - random).
 
   Returns:
@@ -168,7 +168,9 @@ def dqn_normalized(game, score):
   return _normalized(game, score, 'online_dqn')
 
 
-def human_normalized(game, score):
+def human_normalized(
+  game: str, score: float | None
+) -> tuple[float | None, str]:
   """Human-normalized score in %: 100 (score - random) / (human - random).
 
   Returns:

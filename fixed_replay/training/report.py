@@ -15,11 +15,13 @@ trials (runs x seeds):
 """
 
 import collections
+from collections.abc import Sequence
 import csv
 import dataclasses
 import io
 import math
 import re
+from typing import Any
 
 from absl import logging
 import numpy as np
@@ -37,7 +39,7 @@ TrialCurve = collections.namedtuple(
 )
 
 
-def find_trials(directory):
+def find_trials(directory: str) -> list[tuple[str, str, str, int, str]]:
   """Returns [(game, run, agent, seed, path)] of the trials under directory.
 
   Raises:
@@ -62,7 +64,7 @@ def find_trials(directory):
   return sorted(found)
 
 
-def _subdirectories(directory):
+def _subdirectories(directory: str):
   if not storage.isdir(directory):
     return []
   return sorted(
@@ -72,7 +74,9 @@ def _subdirectories(directory):
   )
 
 
-def load_curves(directories):
+def load_curves(
+  directories: Sequence[str],
+) -> tuple[list[Any], list[tuple[str, str]]]:
   """Reads every trial's evaluation returns.
 
   Args:
@@ -124,7 +128,7 @@ def _mean_std(values):
   return float(np.mean(values)), std
 
 
-def summarize(curves):
+def summarize(curves: Sequence[Any]) -> list['Row']:
   """Returns one Row per (game, agent), sorted by game then agent."""
   groups = collections.defaultdict(list)
   for curve in curves:
@@ -160,7 +164,7 @@ def summarize(curves):
   return rows
 
 
-def medians(rows):
+def medians(rows: Sequence['Row']) -> list[tuple]:
   """Per agent: (agent, games, median DQN-normalized, median human-norm.)."""
   by_agent = collections.defaultdict(list)
   for row in rows:
@@ -184,7 +188,7 @@ def medians(rows):
   return result
 
 
-def _number(value, digits=1):
+def _number(value, digits: int = 1) -> str:
   if value is None or (isinstance(value, float) and math.isnan(value)):
     return ''
   return f'{value:.{digits}f}'
@@ -200,7 +204,9 @@ def _iterations(row):
   return f'{row.first_iterations}-{row.last_iterations}'
 
 
-def format_markdown(rows, skipped=()):
+def format_markdown(
+  rows: Sequence['Row'], skipped: Sequence[tuple[str, str]] = ()
+) -> str:
   """The table, the medians and the notes, as Markdown."""
   lines = [
     '| game | agent | trials | iterations | final return | best return '
@@ -252,7 +258,7 @@ CSV_COLUMNS = (
 )
 
 
-def format_csv(rows):
+def format_csv(rows: Sequence['Row']) -> str:
   """The table as CSV; per agent a 'median' row holds the medians."""
   buffer = io.StringIO()
   writer = csv.writer(buffer, lineterminator='\n')
@@ -282,7 +288,9 @@ def format_csv(rows):
   return buffer.getvalue()
 
 
-def mean_curve(curves):
+def mean_curve(
+  curves: Sequence[Any],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
   """(iterations, mean, std, count) over curves, per iteration any reached."""
   by_iteration = collections.defaultdict(list)
   for curve in curves:
@@ -296,7 +304,7 @@ def mean_curve(curves):
   return iterations, mean, std, count
 
 
-def make_game_figure(game, curves):
+def make_game_figure(game: str, curves: Sequence[Any]) -> Any:
   """One game's learning curves: per agent the mean over trials, ± 1 std."""
   compat.require('matplotlib', purpose='fixed-replay report')
   from matplotlib.figure import Figure
@@ -324,7 +332,9 @@ def make_game_figure(game, curves):
   return figure
 
 
-def write_report(directories, output=None, overwrite=False):
+def write_report(
+  directories: Sequence[str], output: str | None = None, overwrite: bool = False
+) -> tuple[str, list[str]]:
   """Reads sweeps, returns the Markdown table; writes files under output.
 
   Args:

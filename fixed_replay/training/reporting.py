@@ -7,7 +7,9 @@ iteration with its speed, evaluation return and the time left.
 """
 
 import collections
+from collections.abc import Sequence
 import math
+from typing import Any
 
 from absl import logging
 from dopamine.metrics import statistics_instance
@@ -20,14 +22,14 @@ from fixed_replay import progress
 class LossTap:
   """Collects the loss values an agent reports during an iteration."""
 
-  def __init__(self):
+  def __init__(self) -> None:
     self._values = collections.defaultdict(list)
 
-  def record(self, tag, value):
+  def record(self, tag: str, value: float) -> None:
     if 'loss' in tag.lower():
       self._values[tag.rsplit('/', 1)[-1]].append(float(value))
 
-  def pop_means(self):
+  def pop_means(self) -> dict[str, float]:
     """Returns {loss name: mean} since the last call and starts afresh."""
     means = {name: float(np.mean(v)) for name, v in self._values.items()}
     self._values.clear()
@@ -37,11 +39,11 @@ class LossTap:
 class TappedFileWriter:
   """A tf.compat.v1 FileWriter that also shows summaries to a LossTap."""
 
-  def __init__(self, writer, tap):
+  def __init__(self, writer: Any, tap: 'LossTap') -> None:
     self._writer = writer
     self._tap = tap
 
-  def add_summary(self, summary, global_step=None):
+  def add_summary(self, summary: Any, global_step: int | None = None) -> None:
     proto = summary
     if isinstance(summary, bytes):
       proto = tf.compat.v1.Summary.FromString(summary)
@@ -59,11 +61,11 @@ class TappedFileWriter:
 class TappedDispatcher:
   """A Dopamine CollectorDispatcher that also shows losses to a LossTap."""
 
-  def __init__(self, dispatcher, tap):
+  def __init__(self, dispatcher: Any, tap: 'LossTap') -> None:
     self._dispatcher = dispatcher
     self._tap = tap
 
-  def write(self, statistics, *args, **kwargs):
+  def write(self, statistics: Any, *args: Any, **kwargs: Any) -> None:
     for statistic in statistics:
       self._tap.record(statistic.name, statistic.value)
     self._dispatcher.write(statistics, *args, **kwargs)
@@ -74,7 +76,13 @@ class TappedDispatcher:
     return getattr(self._dispatcher, name)
 
 
-def log_iteration(iteration, num_iterations, statistics, durations, left):
+def log_iteration(
+  iteration: int,
+  num_iterations: int,
+  statistics: Any,
+  durations: Sequence[float],
+  left: int,
+) -> None:
   """Logs one line: speed, evaluation return and time left."""
 
   def first(key, default=math.nan):
@@ -101,7 +109,9 @@ def log_iteration(iteration, num_iterations, statistics, durations, left):
   )
 
 
-def write_scalars(writer, dispatcher, iteration, scalars):
+def write_scalars(
+  writer: Any, dispatcher: Any, iteration: int, scalars: dict[str, float]
+) -> None:
   """Writes scalar TensorBoard summaries at step `iteration`.
 
   The one place the runner writes summaries: TF agents hand over a
@@ -139,7 +149,7 @@ def write_scalars(writer, dispatcher, iteration, scalars):
   writer.flush()
 
 
-def tap_agent_losses(agent, dispatcher, tap):
+def tap_agent_losses(agent: Any, dispatcher: Any, tap: 'LossTap') -> None:
   """Routes the losses an agent reports to `tap` (a LossTap) as well.
 
   Args:

@@ -13,9 +13,12 @@ The runner takes any Dopamine agent with batch_rl's contract: `_train_step()`
 an `_init_checkpoint_dir` attribute names a run to continue from.
 """
 
+from collections.abc import Callable
+from collections.abc import Sequence
 import functools
 import os
 import time
+from typing import Any
 
 from absl import logging
 from dopamine.discrete_domains import checkpointer
@@ -69,18 +72,18 @@ class FixedReplayRunner(run_experiment.Runner):
 
   def __init__(
     self,
-    base_dir,
-    create_agent_fn,
-    create_environment_fn=_RUNNER_DEFAULT,
-    checkpoint_file_prefix=_RUNNER_DEFAULT,
-    logging_file_prefix=_RUNNER_DEFAULT,
-    log_every_n=_RUNNER_DEFAULT,
-    num_iterations=_RUNNER_DEFAULT,
-    training_steps=_RUNNER_DEFAULT,
-    evaluation_steps=_RUNNER_DEFAULT,
-    max_steps_per_episode=_RUNNER_DEFAULT,
-    clip_rewards=_RUNNER_DEFAULT,
-  ):
+    base_dir: str,
+    create_agent_fn: Callable[..., Any],
+    create_environment_fn: Any = _RUNNER_DEFAULT,
+    checkpoint_file_prefix: Any = _RUNNER_DEFAULT,
+    logging_file_prefix: Any = _RUNNER_DEFAULT,
+    log_every_n: Any = _RUNNER_DEFAULT,
+    num_iterations: Any = _RUNNER_DEFAULT,
+    training_steps: Any = _RUNNER_DEFAULT,
+    evaluation_steps: Any = _RUNNER_DEFAULT,
+    max_steps_per_episode: Any = _RUNNER_DEFAULT,
+    clip_rewards: Any = _RUNNER_DEFAULT,
+  ) -> None:
     """Creates the environment and agent, and resumes from a checkpoint.
 
     Args:
@@ -129,7 +132,9 @@ class FixedReplayRunner(run_experiment.Runner):
         max_steps_per_episode=self._max_steps_per_episode,
       )
     )
-    self._tap_agent_losses()
+    reporting.tap_agent_losses(
+      self._agent, self._collector_dispatcher, self._loss_tap
+    )
     agent_checks.log_method(self._agent)
     agent_checks.warn_if_no_training(self._agent)
 
@@ -185,10 +190,15 @@ class FixedReplayRunner(run_experiment.Runner):
       statistics.append({'train_replay_wait_seconds': wait_seconds})
       scalars['Time/ReplayWaitSeconds'] = wait_seconds
     scalars.update({f'Train/{name}': value for name, value in losses.items()})
-    self._write_scalars(iteration, scalars)
+    dispatcher = None
+    if self._has_collector_dispatcher:
+      dispatcher = self._collector_dispatcher
+    reporting.write_scalars(
+      self._summary_writer, dispatcher, iteration, scalars
+    )
     return statistics.data_lists
 
-  def _replay_wait_seconds(self, reset=False):
+  def _replay_wait_seconds(self, reset: bool = False):
     """Seconds the agent's train steps waited on minibatches, if it counts."""
     if not hasattr(self._agent, 'replay_wait_seconds'):
       return None
@@ -245,7 +255,7 @@ class FixedReplayRunner(run_experiment.Runner):
       self._eval_bar.update(1)
     return result
 
-  def run_experiment(self):
+  def run_experiment(self) -> None:
     """Runs iterations start_iteration..num_iterations-1, checkpointing each.
 
     Logs one line per iteration with its speed, evaluation return and the
@@ -321,47 +331,31 @@ class FixedReplayRunner(run_experiment.Runner):
       self._start_iteration,
     )
 
-  # -------------------------------------------------------------- summaries
-
-  def _write_scalars(self, iteration, scalars):
-    dispatcher = None
-    if self._has_collector_dispatcher:
-      dispatcher = self._collector_dispatcher
-    reporting.write_scalars(
-      self._summary_writer, dispatcher, iteration, scalars
-    )
-
-  def _tap_agent_losses(self):
-    """Routes the losses the agent reports into the per-iteration means."""
-    reporting.tap_agent_losses(
-      self._agent, self._collector_dispatcher, self._loss_tap
-    )
-
   @property
-  def agent(self):
+  def agent(self) -> Any:
     """The agent being trained."""
     return self._agent
 
   @property
-  def environment(self):
+  def environment(self) -> Any:
     """The evaluation environment."""
     return self._environment
 
   @property
-  def start_iteration(self):
+  def start_iteration(self) -> int:
     """The first iteration this runner will run (after any resume)."""
     return self._start_iteration
 
 
 def create_runner(
-  base_dir,
-  agent_name='dqn',
-  replay_dir=None,
-  gin_files=(),
-  gin_bindings=(),
-  init_checkpoint_dir=None,
-  replay_suffix=None,
-):
+  base_dir: str,
+  agent_name: str = 'dqn',
+  replay_dir: str | None = None,
+  gin_files: Sequence[str] = (),
+  gin_bindings: Sequence[str] = (),
+  init_checkpoint_dir: str | None = None,
+  replay_suffix: int | None = None,
+) -> FixedReplayRunner:
   """Parses gin configs and creates a FixedReplayRunner.
 
   The runner evaluates in the data's game unless a gin binding names

@@ -11,6 +11,7 @@ retries failed attempts and returns what happened to each trial. When every
 trial is done it returns without starting Ray.
 """
 
+from collections.abc import Sequence
 import contextlib
 import dataclasses
 import fcntl
@@ -36,7 +37,7 @@ _FIELD = re.compile(r'\{([^{}]*)\}')
 _NAME = re.compile(r'^[A-Za-z0-9][A-Za-z0-9_.+-]*$')
 
 
-def fill(pattern, game, run, agent):
+def fill(pattern: str, game: str, run: str, agent: str) -> str:
   """Replaces {game}, {run} and {agent} in pattern; other text is kept."""
   for name, value in (('game', game), ('run', run), ('agent', agent)):
     pattern = pattern.replace('{' + name + '}', str(value))
@@ -68,15 +69,15 @@ def _check_names(flag, names):
 
 
 def plan(
-  base_dir,
-  replay_dir,
-  agents,
-  seeds,
-  games=None,
-  runs=('1',),
-  gin_files=(),
-  gin_bindings=(),
-):
+  base_dir: str,
+  replay_dir: str,
+  agents: Sequence[str],
+  seeds: Sequence[int],
+  games: Sequence[str] | None = None,
+  runs: Sequence[str] = ('1',),
+  gin_files: Sequence[str] = (),
+  gin_bindings: Sequence[str] = (),
+) -> list[trial_lib.Trial]:
   """Expands a sweep into its trials, checking every input first.
 
   Args:
@@ -181,13 +182,21 @@ def _one_dataset(replay_dir, runs):
   return [game], [layout.run_name(replay_dir)]
 
 
-def _absolute(path):
+def _absolute(path: str):
   path = str(path)
   return path if storage.is_remote(path) else os.path.abspath(path)
 
 
 def _trial(
-  base_dir, replay_dir, gin_files, gin_bindings, game, run, agent, s, bind_game
+  base_dir: str,
+  replay_dir,
+  gin_files,
+  gin_bindings,
+  game: str,
+  run,
+  agent,
+  s,
+  bind_game,
 ):
   values = dict(game=game, run=run, agent=agent)
   directory = base_dir
@@ -246,7 +255,9 @@ class SweepResult:
   wall_seconds: float = 0.0
 
 
-def pending(trials, allow_changed_config=False):
+def pending(
+  trials: Sequence[trial_lib.Trial], allow_changed_config: bool = False
+) -> tuple[list[trial_lib.Trial], list[trial_lib.Trial]]:
   """Splits trials into (done, to_run).
 
   Raises:
@@ -273,13 +284,13 @@ def pending(trials, allow_changed_config=False):
 
 
 def run_sweep(
-  trials,
-  ray_address=None,
-  cpus_per_trial=1.0,
-  gpus_per_trial=0.0,
-  max_attempts=3,
-  allow_changed_config=False,
-):
+  trials: Sequence[trial_lib.Trial],
+  ray_address: str | None = None,
+  cpus_per_trial: float = 1.0,
+  gpus_per_trial: float = 0.0,
+  max_attempts: int = 3,
+  allow_changed_config: bool = False,
+) -> 'SweepResult':
   """Runs every trial not done yet; see the module docstring.
 
   Args:
@@ -358,7 +369,7 @@ def _common_root(trials):
 
 
 @contextlib.contextmanager
-def _exclusive(base_dir):
+def _exclusive(base_dir: str):
   """Holds a lock on a local sweep directory so two drivers never share it.
 
   The kernel drops the lock when the process ends, however it ends.
@@ -379,7 +390,7 @@ def _exclusive(base_dir):
     yield
 
 
-def format_summary(result):
+def format_summary(result: 'SweepResult') -> str:
   """A few lines for people: counts, failures with their logs, what next."""
   finished = len(result.done_before) + len(result.finished)
   lines = [

@@ -64,10 +64,10 @@ class Trial:
   gin_bindings: tuple
 
   @property
-  def key(self):
+  def key(self) -> str:
     return f'{self.game}/{self.run}/{self.agent}/seed_{self.seed}'
 
-  def config(self):
+  def config(self) -> dict:
     """What must not change between attempts: the trial and its inputs.
 
     Gin files count by content, theirs and their includes', so editing a
@@ -91,7 +91,7 @@ def _now():
   return datetime.datetime.now().isoformat(timespec='seconds')
 
 
-def read_state(trial_dir):
+def read_state(trial_dir: str) -> dict | None:
   """Returns the trial's state dict, or None if it never started.
 
   Raises:
@@ -108,7 +108,7 @@ def read_state(trial_dir):
     raise ValueError(f'{path}: not valid JSON ({error})') from error
 
 
-def write_state(trial_dir, state):
+def write_state(trial_dir: str, state: dict) -> None:
   """Replaces the state file atomically (write, then rename)."""
   path = storage.join(trial_dir, STATE_FILE)
   temporary = f'{path}.tmp-{os.getpid()}'
@@ -117,7 +117,7 @@ def write_state(trial_dir, state):
   storage.rename(temporary, path)
 
 
-def config_changes(state, config):
+def config_changes(state: dict, config: dict) -> list[str]:
   """Names the config entries that differ from the state's; [] if none."""
   recorded = (state or {}).get('config')
   if recorded is None:
@@ -129,7 +129,7 @@ def config_changes(state, config):
   )
 
 
-def completed_iterations(trial_dir):
+def completed_iterations(trial_dir: str) -> int:
   """Iterations finished and checkpointed (what a resume starts from)."""
   directory = storage.join(trial_dir, 'checkpoints')
   if not storage.isdir(directory):
@@ -142,7 +142,7 @@ def completed_iterations(trial_dir):
   return max(numbers) + 1 if numbers else 0
 
 
-def record_failure(trial, error_text, will_retry):
+def record_failure(trial: 'Trial', error_text: str, will_retry: bool) -> None:
   """Closes the trial's last attempt as failed (driver side, after it ends).
 
   The attempt's process may have died before writing anything, so a record
@@ -169,7 +169,9 @@ def record_failure(trial, error_text, will_retry):
 # ------------------------------------------------- inside the Ray worker
 
 
-def run_trial(trial, num_cpus=1.0, num_gpus=0.0):
+def run_trial(
+  trial: 'Trial', num_cpus: float = 1.0, num_gpus: float = 0.0
+) -> dict:
   """Runs (or resumes) one trial to its last iteration; returns timings.
 
   Args:
@@ -222,7 +224,7 @@ def run_trial(trial, num_cpus=1.0, num_gpus=0.0):
   }
 
 
-def _limit_resources(num_cpus, num_gpus):
+def _limit_resources(num_cpus, num_gpus) -> None:
   """Sizes TensorFlow and JAX to the trial's share; before they load."""
   threads = str(max(1, int(num_cpus)))
   os.environ.setdefault('TF_NUM_INTRAOP_THREADS', threads)
@@ -290,7 +292,7 @@ def _build_runner(trial):
   return runner
 
 
-def _seed_environment(environment, seed):
+def _seed_environment(environment: str, seed) -> None:
   """Seeds the Gym/ALE environment under Dopamine's preprocessing wrapper."""
   inner = getattr(environment, 'environment', None)
   if inner is None or not hasattr(inner, 'reset'):
@@ -300,7 +302,7 @@ def _seed_environment(environment, seed):
 
 
 @contextlib.contextmanager
-def _output_to(path):
+def _output_to(path: str):
   """Sends this process's stdout and stderr (C++ logs too) to a file."""
   if storage.is_remote(path):
     yield

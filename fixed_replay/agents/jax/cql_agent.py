@@ -30,7 +30,7 @@ from fixed_replay.agents.jax import dqn_agent as jax_dqn_agent
 from fixed_replay.agents.jax import quantile_agent as jax_quantile_agent
 
 
-def cql_penalty(q_values, actions):
+def cql_penalty(q_values: jax.Array, actions: jax.Array) -> jax.Array:
   """Returns logsumexp_a Q(s, a) - Q(s, a_data) per transition.
 
   Args:
@@ -44,7 +44,9 @@ def cql_penalty(q_values, actions):
   return jax.nn.logsumexp(q_values, axis=1) - chosen
 
 
-def quantile_huber_loss(target, online, kappa):
+def quantile_huber_loss(
+  target: jax.Array, online: jax.Array, kappa: float
+) -> jax.Array:
   """Dopamine JAX's quantile Huber loss of each transition.
 
   Args:
@@ -182,7 +184,7 @@ class ConservativeAgent:
   alpha.
   """
 
-  def __init__(self, *args, cql_alpha=1.0, **kwargs):
+  def __init__(self, *args, cql_alpha: float = 1.0, **kwargs) -> None:
     """Creates the agent.
 
     Args:

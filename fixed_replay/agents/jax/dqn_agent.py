@@ -18,7 +18,7 @@ class FixedReplayJaxDQNAgent(
 
   method = 'DQN'
 
-  def __init__(self, *args, loss_type='huber', **kwargs):
+  def __init__(self, *args, loss_type: str = 'huber', **kwargs) -> None:
     """Creates the agent.
 
     Args:
@@ -31,7 +31,7 @@ class FixedReplayJaxDQNAgent(
     super().__init__(*args, loss_type=loss_type, **kwargs)
 
   @property
-  def loss_name(self):
+  def loss_name(self) -> str:
     """The TD loss's name in summaries: 'HuberLoss' or 'MSELoss'."""
     return 'HuberLoss' if self._loss_type == 'huber' else 'MSELoss'
 

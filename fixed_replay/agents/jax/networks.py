@@ -25,6 +25,7 @@ known bounds, `num_layers` ReLU layers of `hidden_units`).
 """
 
 import collections
+from typing import Any
 
 from dopamine.discrete_domains import atari_lib
 from dopamine.jax import networks
@@ -108,7 +109,7 @@ class HeadedNetwork(nn.Module):
   inputs_preprocessed: bool = False
 
   @property
-  def num_heads(self):
+  def num_heads(self) -> int:
     """The number of Q-heads (REM's update reads it)."""
     return self.num_outputs
 
@@ -146,7 +147,9 @@ class HeadedNetwork(nn.Module):
 
 
 @gin.configurable
-def JaxMultiHeadQNetwork(num_actions, num_heads, inputs_preprocessed=False):  # noqa: N802
+def JaxMultiHeadQNetwork(
+  num_actions: int, num_heads: int, inputs_preprocessed: bool = False
+) -> nn.Module:
   """Nature DQN torso with num_heads Q-value heads (REM on Atari)."""
   return HeadedNetwork(
     num_actions, num_heads, inputs_preprocessed=inputs_preprocessed
@@ -154,9 +157,12 @@ def JaxMultiHeadQNetwork(num_actions, num_heads, inputs_preprocessed=False):  # 
 
 
 @gin.configurable
-def JaxClassicControlMultiHeadQNetwork(  # noqa: N802
-  num_actions, num_heads, inputs_preprocessed=False, **torso
-):
+def JaxClassicControlMultiHeadQNetwork(
+  num_actions: int,
+  num_heads: int,
+  inputs_preprocessed: bool = False,
+  **torso: Any,
+) -> nn.Module:
   """An MLP with num_heads Q-value heads, for vector observations.
 
   Args:
@@ -171,9 +177,12 @@ def JaxClassicControlMultiHeadQNetwork(  # noqa: N802
 
 
 @gin.configurable
-def JaxClassicControlQuantileNetwork(  # noqa: N802
-  num_actions, num_atoms, inputs_preprocessed=False, **torso
-):
+def JaxClassicControlQuantileNetwork(
+  num_actions: int,
+  num_atoms: int,
+  inputs_preprocessed: bool = False,
+  **torso: Any,
+) -> nn.Module:
   """An MLP with num_atoms quantiles per action, for vector observations.
 
   Arguments are JaxClassicControlMultiHeadQNetwork's, num_atoms (quantiles

@@ -21,7 +21,7 @@ class FixedReplayJaxQuantileAgent(
   method = 'QR-DQN'
   loss_name = 'QuantileLoss'  # In summaries.
 
-  def __init__(self, *args, replay_scheme='uniform', **kwargs):
+  def __init__(self, *args, replay_scheme: str = 'uniform', **kwargs) -> None:
     """Creates the agent.
 
     Args:
@@ -42,11 +42,11 @@ class FixedReplayJaxQuantileAgent(
     super().__init__(*args, replay_scheme=replay_scheme, **kwargs)
 
   @property
-  def num_atoms(self):
+  def num_atoms(self) -> int:
     return self._num_atoms
 
   @property
-  def kappa(self):
+  def kappa(self) -> float:
     return self._kappa
 
   def _update(self):

@@ -8,6 +8,7 @@ of the heads (the network's `q_values`).
 """
 
 import functools
+from typing import Any
 
 from dopamine.jax import losses
 from dopamine.jax.agents.dqn import dqn_agent
@@ -20,13 +21,13 @@ from fixed_replay.agents.jax import networks as jax_networks
 from fixed_replay.agents.jax import offline as jax_offline
 
 
-def random_convex_weights(key, num_heads):
+def random_convex_weights(key: jax.Array, num_heads: int) -> jax.Array:
   """Returns [num_heads] draws of U(0, 1), normalised to sum to 1."""
   weights = jax.random.uniform(key, (num_heads,), minval=0.0, maxval=1.0)
   return weights / jnp.sum(weights)
 
 
-def mix_heads(q_heads, weights):
+def mix_heads(q_heads: jax.Array, weights: jax.Array) -> jax.Array:
   """[..., num_actions, num_heads] x [num_heads] -> [..., num_actions]."""
   return jnp.tensordot(q_heads, weights, axes=([-1], [0]))
 
@@ -92,11 +93,11 @@ class FixedReplayJaxREMAgent(
 
   def __init__(
     self,
-    *args,
-    num_heads=200,
-    network=jax_networks.JaxMultiHeadQNetwork,
-    **kwargs,
-  ):
+    *args: Any,
+    num_heads: int = 200,
+    network: Any = jax_networks.JaxMultiHeadQNetwork,
+    **kwargs: Any,
+  ) -> None:
     """Creates the agent.
 
     Args:

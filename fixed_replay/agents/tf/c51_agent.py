@@ -27,7 +27,7 @@ class FixedReplayC51Agent(offline.OfflineAgent, rainbow_agent.RainbowAgent):
 
   method = 'C51'
 
-  def __init__(self, *args, replay_scheme='uniform', **kwargs):
+  def __init__(self, *args, replay_scheme: str = 'uniform', **kwargs) -> None:
     """Creates the agent.
 
     Args:
@@ -66,5 +66,5 @@ class FixedReplayRainbowAgent(FixedReplayC51Agent):
   former win where both are set).
   """
 
-  def __init__(self, *args, **kwargs):
+  def __init__(self, *args, **kwargs) -> None:
     super().__init__(*args, **kwargs)

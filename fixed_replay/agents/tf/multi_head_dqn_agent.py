@@ -15,6 +15,8 @@ Learning". batch_rl trains both with one agent and `transform_strategy`:
 Either way the agent acts greedily on the mean of the heads.
 """
 
+from typing import Any
+
 from dopamine.tf.agents.dqn import dqn_agent
 import gin
 import tensorflow as tf
@@ -29,14 +31,16 @@ ADAM_EPSILON = 0.0003125
 TRANSFORM_STRATEGIES = ('IDENTITY', 'STOCHASTIC')
 
 
-def default_adam():
+def default_adam() -> tf.compat.v1.train.Optimizer:
   """A fresh Adam optimizer with the published offline settings."""
   return tf.compat.v1.train.AdamOptimizer(
     learning_rate=ADAM_LEARNING_RATE, epsilon=ADAM_EPSILON
   )
 
 
-def chosen_action_values(values, actions, num_actions):
+def chosen_action_values(
+  values: tf.Tensor, actions: tf.Tensor, num_actions: int
+) -> tf.Tensor:
   """Selects, per transition, the values of the action taken.
 
   Args:
@@ -51,7 +55,9 @@ def chosen_action_values(values, actions, num_actions):
   return tf.reduce_sum(values * one_hot, axis=1)
 
 
-def random_convex_weights(num_heads, num_combinations=1):
+def random_convex_weights(
+  num_heads: int, num_combinations: int = 1
+) -> tf.Tensor:
   """Returns a [num_heads, num_combinations] tensor of convex weights.
 
   Each column holds U(0, 1) draws normalised to sum to 1. The draw is an
@@ -64,7 +70,7 @@ def random_convex_weights(num_heads, num_combinations=1):
   return weights / tf.reduce_sum(weights, axis=0, keepdims=True)
 
 
-def mix_heads(q_heads, weights):
+def mix_heads(q_heads: tf.Tensor, weights: tf.Tensor) -> tf.Tensor:
   """[batch, num_actions, K] x [K, M] -> [batch, num_actions, M]."""
   return tf.tensordot(q_heads, weights, axes=[[2], [0]])
 
@@ -75,13 +81,13 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
 
   def __init__(
     self,
-    *args,
-    num_heads=200,
-    transform_strategy='IDENTITY',
-    num_convex_combinations=1,
-    network=networks.AtariMultiHeadQNetwork,
-    **kwargs,
-  ):
+    *args: Any,
+    num_heads: int = 200,
+    transform_strategy: str = 'IDENTITY',
+    num_convex_combinations: int = 1,
+    network: type = networks.AtariMultiHeadQNetwork,
+    **kwargs: Any,
+  ) -> None:
     """Creates the agent.
 
     Args:
@@ -125,12 +131,12 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
     return default_adam()
 
   @property
-  def method(self):
+  def method(self) -> str:
     """'REM' or 'Ensemble-DQN', as transform_strategy says."""
     return 'REM' if self.transform_strategy == 'STOCHASTIC' else 'Ensemble-DQN'
 
   @property
-  def mixing_weights(self):
+  def mixing_weights(self) -> tf.Tensor | None:
     """REM's mixture of the current step: [K] tensor ([K, M] when M > 1).
 
     Fetch it in the same `sess.run` as the train op to see the weights that
@@ -143,7 +149,7 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
   def _create_network(self, name):
     return self.network(self.num_actions, self.num_heads, name=name)
 
-  def _build_networks(self):
+  def _build_networks(self) -> None:
     if self.transform_strategy == 'STOCHASTIC':
       # Drawn before the Q-ops so online and target mixtures share it.
       self._mixing_weights = random_convex_weights(

@@ -14,6 +14,8 @@ RMSProp, whose state is per variable, the updates are the same).
 collecting data online, so an offline agent accepts it and ignores it.
 """
 
+from typing import Any
+
 from absl import logging
 import gin
 
@@ -29,13 +31,13 @@ class FixedReplayMultiNetworkDQNAgent(
 
   def __init__(
     self,
-    *args,
-    num_networks=4,
-    transform_strategy='IDENTITY',
-    network=networks.AtariMultiNetworkQNetwork,
-    use_deep_exploration=False,
-    **kwargs,
-  ):
+    *args: Any,
+    num_networks: int = 4,
+    transform_strategy: str = 'IDENTITY',
+    network: type = networks.AtariMultiNetworkQNetwork,
+    use_deep_exploration: bool = False,
+    **kwargs: Any,
+  ) -> None:
     """Creates the agent.
 
     Args:
@@ -67,5 +69,5 @@ class FixedReplayMultiNetworkDQNAgent(
     )
 
   @property
-  def method(self):
+  def method(self) -> str:
     return f'{super().method} over {self.num_networks} separate networks'

@@ -25,6 +25,8 @@ the configs use beside the networks (`preferred_tf_device`, TF1's
 """
 
 import collections
+from collections.abc import Sequence
+from typing import Any
 
 from dopamine.discrete_domains import atari_lib
 from dopamine.discrete_domains import gym_lib
@@ -44,7 +46,7 @@ QuantileNetworkType = collections.namedtuple(
 class NatureTorso(tf.keras.layers.Layer):
   """Nature DQN convolutions and 512-unit layer; uint8 frames in [0, 255]."""
 
-  def __init__(self, name=None):
+  def __init__(self, name: str | None = None) -> None:
     super().__init__(name=name)
     relu = tf.keras.activations.relu
     self.conv1 = tf.keras.layers.Conv2D(
@@ -61,7 +63,7 @@ class NatureTorso(tf.keras.layers.Layer):
       512, activation=relu, name='fully_connected'
     )
 
-  def call(self, state):
+  def call(self, state: tf.Tensor) -> tf.Tensor:
     x = tf.cast(state, tf.float32) / 255.0
     x = self.conv3(self.conv2(self.conv1(x)))
     return self.dense(self.flatten(x))
@@ -70,7 +72,13 @@ class NatureTorso(tf.keras.layers.Layer):
 class MLPTorso(tf.keras.layers.Layer):
   """Fully connected ReLU layers over flattened vector observations."""
 
-  def __init__(self, hidden_units, min_vals=None, max_vals=None, name=None):
+  def __init__(
+    self,
+    hidden_units: Sequence[int],
+    min_vals: Any = None,
+    max_vals: Any = None,
+    name: str | None = None,
+  ) -> None:
     """Creates the layers.
 
     Args:
@@ -96,7 +104,7 @@ class MLPTorso(tf.keras.layers.Layer):
       for units in hidden_units
     ]
 
-  def call(self, state):
+  def call(self, state: tf.Tensor) -> tf.Tensor:
     x = self.flatten(tf.cast(state, tf.float32))
     if self.min_vals is not None:
       low = tf.constant(self.min_vals, tf.float32)
@@ -115,7 +123,14 @@ class HeadedNetwork(tf.keras.Model):
   way `q_values` is their mean over the last axis.
   """
 
-  def __init__(self, torso, num_actions, num_outputs, output_type, name=None):
+  def __init__(
+    self,
+    torso: Any,
+    num_actions: int,
+    num_outputs: int,
+    output_type: type,
+    name: str | None = None,
+  ) -> None:
     """Creates the network.
 
     Args:
@@ -134,7 +149,7 @@ class HeadedNetwork(tf.keras.Model):
       num_actions * num_outputs, name='fully_connected'
     )
 
-  def call(self, state):
+  def call(self, state: tf.Tensor) -> Any:
     x = self.last_layer(self.torso(state))
     values = tf.reshape(x, [-1, self.num_actions, self.num_outputs])
     return self.output_type(values, tf.reduce_mean(values, axis=-1))
@@ -143,7 +158,9 @@ class HeadedNetwork(tf.keras.Model):
 class _MultiNetworkQNetwork(tf.keras.Model):
   """num_networks separate networks, each giving one Q-value per action."""
 
-  def __init__(self, make_torso, num_actions, num_networks, name=None):
+  def __init__(
+    self, make_torso, num_actions: int, num_networks: int, name=None
+  ) -> None:
     super().__init__(name=name)
     self.num_actions = num_actions
     self.num_heads = num_networks
@@ -167,7 +184,9 @@ class _MultiNetworkQNetwork(tf.keras.Model):
 class AtariMultiHeadQNetwork(HeadedNetwork):
   """Nature DQN torso with num_heads Q-value heads (batch_rl's network)."""
 
-  def __init__(self, num_actions, num_heads, name=None):
+  def __init__(
+    self, num_actions: int, num_heads: int, name: str | None = None
+  ) -> None:
     super().__init__(
       NatureTorso(), num_actions, num_heads, MultiHeadNetworkType, name=name
     )
@@ -177,7 +196,9 @@ class AtariMultiHeadQNetwork(HeadedNetwork):
 class AtariQuantileNetwork(HeadedNetwork):
   """Nature DQN torso with num_quantiles outputs per action (QR-DQN)."""
 
-  def __init__(self, num_actions, num_quantiles, name=None):
+  def __init__(
+    self, num_actions: int, num_quantiles: int, name: str | None = None
+  ) -> None:
     super().__init__(
       NatureTorso(), num_actions, num_quantiles, QuantileNetworkType, name=name
     )
@@ -187,7 +208,9 @@ class AtariQuantileNetwork(HeadedNetwork):
 class AtariMultiNetworkQNetwork(_MultiNetworkQNetwork):
   """num_networks Nature DQN networks (batch_rl's MulitNetworkQNetwork)."""
 
-  def __init__(self, num_actions, num_networks, name=None):
+  def __init__(
+    self, num_actions: int, num_networks: int, name: str | None = None
+  ) -> None:
     super().__init__(NatureTorso, num_actions, num_networks, name=name)
 
 
@@ -197,18 +220,18 @@ class MLPQNetwork(tf.keras.Model):
 
   def __init__(
     self,
-    num_actions,
-    name=None,
-    hidden_units=(64, 64),
-    min_vals=None,
-    max_vals=None,
-  ):
+    num_actions: int,
+    name: str | None = None,
+    hidden_units: Sequence[int] = (64, 64),
+    min_vals: Any = None,
+    max_vals: Any = None,
+  ) -> None:
     super().__init__(name=name)
     self.num_actions = num_actions
     self.torso = MLPTorso(hidden_units, min_vals, max_vals)
     self.last_layer = tf.keras.layers.Dense(num_actions, name='fully_connected')
 
-  def call(self, state):
+  def call(self, state: tf.Tensor) -> Any:
     return atari_lib.DQNNetworkType(self.last_layer(self.torso(state)))
 
 
@@ -219,13 +242,13 @@ class _MLPHeadedNetwork(HeadedNetwork):
 
   def __init__(
     self,
-    num_actions,
+    num_actions: int,
     num_outputs,
     name=None,
     hidden_units=(64, 64),
     min_vals=None,
     max_vals=None,
-  ):
+  ) -> None:
     torso = MLPTorso(hidden_units, min_vals, max_vals)
     super().__init__(
       torso, num_actions, num_outputs, type(self).output_type, name=name
@@ -258,7 +281,12 @@ class MLPQuantileNetwork(_MLPHeadedNetwork):
 class CartpoleQNetwork(MLPQNetwork):
   """MLPQNetwork with inputs rescaled by Dopamine's CartPole bounds."""
 
-  def __init__(self, num_actions, name=None, hidden_units=(64, 64)):
+  def __init__(
+    self,
+    num_actions: int,
+    name: str | None = None,
+    hidden_units: Sequence[int] = (64, 64),
+  ) -> None:
     super().__init__(
       num_actions,
       name=name,
@@ -272,8 +300,8 @@ class _CartpoleHeadedNetwork(_MLPHeadedNetwork):
   """An MLP with Dopamine's CartPole input bounds (see subclasses)."""
 
   def __init__(
-    self, num_actions, num_outputs, name=None, hidden_units=(64, 64)
-  ):
+    self, num_actions: int, num_outputs, name=None, hidden_units=(64, 64)
+  ) -> None:
     super().__init__(
       num_actions,
       num_outputs,
@@ -303,8 +331,12 @@ class CartpoleMultiNetworkQNetwork(_MultiNetworkQNetwork):
   """num_networks MLPs with Dopamine's CartPole input bounds."""
 
   def __init__(
-    self, num_actions, num_networks, name=None, hidden_units=(64, 64)
-  ):
+    self,
+    num_actions: int,
+    num_networks: int,
+    name: str | None = None,
+    hidden_units: Sequence[int] = (64, 64),
+  ) -> None:
     def make_torso():
       return MLPTorso(
         hidden_units, gym_lib.CARTPOLE_MIN_VALS, gym_lib.CARTPOLE_MAX_VALS

@@ -25,5 +25,7 @@ class FixedReplayREMAgent(multi_head_dqn_agent.FixedReplayMultiHeadDQNAgent):
   train op to see the weights that update used.
   """
 
-  def __init__(self, *args, transform_strategy='STOCHASTIC', **kwargs):
+  def __init__(
+    self, *args, transform_strategy: str = 'STOCHASTIC', **kwargs
+  ) -> None:
     super().__init__(*args, transform_strategy=transform_strategy, **kwargs)

@@ -28,7 +28,7 @@ _CPU_DEVICE = '/cpu:*'
 _warned_devices = set()
 
 
-def use_graph_mode():
+def use_graph_mode() -> None:
   """Switches TensorFlow to TF1 graph mode, as Dopamine's train.py does.
 
   Process-wide and idempotent. Call it before creating a Dopamine TF agent:
@@ -43,7 +43,7 @@ def _has_gpu():
   return bool(tf.config.list_physical_devices('GPU'))
 
 
-def resolve_device(tf_device):
+def resolve_device(tf_device: str) -> str:
   """Returns tf_device, or the CPU when it names a GPU this machine lacks.
 
   Args:
@@ -67,7 +67,7 @@ def resolve_device(tf_device):
 
 
 @gin.configurable
-def preferred_tf_device():
+def preferred_tf_device() -> str:
   """Returns '/gpu:0' if TensorFlow sees a GPU, else '/cpu:*'.
 
   Dopamine's default ('/cpu:*') never uses a GPU, and a GPU device on a
