@@ -101,10 +101,15 @@ def main(argv=None):
 
 def _run(command_main, argv):
   """Runs a subcommand; leaves at once if remote calls are left hanging."""
+  from fixed_replay import compat
   from fixed_replay.io import remote
 
   try:
     code = command_main(argv)
+  except compat.MissingExtraError as error:
+    # An installation step, not a bug: one line, no traceback.
+    print(f'{argv[0]}: {error}', file=sys.stderr)
+    code = 1
   except Exception:
     if remote.hanging():
       traceback.print_exc()

@@ -62,6 +62,7 @@ from absl import app
 from absl import flags
 
 from fixed_replay import cli
+from fixed_replay import compat
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.errors import CheckpointError
@@ -186,6 +187,8 @@ def detect_source(path):
 
 def _ray():
   """What --ray and --ray_address ask for (convert.convert's `ray`)."""
+  if _RAY_ADDRESS.value or _RAY.value:
+    compat.check_installed('ray', 'ray', 'convert --ray', extra='ray')
   if _RAY_ADDRESS.value:
     if _WORKERS.value is not None:
       raise app.UsageError(
