@@ -7,15 +7,18 @@ The names most users need, importable from the top:
   from fixed_replay import CheckpointError
 
 They are imported on first use, so `import fixed_replay` stays light (it does
-not import TensorFlow or JAX; see compat.py for what it does set up).
+not import TensorFlow or JAX; see compat.py and quiet.py for what it does set
+up).
 """
 
 import importlib
 
 from fixed_replay import compat as _compat
 from fixed_replay import module_aliases as _module_aliases
+from fixed_replay import quiet as _quiet
 from fixed_replay.io import remote as _remote
 
+_quiet.set_environment()
 _compat.install()
 _module_aliases.install()
 _remote.set_tensorflow_defaults()

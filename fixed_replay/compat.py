@@ -102,8 +102,6 @@ def _use_legacy_keras():
       'TF agents.\n'
     )
   os.environ.setdefault('TF_USE_LEGACY_KERAS', '1')
-  # TensorFlow's INFO lines (CUDA probing on CPU machines) drown our logs.
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 
 
 class MissingExtraError(ImportError):

@@ -10,6 +10,8 @@ import os
 import subprocess
 import sys
 
+import test_quiet
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # Runs `fixed-replay ARGS...` with the named top-level packages missing.
@@ -40,6 +42,7 @@ def _run(arguments, missing=WITHOUT_EXTRAS, timeout=600):
   return subprocess.run(
     [sys.executable, '-c', _WITHOUT, missing] + list(arguments),
     cwd=ROOT,
+    env=test_quiet._environment(),
     capture_output=True,
     text=True,
     timeout=timeout,
@@ -81,6 +84,9 @@ def test_train_runs_without_the_extras(cartpole_dir, tmp_path):
   )
   assert completed.returncode == 0, completed.stderr[-3000:]
   assert (tmp_path / 'run' / 'checkpoints').is_dir()
+  # Quiet by default (test_quiet.py): train's own lines only.
+  for marker in test_quiet.TRAIN_NOISE:
+    assert marker not in completed.stderr, (marker, completed.stderr[-3000:])
 
 
 def test_ray_features_name_the_ray_extra(cartpole_dir, tmp_path):

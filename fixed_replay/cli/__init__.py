@@ -87,6 +87,9 @@ def main(argv=None):
       file=sys.stderr,
     )
     return 2
+  from fixed_replay import quiet
+
+  quiet.install()  # Before the subcommand imports TensorFlow.
   module = importlib.import_module(f'fixed_replay.cli.{command}')
   # absl's --help prints __main__'s docstring and the flags defined by the
   # module named sys.argv[0]: point both at the subcommand.
