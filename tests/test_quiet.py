@@ -59,7 +59,7 @@ def test_generate_prints_no_third_party_noise(tmp_path):
   for marker in NOISE:
     assert marker not in quiet.stderr, (marker, quiet.stderr[-3000:])
   # The command's own progress and result are still there.
-  assert 'Wrote 1 checkpoints' in quiet.stderr, quiet.stderr[-3000:]
+  assert 'Wrote 1 checkpoint ' in quiet.stderr, quiet.stderr[-3000:]
   assert '"episodes"' in quiet.stdout
   loud = _generate(tmp_path / 'loud', FIXED_REPLAY_VERBOSE='1')
   assert loud.returncode == 0, loud.stderr[-3000:]

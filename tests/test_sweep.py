@@ -404,7 +404,7 @@ def test_killed_sweep_resumes_without_repeating_iterations(dataset, tmp_path):
   left = wait_until_gone(mark, GRACE_SECONDS)
   end_marked_processes(mark)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
-  assert '1 trials: 1 done' in rerun.stdout
+  assert '1 trial: 1 done' in rerun.stdout
   assert not left, describe(left)
   for directory, completed in at_kill.items():
     state = trial_lib.read_state(directory)

@@ -346,8 +346,9 @@ def format_summary(result):
   """A few lines for people: counts, failures with their logs, what next."""
   finished = len(result.done_before) + len(result.finished)
   lines = [
-    f'{len(result.trials)} trials: {finished} done, {len(result.failed)} '
-    f'failed, {len(result.trials) - finished - len(result.failed)} not run '
+    f'{progress.count(len(result.trials), "trial")}: {finished} done, '
+    f'{len(result.failed)} failed, '
+    f'{len(result.trials) - finished - len(result.failed)} not run '
     f'({len(result.done_before)} were done before; this run took '
     f'{progress.format_duration(result.wall_seconds)})'
   ]
