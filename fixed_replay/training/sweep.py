@@ -263,8 +263,8 @@ def run_sweep(
     logging.info('All %d trials are done; nothing to run', len(trials))
     return result
   logging.info(
-    'Sweep: %d trials, %d done before, %d to run',
-    len(trials),
+    'Sweep: %s, %d done before, %d to run',
+    progress.count(len(trials), 'trial'),
     len(done),
     len(to_run),
   )
