@@ -16,4 +16,7 @@ flags.adopt_module_key_flags(_train)
 main = _train.main
 
 if __name__ == '__main__':
+  from fixed_replay import quiet
+
+  quiet.install()  # As `fixed-replay train` does, before TensorFlow loads.
   app.run(main)
