@@ -7,7 +7,8 @@ The names most users need, importable from the top:
   from fixed_replay import CheckpointError
 
 They are imported on first use, so `import fixed_replay` stays light (it does
-not import TensorFlow or JAX; see compat.py for what it does set up). First
+not import TensorFlow or JAX; see compat.py and quiet.py for what it does set
+up). First
 use may come after gin's config is locked (an agent's `_build_replay_buffer`
 runs inside the runner): the import then registers its gin names with the
 lock lifted, since no binding can name them yet (parsing a binding of a name
@@ -21,8 +22,10 @@ import sys
 
 from fixed_replay import compat as _compat
 from fixed_replay import module_aliases as _module_aliases
+from fixed_replay import quiet as _quiet
 from fixed_replay.io import remote as _remote
 
+_quiet.set_environment()
 _compat.install()
 _module_aliases.install()
 _remote.set_tensorflow_defaults()

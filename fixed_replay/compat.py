@@ -102,11 +102,17 @@ def _use_legacy_keras():
       'TF agents.\n'
     )
   os.environ.setdefault('TF_USE_LEGACY_KERAS', '1')
-  # TensorFlow's INFO lines (CUDA probing on CPU machines) drown our logs.
-  os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '1')
 
 
-def require(module_name, pip_name=None, purpose=''):
+class MissingExtraError(ImportError):
+  """A feature's optional dependency is absent; the message says what to run.
+
+  The CLI prints it as one line (no traceback): it is an installation step,
+  not a bug.
+  """
+
+
+def require(module_name, pip_name=None, purpose='', extra=None):
   """Imports a module or raises an ImportError naming what to install.
 
   Args:
@@ -114,21 +120,43 @@ def require(module_name, pip_name=None, purpose=''):
     pip_name: str, the PyPI distribution that provides it (defaults to
       module_name).
     purpose: str, what the caller needs it for, shown in the message.
+    extra: str or None, the fixed_replay extra that installs it (e.g.
+      'ray'); the message then names `pip install 'fixed_replay[extra]'`.
 
   Returns:
     The imported module.
 
   Raises:
+    MissingExtraError: if `extra` is given and the module cannot be
+      imported.
     ImportError: if the module cannot be imported.
   """
   try:
-    return importlib.import_module(module_name)
+    module = importlib.import_module(module_name)
+    if getattr(module, '__file__', None) is None:
+      # A namespace package: a directory of that name on sys.path (Ray's
+      # /tmp/ray, say, when run from /tmp), not the package itself.
+      raise ModuleNotFoundError(f'{module_name} is a bare directory')
+    return module
   except ImportError as error:
     reason = f' for {purpose}' if purpose else ''
+    if extra:
+      raise MissingExtraError(
+        f'{pip_name or module_name} is needed{reason} and is not installed: '
+        f"pip install 'fixed_replay[{extra}]'"
+      ) from error
     raise ImportError(
       f'{module_name} is needed{reason}: pip install '
       f'{pip_name or module_name}'
     ) from error
+
+
+def check_installed(module_name, pip_name, purpose, extra):
+  """Raises MissingExtraError now if a module a feature needs is absent.
+
+  For checking flags before any work starts (the module is imported).
+  """
+  require(module_name, pip_name, purpose, extra)
 
 
 def install():

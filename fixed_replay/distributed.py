@@ -39,7 +39,9 @@ _LOCAL_ONLY_ENV = 'RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER'
 
 
 def _import_ray():
-  return compat.require('ray', purpose='Ray clusters (sweeps, conversions)')
+  return compat.require(
+    'ray', purpose='Ray clusters (sweeps, conversions)', extra='ray'
+  )
 
 
 @contextlib.contextmanager

@@ -52,6 +52,11 @@ def format_bytes(num_bytes: int | None) -> str:
   return f'{int(value)} B' if unit == 'B' else f'{value:.2f} {unit}'
 
 
+def count(number: int, noun: str) -> str:
+  """'1 game', '2 games': a count and its noun, plural when not one."""
+  return f'{number} {noun}' if number == 1 else f'{number} {noun}s'
+
+
 def format_duration(seconds: float) -> str:
   """Formats seconds as e.g. '2d 03h 04m', '3h 04m 05s' or '4m 05s'."""
   seconds = int(round(seconds))

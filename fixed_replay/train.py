@@ -19,5 +19,8 @@ flags.adopt_module_key_flags(_train)
 main = _train.main
 
 if __name__ == '__main__':
+  from fixed_replay import quiet
+
+  quiet.install()  # As `fixed-replay train` does, before TensorFlow loads.
   # Errors in the data or the request print as one line, as in the CLI.
   app.run(functools.partial(cli.run_command, 'train', main))

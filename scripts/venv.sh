@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
-# Creates or refreshes .venv from the pinned requirements; sourced by the
-# top-level commands. Re-installs only when a requirements file or setup.py
-# changed since the last install (a hash stamp inside .venv records it).
+# Creates or refreshes .venv from the lock; sourced by the top-level commands.
+# Installs the exact tested set (requirements-dev.txt, which includes
+# requirements.txt), then this project on top without resolving anything
+# (pyproject.toml's ranges are for users' own environments). Re-installs only
+# when a requirements file or pyproject.toml changed since the last install
+# (a hash stamp inside .venv records it).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
 PYTHON_BIN="${PYTHON:-python3.11}"
 command -v "$PYTHON_BIN" >/dev/null || PYTHON_BIN=python3
 STAMP="$VENV/.fixed_replay_requirements"
-WANT="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" "$ROOT/setup.py" | sha256sum | cut -d' ' -f1)"
+WANT="$(cat "$ROOT/requirements.txt" "$ROOT/requirements-dev.txt" "$ROOT/pyproject.toml" | sha256sum | cut -d' ' -f1)"
 
 if [ ! -x "$VENV/bin/python" ]; then
   echo "[venv] creating $VENV with $PYTHON_BIN" >&2

@@ -124,8 +124,23 @@ def test_wrong_observation_shape_or_dtype(dopamine_dir):
     checkpoints.read_checkpoint(found[0], observation_shape=(96, 96))
   with pytest.raises(CheckpointError, match='observation_ckpt.0.gz: dtype'):
     checkpoints.read_checkpoint(found[0], observation_dtype=np.float32)
-  with pytest.raises(CheckpointError, match=r'rows \[990, 1010\)'):
-    checkpoints.read_checkpoint(found[0], 990, 20)
+  with pytest.raises(CheckpointError, match=r'rows \[1010, 1030\)'):
+    checkpoints.read_checkpoint(found[0], 1010, 20)
+
+
+def test_window_past_the_end_is_clipped_like_the_buffer(dopamine_dir):
+  """count=50_000 on a smaller checkpoint reads to its end, as the buffers
+  clip a replay_capacity larger than the file."""
+  found = checkpoints.find_checkpoints(dopamine_dir[0])
+  whole = checkpoints.read_checkpoint(found[0])
+  window = checkpoints.read_checkpoint(found[0], 990, 50_000)
+  assert window.start == 990 and window.num_rows == whole.num_rows - 990
+  for name, array in whole.store.items():
+    np.testing.assert_array_equal(window.store[name], array[990:])
+  assert window.add_count == whole.add_count
+  assert checkpoints.read_checkpoint(found[0], 0, 50_000).num_rows == (
+    whole.num_rows
+  )
 
 
 def test_bad_add_count(dopamine_dir, tmp_path):

@@ -199,3 +199,23 @@ def test_cli_prints_summary(source, tmp_path):
   assert 'converted 8 checkpoint(s)' in completed.stdout
   manifest = manifest_lib.read_manifest(tmp_path / 'store' / 'checkpoint_0')
   assert manifest['observation']['block_rows'] == 8
+
+
+def test_small_job_converts_in_this_process_by_default(source, tmp_path):
+  """Without --workers a small job skips the worker start-up; same bytes."""
+  completed = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'convert',
+      str(source),
+      str(tmp_path / 'default'),
+    ],
+    capture_output=True,
+    text=True,
+  )
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert 'Converting in this process (8 checkpoints' in completed.stderr
+  convert.convert(source, tmp_path / 'pool', workers=2)
+  assert file_digests(tmp_path / 'default') == file_digests(tmp_path / 'pool')

@@ -334,6 +334,9 @@ def runs(request, dopamine_dir, tmp_path_factory):
   env['PYTHONPATH'] = os.pathsep.join(
     [str(tmp / 'recipes'), ROOT, env.get('PYTHONPATH', '')]
   )
+  # The labs test reads Dopamine's own parameter dump (the evidence that its
+  # bindings reached Dopamine's class), which commands hide by default.
+  env['FIXED_REPLAY_VERBOSE'] = '1'
   jobs = _jobs(tmp, str(dopamine_dir[0]), str(cartpole))
   selected = {
     item.callspec.params['job']

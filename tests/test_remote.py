@@ -245,3 +245,49 @@ def test_time_limit_is_configurable_and_bounded(monkeypatch):
     remote.set_timeout(None)
   with pytest.raises(ValueError, match='remote timeout'):
     remote.set_timeout(0)
+
+
+def test_cli_exits_soon_after_a_timeout(servers):
+  """A timed-out command says so after one limit and leaves at once.
+
+  inspect makes several calls to the stalled bucket; only the first waits
+  the limit, and the process does not wait for TensorFlow to give up.
+  """
+  running, _ = servers
+  environment = _environment(servers)
+  environment.update(
+    loopback_servers.gcs_environment(
+      running['stall'].address, running['metadata']
+    )
+  )
+  process = subprocess.Popen(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'inspect',
+      OTHER,
+      '--remote_timeout_s=4',
+    ],
+    env=environment,
+    stdout=subprocess.PIPE,
+    stderr=subprocess.PIPE,
+    text=True,
+    cwd=REPO,
+  )
+  waiting_at = error_at = None
+  lines = []
+  for line in process.stderr:  # Until the process closes stderr (exits).
+    lines.append(line)
+    if waiting_at is None and 'Still waiting for' in line:
+      waiting_at = time.monotonic()  # 3 s into the first call.
+    if error_at is None and 'timed out: no answer within 4 s' in line:
+      error_at = time.monotonic()
+  process.wait(timeout=300)
+  exited_at = time.monotonic()
+  stderr = ''.join(lines)
+  assert waiting_at is not None and error_at is not None, stderr[-3000:]
+  assert process.returncode != 0, stderr[-3000:]
+  # One limit (4 s), not one per call: the first call's 1 s left, plus slack.
+  assert error_at - waiting_at < 4, (error_at - waiting_at, stderr[-3000:])
+  assert exited_at - error_at < 5, (exited_at - error_at, stderr[-3000:])

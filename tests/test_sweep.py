@@ -275,6 +275,49 @@ def test_plan_without_games_sweeps_the_one_dataset(tmp_path):
     )
 
 
+def test_cli_refusal_prints_the_reason_only(tmp_path):
+  """A sweep refused for a changed config: its reason, not --help."""
+  (tmp_path / 'data').mkdir()
+  (tmp_path / 'a.gin').write_text('# a\n')
+  common = dict(agents=['dqn'], seeds=[0], games=['Pong'], runs=['1'])
+  (trial,) = sweep.plan(
+    str(tmp_path / 'sweep'),
+    str(tmp_path / 'data'),
+    gin_files=[str(tmp_path / 'a.gin')],
+    gin_bindings=['FixedReplayRunner.num_iterations = 3'],
+    **common,
+  )
+  os.makedirs(trial.base_dir)
+  trial_lib.write_state(
+    trial.base_dir, {'config': trial.config(), 'status': 'done'}
+  )
+  completed = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'sweep',
+      f'--base_dir={tmp_path / "sweep"}',
+      f'--replay_dir={tmp_path / "data"}',
+      '--games=Pong',
+      '--agents=dqn',
+      '--seeds=0',
+      '--runs=1',
+      f'--gin_files={tmp_path / "a.gin"}',
+      '--gin_bindings=FixedReplayRunner.num_iterations = 5',
+    ],
+    cwd=ROOT,
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert completed.returncode == 2, completed.stderr[-3000:]
+  assert 'gin_bindings differ' in completed.stderr
+  assert '--allow_changed_config' in completed.stderr
+  assert '--cpus_per_trial' not in completed.stderr  # No flags' help.
+  assert len(completed.stderr.strip().splitlines()) < 6, completed.stderr
+
+
 # ------------------------------------------------ sweeps, real processes
 
 
@@ -464,7 +507,7 @@ def test_killed_sweep_resumes_without_repeating_iterations(dataset, tmp_path):
   left = wait_until_gone(mark, GRACE_SECONDS)
   end_marked_processes(mark)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
-  assert '1 trials: 1 done' in rerun.stdout
+  assert '1 trial: 1 done' in rerun.stdout
   assert not left, describe(left)
   for directory, completed in at_kill.items():
     state = trial_lib.read_state(directory)

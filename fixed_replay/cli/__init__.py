@@ -94,6 +94,9 @@ def main(argv=None):
       file=sys.stderr,
     )
     return 2
+  from fixed_replay import quiet
+
+  quiet.install()  # Before the subcommand imports TensorFlow.
   module = importlib.import_module(f'fixed_replay.cli.{command}')
   # absl's --help prints __main__'s docstring and the flags defined by the
   # module named sys.argv[0]: point both at the subcommand.
@@ -120,10 +123,15 @@ def run_command(command, command_main, argv):
   mistake in what was asked for (UsageError) are printed as their message
   alone, with no traceback, and exit with status 1.
   """
+  from fixed_replay import compat
   from fixed_replay.io import remote
 
   try:
     code = command_main(argv)
+  except compat.MissingExtraError as error:
+    # An installation step, not a bug: one line, no traceback.
+    print(f'fixed-replay {command}: {error}', file=sys.stderr)
+    code = 1
   except (CheckpointError, UsageError) as error:
     if remote.hanging():
       traceback.print_exc()

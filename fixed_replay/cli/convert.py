@@ -1,4 +1,4 @@
-"""`fixed-replay convert SRC DST`: replay checkpoints into a compact store.
+"""`fixed-replay convert SRC DST`: a run into a compact store or Dopamine files.
 
 SRC is one run, local or gs://, in one of three forms (detected from its
 file names, or forced with --source):
@@ -44,8 +44,8 @@ progress display for the whole job):
 
 The stores are the same, byte for byte, with or without Ray.
 
-Then train with `replay_buffer_class.memory_class = @CompactReplayBuffer`
-and --replay_dir=DST (or FixedReplayBuffer on the Dopamine files).
+Then train on DST, either format, with `fixed-replay train --replay_dir=DST
+...`.
 
   fixed-replay convert /data/Pong/1/replay_logs /data/Pong/1/compact
   fixed-replay convert /data/Pong /data/compact/Pong --ray
@@ -63,6 +63,7 @@ from absl import app
 from absl import flags
 
 from fixed_replay import cli
+from fixed_replay import compat
 from fixed_replay.dataset import layout
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.errors import CheckpointError
@@ -207,6 +208,8 @@ def _game():
 
 def _ray():
   """What --ray and --ray_address ask for (convert.convert's `ray`)."""
+  if _RAY_ADDRESS.value or _RAY.value:
+    compat.check_installed('ray', 'ray', 'convert --ray', extra='ray')
   if _RAY_ADDRESS.value:
     if _WORKERS.value is not None:
       raise app.UsageError(

@@ -24,10 +24,13 @@ returns at once), interrupted ones resume from their last checkpoint, failed
 ones are tried again. Then `fixed-replay report BASE_DIR`.
 """
 
+import sys
+
 from absl import app
 from absl import flags
 
 from fixed_replay import cli
+from fixed_replay.agents import AGENTS
 
 _BASE_DIR = flags.DEFINE_string(
   'base_dir', None, 'Directory of the sweep (one subdirectory per trial).'
@@ -47,7 +50,9 @@ _GAMES = flags.DEFINE_list(
 )
 _RUNS = flags.DEFINE_list('runs', ['1'], 'Dataset runs, e.g. 1,2,3,4,5.')
 _AGENTS = flags.DEFINE_list(
-  'agents', ['dqn'], 'Agents (see fixed_replay.agents.AGENTS), e.g. dqn,rem.'
+  'agents',
+  ['dqn'],
+  f'Agents, e.g. dqn,rem; any of {", ".join(AGENTS)}.',
 )
 _SEEDS = flags.DEFINE_list('seeds', ['0'], 'Seeds, e.g. 0,1,2.')
 _GIN_FILES = flags.DEFINE_multi_string(
@@ -115,6 +120,9 @@ def main(argv):
       gin_files=_GIN_FILES.value,
       gin_bindings=_GIN_BINDINGS.value,
     )
+  except ValueError as error:
+    raise app.UsageError(str(error)) from error
+  try:
     result = sweep.run_sweep(
       trials,
       ray_address=_RAY_ADDRESS.value,
@@ -124,7 +132,10 @@ def main(argv):
       allow_changed_config=_ALLOW_CHANGED_CONFIG.value,
     )
   except ValueError as error:
-    raise app.UsageError(str(error)) from error
+    # A refusal (a changed configuration, resources no node has), not a
+    # misspelt flag: the reason alone, without the flags' help.
+    print(f'fixed-replay sweep: {error}', file=sys.stderr)
+    return 2
   print(sweep.format_summary(result))
   if not result.failed:
     print(f'Report: fixed-replay report {_BASE_DIR.value}')

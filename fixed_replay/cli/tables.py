@@ -112,7 +112,8 @@ def format_table(summary):
   mode = 'verified' if summary.verified else 'headers only, not verified'
   title = (
     f'{summary.directory} (stack_size={summary.stack_size}, '
-    f'update_horizon={summary.update_horizon}, {mode})'
+    f'update_horizon={summary.update_horizon}, {mode}; episodes: the '
+    "complete ones within each checkpoint's rows)"
   )
   left = {1} | set(range(8, len(_DIRECTORY_COLUMNS)))
   return '\n'.join([title] + _aligned(_DIRECTORY_COLUMNS, rows, left))

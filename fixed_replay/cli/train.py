@@ -20,6 +20,7 @@ from absl import app
 from absl import flags
 
 from fixed_replay import cli
+from fixed_replay.agents import AGENTS
 
 _BASE_DIR = flags.DEFINE_string(
   'base_dir',
@@ -36,7 +37,7 @@ _REPLAY_DIR = flags.DEFINE_string(
 _AGENT_NAME = flags.DEFINE_string(
   'agent_name',
   'dqn',
-  'Name of the agent (see fixed_replay.agents.AGENTS), or your own agent '
+  f'Name of the agent: one of {", ".join(AGENTS)}; or your own agent '
   "class as 'package.module:Class'.",
 )
 _GIN_FILES = flags.DEFINE_multi_string(

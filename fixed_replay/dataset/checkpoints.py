@@ -27,6 +27,7 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 from fixed_replay.io import npy_stream
 from fixed_replay.io import remote
+from fixed_replay.replay import memory_budget as memory
 
 # Files Dopamine's checkpointing may leave that this reader does not use.
 _IGNORED_NAMES = frozenset(['sum_tree'])
@@ -278,7 +279,8 @@ def read_checkpoint(
   Args:
     files: CheckpointFiles.
     start: int, first file row.
-    count: int or None, number of rows (None: to the end of the file).
+    count: int or None, number of rows at most (None: to the end of the
+      file); a window reaching past the file ends with it.
     observation_shape: optional tuple, expected shape of one observation.
     observation_dtype: optional expected observation dtype.
     elements: optional iterable of store element names to read (default all;
@@ -292,7 +294,8 @@ def read_checkpoint(
 
   Raises:
     CheckpointError: naming the file, on damage, mismatched lengths, an
-      unexpected observation shape or dtype, or a window outside the file.
+      unexpected observation shape or dtype, or a window starting outside
+      the file (one that ends past it is clipped to the file's rows).
   """
   headers = read_store_headers(files)
   num_file_rows = headers['observation'].num_rows
@@ -302,14 +305,27 @@ def read_checkpoint(
     observation_dtype,
     observation_shape,
   )
-  if count is None:
-    count = num_file_rows - start
-  if start < 0 or count < 0 or start + count > num_file_rows:
+  if start < 0 or (count is not None and count < 0) or start > num_file_rows:
     raise CheckpointError(
       files.store_paths['observation'],
-      f'rows [{start}, {start + count}) asked, but checkpoint '
-      f'{files.suffix} has {num_file_rows} rows',
+      f'rows [{start}, {"end" if count is None else start + count}) asked, '
+      f'but checkpoint {files.suffix} has {num_file_rows} rows',
     )
+  # A window reaching past the file is clipped to it, as the buffers clip
+  # a replay_capacity larger than a checkpoint.
+  rows = memory.window_rows(num_file_rows, start, count)
+  if count is not None and rows < count:
+    logging.info(
+      'rows [%d, %d) reach past the %d rows of checkpoint %d: reading rows '
+      '[%d, %d)',
+      start,
+      start + count,
+      num_file_rows,
+      files.suffix,
+      start,
+      start + rows,
+    )
+  count = rows
   wanted = set(REQUIRED_STORE_ELEMENTS) | set(elements or files.store_paths)
   unknown = wanted - set(files.store_paths)
   if unknown:
@@ -342,7 +358,8 @@ def read_terminal_window(
   Args:
     files: CheckpointFiles.
     start: int, first file row.
-    count: int or None, number of rows (None: to the end of the file).
+    count: int or None, number of rows at most (None: to the end of the
+      file); a window reaching past the file ends with it.
     verify: bool, as in read_checkpoint.
 
   Returns:

@@ -359,9 +359,10 @@ def generate_dataset(
     generation_seconds=time.time() - generation_start,
   )
   logging.info(
-    'Wrote %d checkpoints to %s in %.1f s (%.0f rows/s): %d episodes, mean '
-    'return %s',
-    len(summary.checkpoints),
+    'Wrote %s to %s in %.1f s (%.0f rows/s): %d episodes played, mean '
+    'return %s (inspect counts only the complete episodes each checkpoint '
+    'holds)',
+    progress_lib.count(len(summary.checkpoints), 'checkpoint'),
     output_dir,
     summary.seconds,
     summary.rows_per_second,

@@ -25,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from fixed_replay import compat
 from fixed_replay.dataset import rlu_episodes
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
@@ -107,9 +108,17 @@ def is_prepared_dataset(path: str) -> bool:
     return json.load(stream).get('name') == DATASET
 
 
-def _builder(dataset_dir):
-  import tensorflow_datasets as tfds
+def _import_tfds():
+  return compat.require(
+    'tensorflow_datasets',
+    'tensorflow-datasets',
+    purpose='TFDS-prepared RL Unplugged (--source=tfds)',
+    extra='tfds',
+  )
 
+
+def _builder(dataset_dir):
+  tfds = _import_tfds()
   builder = tfds.builder_from_directory(dataset_dir)
   if builder.info.name != DATASET:
     raise CheckpointError(
@@ -225,8 +234,7 @@ def iter_episodes(
     split: str, e.g. 'checkpoint_07'.
     wanted: optional set of record positions to yield (others skipped).
   """
-  import tensorflow_datasets as tfds
-
+  tfds = _import_tfds()
   builder = _builder(dataset_dir)
   label = f'{dataset_dir}[{split}]'
   file_format = builder.info.file_format

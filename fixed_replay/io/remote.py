@@ -14,7 +14,10 @@ runs here:
   genuine "not found" answer becomes FileNotFoundError.
 
 A call that times out is abandoned, not stopped: TensorFlow gives no way to
-cancel it. Its daemon thread ends with TensorFlow's own limits, which
+cancel it. While it runs, later calls to the same bucket fail at once with
+the same cause rather than each waiting the whole limit again (a command
+that makes three calls would otherwise take three times the limit to say
+what is wrong). Its daemon thread ends with TensorFlow's own limits, which
 `set_tensorflow_defaults` lowers (when the user has not set them) so that a
 failure's real cause usually arrives within our limit. A process must not
 exit while such a call runs (TensorFlow's C++ teardown then aborts it): at
@@ -179,6 +182,8 @@ class _Call:
 
   def __init__(self, function, args) -> None:
     self.done = threading.Event()
+    self.limit = None  # Set when abandoned: the limit it ran past,
+    self.where = None  # and the storage it waits for (_storage).
     self.result = None
     self.error = None
     thread = threading.Thread(
@@ -215,6 +220,16 @@ def call(what: str, path: str, function: Callable[..., Any], *args: Any) -> Any:
     RemoteError: on a timeout or any other failure, naming the cause.
   """
   limit = timeout()
+  stuck = _stuck_call(path)
+  if stuck is not None:
+    # The same storage has not answered an earlier call: waiting the whole
+    # limit again for each later one would multiply the user's wait.
+    raise RemoteError(
+      str(path),
+      f'timed out: no answer within {stuck.limit:g} s to an earlier call '
+      f'to {stuck.where} (still unanswered), so not {what} (is the network '
+      f'down?). Raise the limit with {TIMEOUT_ENV} or --remote_timeout_s.',
+    )
   began = time.monotonic()
   running = _Call(function, args)
   next_log = _FIRST_LOG_S
@@ -223,6 +238,8 @@ def call(what: str, path: str, function: Callable[..., Any], *args: Any) -> Any:
   ):
     waited = time.monotonic() - began
     if waited >= limit:
+      running.limit = limit
+      running.where = _storage(path)
       _abandon(running)
       raise RemoteError(
         str(path),
@@ -253,6 +270,21 @@ def _abandon(running) -> None:
     _abandoned.append(running)
 
 
+def _storage(path):
+  """What a call talks to: 'gs://bucket' (or the path's scheme and host)."""
+  match = re.match(r'^([a-z0-9]+://[^/]*)', str(path))
+  return match.group(1) if match else str(path)
+
+
+def _stuck_call(path):
+  """An abandoned call to the same storage as `path` still running, or None."""
+  where = _storage(path)
+  for running in _still_running():
+    if running.where == where:
+      return running
+  return None
+
+
 def _still_running():
   with _abandoned_lock:
     _abandoned[:] = [c for c in _abandoned if not c.done.is_set()]
@@ -260,11 +292,15 @@ def _still_running():
 
 
 def _flush() -> None:
+  """Before os._exit: writes out what the streams (and quiet's filter) hold."""
+  from fixed_replay import quiet
+
   for stream in (sys.stdout, sys.stderr):
     try:
       stream.flush()
     except (OSError, ValueError):
       pass
+  quiet.stop()
 
 
 def _wait_for_abandoned() -> None:

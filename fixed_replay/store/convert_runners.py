@@ -6,7 +6,8 @@ raises. All runners call checkpoint_commit.convert_checkpoint, so they write
 the same bytes:
 
 * `InProcess`: one by one in this process (--workers=0);
-* `ProcessPool`: worker processes that die with this one (workers.py);
+* `ProcessPool`: worker processes that die with this one (workers.py),
+  unless the job is small (SMALL_JOB_ROWS) and --workers was not given;
 * ray_convert.RayRunner: a Ray task per checkpoint, retried when it fails.
 
 convert.py chooses among them; Ray's runner imports this module, never the
@@ -31,6 +32,11 @@ from fixed_replay.store.checkpoint_source import CheckpointSource
 from fixed_replay.store.convert_options import ConvertOptions
 
 _LOG_EVERY_S = 30.0
+# With the default --workers, a job this small (or of one checkpoint) is
+# converted in this process: starting worker processes (each imports numpy,
+# blosc2 and TensorFlow) costs more than the conversion itself; a small RL
+# Unplugged shard took 24 s with workers and 6 s without, the same bytes.
+SMALL_JOB_ROWS = 100_000
 
 
 class Pending(NamedTuple):
@@ -148,6 +154,15 @@ class ProcessPool:
     return False
 
   def run(self, pending: list[Pending], options: ConvertOptions) -> None:
+    small = sum(item.rows for item in pending) <= SMALL_JOB_ROWS
+    if self._workers is None and (small or len(pending) == 1):
+      logging.info(
+        'Converting in this process (%s, %s rows: less than starting '
+        'workers would cost; --workers=N to use N processes)',
+        progress.count(len(pending), 'checkpoint'),
+        f'{sum(item.rows for item in pending):,}',
+      )
+      return InProcess().run(pending, options)
     count = self._workers or min(len(pending), os.cpu_count() or 1)
     count = min(count, len(pending))
     threads = max(1, (os.cpu_count() or 1) // count)

@@ -27,6 +27,7 @@ from absl import logging
 import numpy as np
 
 from fixed_replay import compat
+from fixed_replay import progress
 from fixed_replay.io import files as storage
 from fixed_replay.training import plotting
 from fixed_replay.training import reference_scores
@@ -233,8 +234,9 @@ def format_markdown(
   ]
   for agent, games, dqn, n_dqn, human, n_human in medians(rows):
     lines.append(
-      f'| {agent} | {games} | {_number(dqn)} ({n_dqn} games) | '
-      f'{_number(human)} ({n_human} games) |'
+      f'| {agent} | {games} | {_number(dqn)} '
+      f'({progress.count(n_dqn, "game")}) | '
+      f'{_number(human)} ({progress.count(n_human, "game")}) |'
     )
   notes = [f'- {r.game} / {r.agent}: {r.note}' for r in rows if r.note]
   notes += [f'- skipped {path}: {reason}' for path, reason in skipped]
@@ -283,7 +285,10 @@ def format_csv(rows: Sequence['Row']) -> str:
     writer.writerow(
       ['median', agent, games, '', '', '', '', '']
       + ['' if dqn is None else repr(dqn), '' if human is None else repr(human)]
-      + [f'median over {n_dqn} and {n_human} games with reference scores']
+      + [
+        f'median over {n_dqn} and {progress.count(n_human, "game")} with '
+        'reference scores'
+      ]
     )
   return buffer.getvalue()
 

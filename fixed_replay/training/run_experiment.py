@@ -262,10 +262,13 @@ class FixedReplayRunner(run_experiment.Runner):
     estimated time left for the whole run.
     """
     if self._num_iterations <= self._start_iteration:
-      logging.warning(
-        'num_iterations (%d) <= start_iteration (%d): nothing to do',
-        self._num_iterations,
+      logging.info(
+        'The run in %s is complete: %d iterations done, num_iterations=%d; '
+        'nothing is left to do (raise '
+        'FixedReplayRunner.num_iterations to train further)',
+        self._base_dir,
         self._start_iteration,
+        self._num_iterations,
       )
       return
     logging.info(

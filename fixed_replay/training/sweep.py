@@ -311,8 +311,8 @@ def run_sweep(
     logging.info('All %d trials are done; nothing to run', len(trials))
     return result
   logging.info(
-    'Sweep: %d trials, %d done before, %d to run',
-    len(trials),
+    'Sweep: %s, %d done before, %d to run',
+    progress.count(len(trials), 'trial'),
     len(done),
     len(to_run),
   )
@@ -394,8 +394,9 @@ def format_summary(result: 'SweepResult') -> str:
   """A few lines for people: counts, failures with their logs, what next."""
   finished = len(result.done_before) + len(result.finished)
   lines = [
-    f'{len(result.trials)} trials: {finished} done, {len(result.failed)} '
-    f'failed, {len(result.trials) - finished - len(result.failed)} not run '
+    f'{progress.count(len(result.trials), "trial")}: {finished} done, '
+    f'{len(result.failed)} failed, '
+    f'{len(result.trials) - finished - len(result.failed)} not run '
     f'({len(result.done_before)} were done before; this run took '
     f'{progress.format_duration(result.wall_seconds)})'
   ]

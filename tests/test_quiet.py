@@ -1,0 +1,81 @@
+"""Commands print their own lines only; FIXED_REPLAY_VERBOSE=1 shows all."""
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# What TensorFlow, XLA, absl, Gym and Dopamine print on the way (from C++,
+# print() and Python logging and warnings alike).
+NOISE = (
+  'Unable to register cu',
+  'absl::InitializeLog',
+  'Gym has been unmaintained',
+  'DeprecationWarning',
+  'Creating a _ReportingReplayBuffer',
+)
+# Also printed by train.
+TRAIN_NOISE = NOISE + (
+  'already exists in the registry',
+  'with the following parameters',
+  'Instructions for updating',
+)
+
+
+def _environment(**extra):
+  environment = dict(os.environ, PYTHONPATH=ROOT, **extra)
+  for name in ('TF_CPP_MIN_LOG_LEVEL', 'FIXED_REPLAY_VERBOSE'):
+    environment.pop(name, None)
+  environment.update(extra)
+  return environment
+
+
+def _generate(directory, **extra):
+  return subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'generate',
+      '--environment=cartpole',
+      f'--output_dir={directory}',
+      '--num_checkpoints=1',
+      '--checkpoint_rows=100',
+      '--policy=random',
+      '--noprogress',
+    ],
+    cwd=ROOT,
+    env=_environment(**extra),
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+
+
+def test_generate_prints_no_third_party_noise(tmp_path):
+  quiet = _generate(tmp_path / 'quiet')
+  assert quiet.returncode == 0, quiet.stderr[-3000:]
+  for marker in NOISE:
+    assert marker not in quiet.stderr, (marker, quiet.stderr[-3000:])
+  # The command's own progress and result are still there.
+  assert 'Wrote 1 checkpoint ' in quiet.stderr, quiet.stderr[-3000:]
+  assert '"episodes"' in quiet.stdout
+  loud = _generate(tmp_path / 'loud', FIXED_REPLAY_VERBOSE='1')
+  assert loud.returncode == 0, loud.stderr[-3000:]
+  assert 'Creating a _ReportingReplayBuffer' in loud.stderr
+  assert 'Gym has been unmaintained' in loud.stderr
+  assert len(loud.stderr.splitlines()) > len(quiet.stderr.splitlines()) + 10
+
+
+def test_import_prints_nothing():
+  completed = subprocess.run(
+    [sys.executable, '-c', 'import fixed_replay'],
+    cwd=ROOT,
+    env=_environment(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+  assert completed.returncode == 0
+  assert completed.stdout == '' and completed.stderr == ''
