@@ -264,8 +264,7 @@ def sample_compact(store, seconds, check_suffixes, check_rows, workers):
   buffer = CompactReplayBuffer(
     str(store),
     batch_size=BATCH,
-    prefetch=workers > 0,
-    num_workers=workers,
+    sampling_threads=workers,
     seed=0,
   )
   rate = _rate(buffer.sample_transition_batch, seconds)

@@ -46,8 +46,12 @@ def test_fixed_replay_buffer_checks_its_arguments(tmp_path, name, value, words):
   'name, value, words',
   BUFFER_CASES[:5]
   + [
-    ('prefetch_batches', 0, 'prefetch_batches must be an integer >= 1'),
-    ('num_workers', -1, 'num_workers must be an integer >= 0 or None'),
+    ('ready_batches', 0, 'ready_batches must be an integer >= 1'),
+    (
+      'sampling_threads',
+      -1,
+      'sampling_threads must be an integer >= 0 or None',
+    ),
     ('cache_bytes', -1, 'cache_bytes must be an integer >= 0 or None'),
   ],
 )

@@ -44,8 +44,8 @@ progress display for the whole job):
 
 The stores are the same, byte for byte, with or without Ray.
 
-Then train with `replay_buffer_class.memory_class = @CompactReplayBuffer`
-and --replay_dir=DST (or FixedReplayBuffer on the Dopamine files).
+Then train with --replay_dir=DST: FixedReplayBuffer reads a store as it
+reads Dopamine's files.
 
   fixed-replay convert /data/Pong/1/replay_logs /data/Pong/1/compact
   fixed-replay convert /data/Pong /data/compact/Pong --ray

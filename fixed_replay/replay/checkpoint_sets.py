@@ -38,6 +38,23 @@ class SetRotation(core.ReplayCore):
       MemoryError: if the first set cannot fit, before reading it.
     """
     self._loader = loader
+    self._init_sets(sets, num_buffers, budget)
+    self._executor = concurrent.futures.ThreadPoolExecutor(
+      max_workers=1, thread_name_prefix='fixed_replay_prefetch'
+    )
+    first = sets.draw(num_buffers)
+    memory.check_fits(
+      loader.set_bytes(first),
+      budget,
+      f'Loading {len(first)} checkpoint(s) {first}',
+    )
+    self._publish_shards(loader.load_shards(first, parallel=True))
+    self._prefetch = prefetch and len(sets.suffixes) > num_buffers
+    if self._prefetch:
+      self._start_refresh()
+
+  def _init_sets(self, sets, num_buffers, budget):
+    """The state every way of holding sets in turn shares."""
     self._sets = sets
     self._num_buffers_to_load = num_buffers
     self._budget = budget
@@ -46,23 +63,19 @@ class SetRotation(core.ReplayCore):
     self._swapped_in = threading.Condition()
     self._swapping = False
     self._source = frame_sources.ShardFrames([])
-    self._executor = concurrent.futures.ThreadPoolExecutor(
-      max_workers=1, thread_name_prefix='fixed_replay_prefetch'
-    )
+    self._executor = None  # Loads the next set in the background.
     self._pending = None  # Future of the next set (or of a rolling refresh).
+    self._prefetch = False
+    self._open_set = None  # suffixes -> a new source, for sets opened whole.
     self.rolling = False  # Whether the last refresh replaces one at a time.
-    first = sets.draw(num_buffers)
-    memory.check_fits(
-      loader.set_bytes(first),
-      budget,
-      f'Loading {len(first)} checkpoint(s) {first}',
-    )
-    self._publish(loader.load_shards(first, parallel=True))
-    self._prefetch = prefetch and len(sets.suffixes) > num_buffers
-    if self._prefetch:
-      self._start_refresh()
 
-  def _publish(self, shards):
+  def _replace_source(self, source):
+    """Publishes a source opened whole, then closes the one it replaces."""
+    with self._swapped_in:
+      outgoing, self._source = self._source, source
+    outgoing.close()
+
+  def _publish_shards(self, shards):
     """Makes `shards` the set samplers draw from (one assignment)."""
     source = frame_sources.ShardFrames(shards)
     if not source.table.total:
@@ -130,7 +143,7 @@ class SetRotation(core.ReplayCore):
         i for i, s in enumerate(shards) if s.suffix not in suffixes
       )
       shards[outgoing] = new_shard
-      self._publish(shards)
+      self._publish_shards(shards)
     return None
 
   def reload_buffer(self, num_buffers=None):
@@ -144,7 +157,7 @@ class SetRotation(core.ReplayCore):
       num_buffers: int or None, checkpoints to hold (default
         num_buffers_to_load).
     """
-    if self._replay_suffix is not None:
+    if self._replay_suffix is not None or self._sets is None:
       return
     if num_buffers is not None:
       num_buffers = self._sets.available(num_buffers)
@@ -152,14 +165,19 @@ class SetRotation(core.ReplayCore):
       self._num_buffers_to_load = num_buffers
       self._cancel_pending()
     began = time.perf_counter()
-    if self._prefetch and self._pending is not None:
-      # A load that failed (a damaged file) raises here, once.
-      pending, self._pending = self._pending, None
-      shards = pending.result()
-      if shards is not None:
-        self._publish(shards)
-    else:
-      self._reload_now(self._sets.draw(self._num_buffers_to_load))
+    with self._batches_paused():
+      if self._prefetch and self._pending is not None:
+        # A load that failed (a damaged file) raises here, once.
+        pending, self._pending = self._pending, None
+        shards = pending.result()
+        if shards is not None:
+          self._publish_shards(shards)
+      elif self._open_set is not None:
+        self._replace_source(
+          self._open_set(self._sets.draw(self._num_buffers_to_load))
+        )
+      else:
+        self._reload_now(self._sets.draw(self._num_buffers_to_load))
     logging.info(
       'Swapped in checkpoints %s after waiting %.2f s',
       self._source.table.suffixes,
@@ -182,7 +200,7 @@ class SetRotation(core.ReplayCore):
         self._swapping = True
         self._source = frame_sources.ShardFrames(kept)
     try:
-      self._publish(
+      self._publish_shards(
         self._loader.load_shards(suffixes, parallel=True, reuse=kept)
       )
     finally:
@@ -206,5 +224,6 @@ class SetRotation(core.ReplayCore):
   def close(self):
     """Stops background loading."""
     self._cancel_pending()
-    self._executor.shutdown(wait=True)
+    if self._executor is not None:
+      self._executor.shutdown(wait=True)
     super().close()

@@ -45,6 +45,48 @@ def check_matches(stored, observation_shape, observation_dtype, extra_names):
     )
 
 
+def check_same_observations(directories, observation_shape, observation_dtype):
+  """Raises CheckpointError unless every checkpoint holds the frames asked for.
+
+  Reads only the manifests, so a store sampled a few checkpoints at a time
+  is checked whole before anything is sampled.
+
+  Args:
+    directories: dict of suffix to the selected checkpoints' directories.
+    observation_shape: tuple, the configured shape of one observation.
+    observation_dtype: np.dtype, the configured dtype.
+
+  Raises:
+    CheckpointError: naming the first checkpoint that differs from another
+      checkpoint or from the configuration, and both values.
+  """
+  first = None
+  for suffix in sorted(directories):
+    directory = directories[suffix]
+    spec = compact_store.read_manifest(directory)['observation']
+    ours = (tuple(spec['row_shape']), np.dtype(spec['dtype']))
+    if first is None:
+      first = (suffix, ours)
+    elif ours != first[1]:
+      raise CheckpointError(
+        directory,
+        f'frames of shape {ours[0]} and dtype {ours[1]}, but checkpoint '
+        f'{first[0]} has shape {first[1][0]} and dtype {first[1][1]}',
+      )
+    if ours[0] != tuple(observation_shape):
+      raise CheckpointError(
+        directory,
+        f'frames of shape {ours[0]}, but observation_shape='
+        f'{tuple(observation_shape)}',
+      )
+    if ours[1] != np.dtype(observation_dtype):
+      raise CheckpointError(
+        directory,
+        f'frames of dtype {ours[1]}, but observation_dtype='
+        f'{np.dtype(observation_dtype)}',
+      )
+
+
 def open_store(directories, settings, budget, cache):
   """Opens the checkpoints in `directories` as one BlockFrames.
 

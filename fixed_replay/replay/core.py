@@ -18,7 +18,9 @@ A subclass chooses the checkpoints, builds the source and publishes it with
 see the old source or the new one, never a mix).
 """
 
+import contextlib
 import functools
+import weakref
 
 import numpy as np
 
@@ -30,11 +32,25 @@ from fixed_replay.replay import transitions
 
 
 def _sample_into(source, draw, rng, elements):
-  """One minibatch drawn and written (a prefetch thread's work)."""
+  """One minibatch drawn from `source` and written."""
   which, rows = draw(source.table, rng, elements[0].shape[0])
   batch = transitions.empty_batch(elements)
   source.write(batch, which, rows)
   return batch
+
+
+def _sample_current(buffer_ref, draw, rng, elements):
+  """A sampling thread's work: one minibatch of the buffer's current source.
+
+  The buffer is held weakly, so an abandoned buffer can be collected; its
+  threads then stop on the error raised here.
+  """
+  buffer = buffer_ref()
+  if buffer is None:
+    raise RuntimeError('the buffer of this sampling thread is gone')
+  source = buffer._current()  # noqa: SLF001  (the buffer's own thread)
+  del buffer
+  return _sample_into(source, draw, rng, elements)
 
 
 class ReplayCore:
@@ -89,6 +105,7 @@ class ReplayCore:
     self._source = None
     self._batches = None  # BatchPrefetcher of default-size batches.
     self._batch_threads = None  # (seed sequence, threads, depth) to start.
+    self.sampling_threads = 0
 
   # --------------------------------------------------------- for subclasses
 
@@ -100,29 +117,37 @@ class ReplayCore:
     """The source to sample from now (a subclass may wait for one)."""
     return self._source
 
-  def _prefetch_batches(self, seed_sequence, num_threads, depth):
+  def _use_sampling_threads(self, seed_sequence, num_threads, depth):
     """Default-size batches will be prepared by `num_threads` threads.
 
     They start with the first sample; each draws from its own generator
-    (spawned from `seed_sequence`) over the source published then, which
-    must stay the buffer's source.
+    (spawned from `seed_sequence`) over the source current at each draw.
     """
     self._batch_threads = (seed_sequence, num_threads, depth)
+    self.sampling_threads = num_threads
 
   def _start_batch_threads(self):
     seed_sequence, num_threads, depth = self._batch_threads
-    source, elements = self._current(), self.get_transition_elements()
-    # Bound to the source, not to the buffer: an abandoned buffer can be
-    # collected, and then its prefetcher and threads end.
+    elements = self.get_transition_elements()
     fns = [
       functools.partial(
-        _sample_into, source, self._draw, np.random.default_rng(seq), elements
+        _sample_current,
+        weakref.ref(self),
+        self._draw,
+        np.random.default_rng(seq),
+        elements,
       )
       for seq in seed_sequence.spawn(1)[0].spawn(num_threads)
     ]
     self._batches = prefetch.BatchPrefetcher(
-      fns, depth=depth, name=f'{type(self).__name__}_prefetch'
+      fns, depth=depth, name=f'{type(self).__name__}_sampling'
     )
+
+  def _batches_paused(self):
+    """Holds the sampling threads off while the source changes."""
+    if self._batches is None:
+      return contextlib.nullcontext()
+    return self._batches.paused()
 
   def close(self):
     """Stops the batch threads and closes the source."""

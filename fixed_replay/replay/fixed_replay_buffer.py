@@ -1,52 +1,79 @@
-"""FixedReplayBuffer: samples Dopamine replay checkpoints without the RAM.
+"""FixedReplayBuffer: samples any fixed replay dataset without the RAM.
 
 Keeps the contract of batch_rl's `FixedReplayBuffer` and Dopamine's
-`JaxFixedReplayBuffer` (same arguments, `reload_buffer`, `reload_data`), with
-these differences a researcher can rely on:
+`JaxFixedReplayBuffer` (same arguments, `reload_buffer`, `reload_data`) over
+whatever `data_dir` holds, decided from its files:
 
-* Only the window [replay_transitions_start_index, + replay_capacity) of each
-  checkpoint is decompressed and held, and it is read by streaming.
-* Every transition is exactly the one Dopamine's `OutOfGraphReplayBuffer`,
-  loaded with the whole file, returns for that file row; rows whose stack or
-  n-step future would leave the window are never sampled.
-* The next set of checkpoints loads in a background thread while training
-  samples from the current one; by default every minibatch mixes all loaded
-  checkpoints uniformly over their valid transitions.
-* No row of a file that fails its gzip CRC-32 or length check is ever
-  sampled: a checkpoint is published to the samplers only after all its
-  files passed (see `verify_checksums`).
+* Dopamine's checkpoint files (a run directory or its `replay_logs/`, local
+  or gs://): only the window [replay_transitions_start_index, +
+  replay_capacity) of each checkpoint is decompressed and held, read by
+  streaming, `num_buffers_to_load` checkpoints at a time (batch_rl's 5 when
+  unbound), the next set loading in a background thread (`prefetch`) while
+  training samples the current one.
+* A compact store (`fixed-replay convert SRC DST`): frames stay compressed
+  on disk and are decoded a block at a time into a cache bounded in bytes,
+  so every checkpoint can be sampled at once; that is what an unbound
+  `num_buffers_to_load` does. Bound, it keeps batch_rl's meaning: that many
+  checkpoints per iteration, drawn anew at each reload.
+
+Either way every transition is exactly the one Dopamine's
+`OutOfGraphReplayBuffer`, loaded with the whole file, returns for that file
+row; rows whose stack or n-step future would leave the window are never
+sampled, and no row of a damaged file ever reaches the samplers.
 
 `subsample` and `subsample_fraction` choose among the published meanings of
 "x% of the data" (see fixed_replay/dataset/subsample.py).
-
-The class only chooses the checkpoints (checkpoint_selection.py) and how
-their windows are read (checkpoint_loading.py); holding sets in turn is
-checkpoint_sets.py's, sampling the replay core's (core.py).
 """
 
+import os
 import sys
 import types
 
+from absl import logging
 import gin
 import numpy as np
 
 from fixed_replay.dataset import checkpoints
+from fixed_replay.io import files as storage
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import checkpoint_selection
 from fixed_replay.replay import checkpoint_sets
+from fixed_replay.replay import compact_windows
 from fixed_replay.replay import memory_budget as memory
+from fixed_replay.store import compact_store
+from fixed_replay.store import store_inspection
 
-# Kept importable from here (its old home).
-select_checkpoints = checkpoint_selection.select_checkpoints
+STORE = 'compact store'
+DOPAMINE = "Dopamine's checkpoint files"
+
+
+def locate_dataset(data_dir):
+  """What `data_dir` holds and where to read it.
+
+  The one place a buffer decides what kind of dataset it samples.
+
+  Args:
+    data_dir: str, a compact store, or Dopamine's checkpoint files: a run
+      directory (with `replay_logs/`) or the checkpoint folder itself.
+
+  Returns:
+    (kind, directory): STORE or DOPAMINE, and the directory to read.
+  """
+  data_dir = str(data_dir)
+  if store_inspection.is_store(data_dir):
+    return STORE, data_dir
+  nested = storage.join(data_dir, 'replay_logs')
+  if storage.isdir(nested):
+    return DOPAMINE, nested
+  return DOPAMINE, data_dir
 
 
 @gin.configurable
 class FixedReplayBuffer(checkpoint_sets.SetRotation):
-  """Samples transitions from Dopamine replay checkpoints on disk."""
+  """Samples transitions from a fixed dataset on disk."""
 
-  # Deliberately spelled out (also in CompactReplayBuffer and the TF
-  # wrapper): gin binds `FixedReplayBuffer.<name>` against this signature and
-  # Dopamine's JaxFixedReplayBuffer relies on its names.
+  # Deliberately spelled out: gin binds `FixedReplayBuffer.<name>` against
+  # this signature and Dopamine's JaxFixedReplayBuffer relies on its names.
   def __init__(
     self,
     data_dir,
@@ -68,7 +95,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     replay_file_start_index=0,
     replay_file_end_index=None,
     replay_transitions_start_index=0,
-    num_buffers_to_load=5,
+    num_buffers_to_load=None,
     mix_checkpoints=True,
     prefetch=True,
     memory_budget=None,
@@ -76,13 +103,17 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     subsample=None,
     subsample_fraction=None,
     verify_checksums=True,
+    cache_bytes=None,
+    sampling_threads=None,
+    ready_batches=4,
   ):
-    """Finds the checkpoints and loads the first set.
+    """Finds the checkpoints and loads (or opens) the first set.
 
     Returns once the first set is loaded and, by default, verified.
 
     Args:
-      data_dir: str, directory of checkpoint files (local or gs://).
+      data_dir: str, Dopamine's checkpoint files (a run directory or its
+        replay_logs/, local or gs://) or a compact store.
       replay_suffix: int or None; if set, only this checkpoint is used (0 is
         a checkpoint like any other).
       observation_shape: tuple, shape of one observation.
@@ -107,12 +138,16 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
         checkpoint suffixes to use (as in Dopamine's JaxFixedReplayBuffer).
       replay_file_end_index: int or None, end (exclusive) of that slice.
       replay_transitions_start_index: int, first file row of each window.
-      num_buffers_to_load: int, checkpoints held at a time; more than the
-        directory holds uses all of them (with one warning).
+      num_buffers_to_load: int or None, checkpoints sampled per iteration
+        (a new random set at each reload_buffer); more than the data holds
+        uses all of them (with one warning). None: batch_rl's 5 over
+        Dopamine's files, every checkpoint at once over a compact store.
       mix_checkpoints: bool, True samples uniformly over the valid
         transitions of all loaded checkpoints; False draws each minibatch
         from one checkpoint chosen at random, as batch_rl does.
-      prefetch: bool, load the next set of checkpoints in the background.
+      prefetch: bool, load the next set of Dopamine checkpoints in the
+        background (batch_rl's meaning; a store's sets open at the reload,
+        reading only their small arrays).
       memory_budget: int or None, bytes the loaded data may take; None uses
         the memory available when the buffer is created.
       seed: int or None, seeds sampling and the choice of checkpoints (and
@@ -129,11 +164,21 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
         for the first set and in the background for later ones, and a
         failed check fails the load. False skips inflating the rest, for
         data verified once (`fixed-replay inspect --verify`); files read to
-        their end are checked either way, at no cost.
+        their end are checked either way, at no cost. A store's small files
+        are checked on opening (its frame blocks whenever decoded).
+      cache_bytes: int or None, bytes of a store's decoded frame blocks
+        cached (None: up to 256 MiB, within the budget).
+      sampling_threads: int or None, threads preparing default-size
+        minibatches ahead (0: sample in the caller). None: 2 (1 on one core)
+        over a store, whose block decoding runs outside the GIL; 0 over
+        Dopamine's files.
+      ready_batches: int >= 1, minibatches the sampling threads keep ready
+        (counted in the memory budget).
 
     Raises:
       CheckpointError: if the directory holds no usable checkpoint, or a
-        file of the first set is damaged.
+        file of the first set is damaged, or a store's checkpoints disagree
+        with each other or with the observation shape or dtype asked for.
       ValueError: on inconsistent arguments.
       MemoryError: if the configuration cannot fit, before allocating.
     """
@@ -145,6 +190,31 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       self, '_replay_transitions_start_index', replay_transitions_start_index
     )
     num_buffers = getattr(self, '_num_buffers_to_load', num_buffers_to_load)
+    budget = (
+      memory.available_bytes() if memory_budget is None else memory_budget
+    )
+    kind, self._data_dir = locate_dataset(self._data_dir)
+    logging.info('FixedReplayBuffer over %s: %s', kind, self._data_dir)
+    if kind == STORE:
+      self._open_store(
+        start,
+        num_buffers,
+        budget,
+        cache_bytes,
+        sampling_threads,
+        ready_batches,
+        dict(
+          file_start=replay_file_start_index,
+          file_end=replay_file_end_index,
+          verify=bool(verify_checksums),
+        ),
+      )
+      return
+    if sampling_threads:
+      self._use_sampling_threads(
+        np.random.SeedSequence(seed), sampling_threads, ready_batches
+      )
+    num_buffers = 5 if num_buffers is None else num_buffers
     found = checkpoints.find_checkpoints(
       self._data_dir, wanted=self._replay_suffix
     )
@@ -178,9 +248,88 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       loader,
       sets,
       1 if self._replay_suffix is not None else sets.available(num_buffers),
-      memory.available_bytes() if memory_budget is None else memory_budget,
+      budget,
       prefetch,
     )
+
+  def _open_store(
+    self, start, num_buffers, budget, cache_bytes, threads, depth, selection
+  ):
+    """Opens a compact store: all its checkpoints, or sets of num_buffers."""
+    # The generators CompactReplayBuffer always drew from, so seeded streams
+    # over a store stay what they were.
+    seed_sequence = np.random.SeedSequence(self._seed)
+    self._rng = np.random.default_rng(seed_sequence.spawn(1)[0])
+    threads = min(2, os.cpu_count() or 1) if threads is None else threads
+    if threads > 0:
+      self._use_sampling_threads(seed_sequence, threads, depth)
+    found = compact_store.find_stored_checkpoints(self._data_dir)
+    selected = checkpoint_selection.select_checkpoints(
+      found,
+      self._replay_suffix,
+      selection['file_start'],
+      selection['file_end'],
+      self._data_dir,
+    )
+    settings = self._window_settings(threads, depth)
+    settings.update(start=start, verify=selection['verify'])
+    compact_windows.check_same_observations(
+      selected, self._observation_shape, self._observation_dtype
+    )
+
+    def open_set(suffixes):
+      return compact_windows.open_store(
+        [selected[s] for s in suffixes], settings, budget, cache_bytes
+      )
+
+    sets = checkpoint_selection.RandomSets(selected, self._rng, self._data_dir)
+    every = num_buffers is None or self._replay_suffix is not None
+    if not every and num_buffers >= len(selected):
+      sets.available(num_buffers)  # Warns when more were asked for.
+      every = True
+    if every:
+      self._init_sets(None, None, budget)
+      self._source = open_set(sorted(selected))
+      return
+    logging.info(
+      'num_buffers_to_load=%d: sampling %d of the %d checkpoints of %s per '
+      'iteration, drawn anew at each reload as batch_rl does. Bind '
+      '`FixedReplayBuffer.num_buffers_to_load = None` to sample all of them '
+      'at once, uniformly.',
+      num_buffers,
+      num_buffers,
+      len(selected),
+      self._data_dir,
+    )
+    self._init_sets(sets, num_buffers, budget)
+    self._open_set = open_set
+    self._source = open_set(sets.draw(num_buffers))
+
+  def _window_settings(self, workers, ready_batches):
+    elements = self.get_transition_elements()
+    return dict(
+      stack_size=self._stack_size,
+      update_horizon=self._update_horizon,
+      gamma=self._gamma,
+      observation_shape=self._observation_shape,
+      observation_dtype=self._observation_dtype,
+      extra_names=self._extra_names,
+      subsample=self._subsample,
+      subsample_fraction=self._subsample_fraction,
+      seed=self._seed,
+      data_dir=self._data_dir,
+      replay_capacity=self._replay_capacity,
+      batch_bytes=sum(
+        np.dtype(e.type).itemsize * int(np.prod(e.shape)) for e in elements
+      ),
+      workers=workers,
+      prefetch_batches=ready_batches,
+    )
+
+  @property
+  def cache(self):
+    """The BlockCache of a store's decoded frame blocks (None otherwise)."""
+    return getattr(self._source, 'cache', None)
 
   @property
   def _replay_buffers(self):
@@ -218,13 +367,14 @@ def _labs_buffer_class():
 
 @gin.configurable
 def replay_buffer_class(memory_class=None):
-  """The buffer every offline agent, TF or JAX, trains from.
+  """The buffer class every offline agent, TF or JAX, trains from.
 
-  Bind `replay_buffer_class.memory_class = @CompactReplayBuffer` (after
-  `import fixed_replay.replay.compact_replay_buffer`) to train on a compact
-  store. Unbound, it is FixedReplayBuffer, or Dopamine's
-  `JaxFixedReplayBuffer` (itself a FixedReplayBuffer) when a config of
-  Dopamine's labs/offline_rl binds that, so its bindings take effect.
+  The one place the class is chosen. FixedReplayBuffer reads Dopamine's
+  files and compact stores alike, so no binding is needed for either;
+  Dopamine's `JaxFixedReplayBuffer` (itself a FixedReplayBuffer) is taken
+  when a config of Dopamine's labs/offline_rl binds it, so its bindings take
+  effect. `replay_buffer_class.memory_class = @CompactReplayBuffer` (older
+  configs' way to train on a store) still works.
 
   Args:
     memory_class: a class taking FixedReplayBuffer's constructor arguments
