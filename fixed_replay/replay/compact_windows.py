@@ -280,7 +280,7 @@ def open_windows(buffer_settings, stored, windows, budget, cache):
     s['gamma'],
   )
   logging.info(
-    'CompactReplayBuffer over %s: %d valid transitions; %s mapped and '
+    'Sampling %s of the store: %d valid transitions; %s mapped and '
     'indexed, cache of %d blocks (%s), budget %s',
     what,
     table.total,
