@@ -186,7 +186,7 @@ class MemmapStore:
 
   def __init__(self, gzip_run, memmap_dir, num_checkpoints):
     from fixed_replay.dataset import checkpoints
-    from fixed_replay.replay import shard as shard_lib
+    from fixed_replay.replay import transitions as shard_lib
 
     found = checkpoints.find_checkpoints(str(gzip_run))
     self.shards = []

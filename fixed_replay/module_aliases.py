@@ -43,13 +43,17 @@ ALIASES = {
   'fixed_replay.compact_store': 'fixed_replay.store.compact_store',
   'fixed_replay.convert': 'fixed_replay.store.convert',
   'fixed_replay.block_cache': 'fixed_replay.store.block_cache',
-  'fixed_replay.shard': 'fixed_replay.replay.shard',
+  'fixed_replay.shard': 'fixed_replay.replay.transitions',
   'fixed_replay.stacking': 'fixed_replay.replay.stacking',
-  'fixed_replay.memory': 'fixed_replay.replay.memory_budget',
+  'fixed_replay.memory': 'fixed_replay.replay.checkpoint_loading',
   'fixed_replay.prefetch': 'fixed_replay.replay.prefetch',
   'fixed_replay.fixed_replay_buffer': 'fixed_replay.replay.fixed_replay_buffer',
   'fixed_replay.compact_replay_buffer': (
-    'fixed_replay.replay.compact_replay_buffer'
+    'fixed_replay.replay.fixed_replay_buffer'
+  ),
+  # CompactReplayBuffer is FixedReplayBuffer's; configs import this path.
+  'fixed_replay.replay.compact_replay_buffer': (
+    'fixed_replay.replay.fixed_replay_buffer'
   ),
   'fixed_replay.wrapped_fixed_replay_buffer': (
     'fixed_replay.replay.wrapped_fixed_replay_buffer'

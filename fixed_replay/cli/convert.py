@@ -62,10 +62,10 @@ from absl import app
 from absl import flags
 
 from fixed_replay import cli
+from fixed_replay import progress
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.errors import CheckpointError
-from fixed_replay.replay import memory_budget as memory
 from fixed_replay.store import convert
 from fixed_replay.store import rlu_convert
 
@@ -345,8 +345,8 @@ def _print_result(kind, result, store):
   )
   what = {'dopamine': 'gzip', 'rlu': 'RL Unplugged shards', 'tfds': 'TFDS'}
   print(
-    f'{_FORMAT.value} output {memory.format_bytes(result.store_bytes)} for '
-    f'{memory.format_bytes(result.source_bytes)} of {what[kind]} '
+    f'{_FORMAT.value} output {progress.format_bytes(result.store_bytes)} for '
+    f'{progress.format_bytes(result.source_bytes)} of {what[kind]} '
     f'({result.store_bytes / max(result.source_bytes, 1):.2f}x): {store}'
   )
 

@@ -7,7 +7,10 @@ thread while training samples the current one; when the budget cannot hold
 both sets, the new checkpoints are rolled in one at a time instead. Without
 prefetching, a reload that cannot hold both frees the outgoing checkpoints
 first, and samplers in other threads wait for the new set: they never see an
-empty one.
+empty one. A store's sets are opened whole at the reload instead.
+
+Which checkpoints may be used at all (`replay_suffix`, the
+`replay_file_*_index` slice) is decided here too, for every source.
 """
 
 import concurrent.futures
@@ -16,9 +19,79 @@ import time
 
 from absl import logging
 
+from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import core
 from fixed_replay.replay import frame_sources
-from fixed_replay.replay import memory_budget as memory
+
+
+def select_checkpoints(found, replay_suffix, file_start, file_end, data_dir):
+  """Applies replay_suffix or the replay_file_*_index slice to `found`.
+
+  Args:
+    found: dict of suffix to what describes that checkpoint.
+    replay_suffix: int or None, a single checkpoint.
+    file_start: int, first position in the sorted suffixes.
+    file_end: int or None, end (exclusive) of that slice.
+    data_dir: str, for the messages.
+
+  Returns:
+    dict of the selected suffixes to their values in `found`.
+
+  Raises:
+    ValueError: if the selection is empty.
+  """
+  if replay_suffix is not None:
+    if replay_suffix not in found:
+      raise ValueError(
+        f'replay_suffix={replay_suffix}: no complete checkpoint with that '
+        f'suffix in {data_dir} (found {sorted(found)})'
+      )
+    return {replay_suffix: found[replay_suffix]}
+  suffixes = sorted(found)[file_start:file_end]
+  if not suffixes:
+    raise ValueError(
+      f'replay_file_start_index={file_start}, replay_file_end_index='
+      f'{file_end} select none of the {len(found)} checkpoints in {data_dir}'
+    )
+  return {s: found[s] for s in suffixes}
+
+
+class RandomSets:
+  """Draws the sets of checkpoints a buffer holds, batch_rl's way."""
+
+  def __init__(self, suffixes, rng, data_dir):
+    """Keeps the selection.
+
+    Args:
+      suffixes: iterable of int, the selected checkpoints.
+      rng: np.random.Generator, shared with sampling (one seed for both).
+      data_dir: str, for the messages.
+    """
+    self.suffixes = sorted(suffixes)
+    self._rng = rng
+    self._data_dir = data_dir
+    self._warned = False
+
+  def available(self, num_buffers):
+    """num_buffers, or all the checkpoints when fewer exist (warns once)."""
+    if num_buffers <= len(self.suffixes):
+      return num_buffers
+    if not self._warned:
+      self._warned = True
+      logging.warning(
+        'num_buffers_to_load=%d but %s has %d usable checkpoint(s) %s: '
+        'using all of them.',
+        num_buffers,
+        self._data_dir,
+        len(self.suffixes),
+        self.suffixes,
+      )
+    return len(self.suffixes)
+
+  def draw(self, num_buffers):
+    """Draws num_buffers distinct checkpoint suffixes at random."""
+    chosen = self._rng.choice(self.suffixes, num_buffers, replace=False)
+    return sorted(int(s) for s in chosen)
 
 
 class SetRotation(core.ReplayCore):
@@ -29,7 +102,7 @@ class SetRotation(core.ReplayCore):
 
     Args:
       loader: checkpoint_loading.WindowLoader of the selected checkpoints.
-      sets: checkpoint_selection.RandomSets drawing the sets.
+      sets: RandomSets drawing the sets.
       num_buffers: int, checkpoints held at a time.
       budget: int, bytes the loaded windows may take.
       prefetch: bool, load the next set in the background.
@@ -43,7 +116,7 @@ class SetRotation(core.ReplayCore):
       max_workers=1, thread_name_prefix='fixed_replay_prefetch'
     )
     first = sets.draw(num_buffers)
-    memory.check_fits(
+    checkpoint_loading.check_fits(
       loader.set_bytes(first),
       budget,
       f'Loading {len(first)} checkpoint(s) {first}',
@@ -114,7 +187,7 @@ class SetRotation(core.ReplayCore):
     self.rolling = held + new_bytes > self._budget
     if self.rolling:
       largest = max(set_bytes([s]) for s in suffixes)
-      memory.check_fits(
+      checkpoint_loading.check_fits(
         held + largest,
         self._budget,
         'Replacing one loaded checkpoint at a time',
@@ -123,8 +196,8 @@ class SetRotation(core.ReplayCore):
         'Double-buffering %s would need %s (budget %s): replacing '
         'checkpoints one at a time instead.',
         suffixes,
-        memory.format_bytes(held + new_bytes),
-        memory.format_bytes(self._budget),
+        checkpoint_loading.format_bytes(held + new_bytes),
+        checkpoint_loading.format_bytes(self._budget),
       )
       self._pending = self._executor.submit(self._roll_in, suffixes)
     else:
@@ -192,7 +265,7 @@ class SetRotation(core.ReplayCore):
     kept = [s for s in current.shards if s.suffix in suffixes]
     incoming = [s for s in suffixes if s not in current.by_suffix]
     set_bytes = self._loader.set_bytes
-    memory.check_fits(
+    checkpoint_loading.check_fits(
       set_bytes(suffixes), self._budget, f'Loading checkpoints {suffixes}'
     )
     if set_bytes(current.table.suffixes + incoming) > self._budget:

@@ -36,10 +36,8 @@ import numpy as np
 from fixed_replay.dataset import checkpoints
 from fixed_replay.io import files as storage
 from fixed_replay.replay import checkpoint_loading
-from fixed_replay.replay import checkpoint_selection
 from fixed_replay.replay import checkpoint_sets
 from fixed_replay.replay import compact_windows
-from fixed_replay.replay import memory_budget as memory
 from fixed_replay.store import compact_store
 from fixed_replay.store import store_inspection
 
@@ -191,98 +189,82 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     )
     num_buffers = getattr(self, '_num_buffers_to_load', num_buffers_to_load)
     budget = (
-      memory.available_bytes() if memory_budget is None else memory_budget
+      checkpoint_loading.available_bytes()
+      if memory_budget is None
+      else memory_budget
     )
     kind, self._data_dir = locate_dataset(self._data_dir)
     logging.info('FixedReplayBuffer over %s: %s', kind, self._data_dir)
+    seed_sequence = np.random.SeedSequence(seed)
     if kind == STORE:
-      self._open_store(
-        start,
-        num_buffers,
-        budget,
-        cache_bytes,
-        sampling_threads,
-        ready_batches,
-        dict(
-          file_start=replay_file_start_index,
-          file_end=replay_file_end_index,
-          verify=bool(verify_checksums),
-        ),
-      )
-      return
+      # The generator CompactReplayBuffer always drew from, so seeded
+      # streams over a store stay what they were.
+      self._rng = np.random.default_rng(seed_sequence.spawn(1)[0])
+      if sampling_threads is None:
+        sampling_threads = min(2, os.cpu_count() or 1)
+    sampling_threads = sampling_threads or 0
     if sampling_threads:
-      self._use_sampling_threads(
-        np.random.SeedSequence(seed), sampling_threads, ready_batches
-      )
-    num_buffers = 5 if num_buffers is None else num_buffers
-    found = checkpoints.find_checkpoints(
-      self._data_dir, wanted=self._replay_suffix
+      self._use_sampling_threads(seed_sequence, sampling_threads, ready_batches)
+    settings = checkpoint_loading.WindowSettings(
+      data_dir=self._data_dir,
+      start=start,
+      replay_capacity=replay_capacity,
+      observation_shape=self._observation_shape,
+      observation_dtype=self._observation_dtype,
+      stack_size=stack_size,
+      update_horizon=update_horizon,
+      gamma=gamma,
+      extra_names=tuple(self._extra_names),
+      subsample=subsample,
+      subsample_fraction=subsample_fraction,
+      seed=seed,
+      verify=bool(verify_checksums),
+      sampling_threads=sampling_threads,
+      ready_batches=ready_batches,
+      batch_bytes=sum(
+        np.dtype(e.type).itemsize * int(np.prod(e.shape))
+        for e in self.get_transition_elements()
+      ),
     )
-    files = checkpoint_selection.select_checkpoints(
+    if kind == STORE:
+      found = compact_store.find_stored_checkpoints(self._data_dir)
+    else:
+      found = checkpoints.find_checkpoints(
+        self._data_dir, wanted=self._replay_suffix
+      )
+    selected = checkpoint_sets.select_checkpoints(
       found,
       self._replay_suffix,
       replay_file_start_index,
       replay_file_end_index,
       self._data_dir,
     )
-    sets = checkpoint_selection.RandomSets(files, self._rng, self._data_dir)
-    loader = checkpoint_loading.WindowLoader(
-      files,
-      self._data_dir,
-      start,
-      dict(
-        replay_capacity=replay_capacity,
-        observation_shape=self._observation_shape,
-        observation_dtype=self._observation_dtype,
-        stack_size=stack_size,
-        update_horizon=update_horizon,
-        gamma=gamma,
-        extra_names=self._extra_names,
-        subsample=subsample,
-        subsample_fraction=subsample_fraction,
-        seed=seed,
-      ),
-      bool(verify_checksums),
-    )
+    sets = checkpoint_sets.RandomSets(selected, self._rng, self._data_dir)
+    if kind == STORE:
+      self._open_store(
+        settings, selected, sets, num_buffers, budget, cache_bytes
+      )
+      return
+    num_buffers = 5 if num_buffers is None else num_buffers
     self._start_sets(
-      loader,
+      checkpoint_loading.WindowLoader(selected, settings),
       sets,
       1 if self._replay_suffix is not None else sets.available(num_buffers),
       budget,
       prefetch,
     )
 
-  def _open_store(
-    self, start, num_buffers, budget, cache_bytes, threads, depth, selection
-  ):
-    """Opens a compact store: all its checkpoints, or sets of num_buffers."""
-    # The generators CompactReplayBuffer always drew from, so seeded streams
-    # over a store stay what they were.
-    seed_sequence = np.random.SeedSequence(self._seed)
-    self._rng = np.random.default_rng(seed_sequence.spawn(1)[0])
-    threads = min(2, os.cpu_count() or 1) if threads is None else threads
-    if threads > 0:
-      self._use_sampling_threads(seed_sequence, threads, depth)
-    found = compact_store.find_stored_checkpoints(self._data_dir)
-    selected = checkpoint_selection.select_checkpoints(
-      found,
-      self._replay_suffix,
-      selection['file_start'],
-      selection['file_end'],
-      self._data_dir,
-    )
-    settings = self._window_settings(threads, depth)
-    settings.update(start=start, verify=selection['verify'])
+  def _open_store(self, settings, selected, sets, num_buffers, budget, cache):
+    """Opens a store: every checkpoint, or num_buffers at a time."""
     compact_windows.check_same_observations(
       selected, self._observation_shape, self._observation_dtype
     )
 
     def open_set(suffixes):
       return compact_windows.open_store(
-        [selected[s] for s in suffixes], settings, budget, cache_bytes
+        [selected[s] for s in suffixes], settings, budget, cache
       )
 
-    sets = checkpoint_selection.RandomSets(selected, self._rng, self._data_dir)
     every = num_buffers is None or self._replay_suffix is not None
     if not every and num_buffers >= len(selected):
       sets.available(num_buffers)  # Warns when more were asked for.
@@ -305,27 +287,6 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     self._open_set = open_set
     self._source = open_set(sets.draw(num_buffers))
 
-  def _window_settings(self, workers, ready_batches):
-    elements = self.get_transition_elements()
-    return dict(
-      stack_size=self._stack_size,
-      update_horizon=self._update_horizon,
-      gamma=self._gamma,
-      observation_shape=self._observation_shape,
-      observation_dtype=self._observation_dtype,
-      extra_names=self._extra_names,
-      subsample=self._subsample,
-      subsample_fraction=self._subsample_fraction,
-      seed=self._seed,
-      data_dir=self._data_dir,
-      replay_capacity=self._replay_capacity,
-      batch_bytes=sum(
-        np.dtype(e.type).itemsize * int(np.prod(e.shape)) for e in elements
-      ),
-      workers=workers,
-      prefetch_batches=ready_batches,
-    )
-
   @property
   def cache(self):
     """The BlockCache of a store's decoded frame blocks (None otherwise)."""
@@ -342,6 +303,32 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       types.SimpleNamespace(_replay_capacity=self._replay_capacity, suffix=s)
       for s in self.loaded_suffixes
     ]
+
+
+DEFAULT_STORE_BUDGET = 1_500_000_000
+
+
+@gin.configurable
+class CompactReplayBuffer(FixedReplayBuffer):
+  """FixedReplayBuffer under the name older store configs bind.
+
+  `replay_buffer_class.memory_class = @CompactReplayBuffer` and
+  `CompactReplayBuffer.<name>` keep working (its module path is an alias of
+  this one); the one other default is a 1.5 GB memory budget.
+  """
+
+  def __init__(
+    self,
+    data_dir,
+    replay_suffix=None,
+    *,
+    memory_budget=DEFAULT_STORE_BUDGET,
+    **kwargs,
+  ):
+    """Takes FixedReplayBuffer's arguments, by name after the first two."""
+    super().__init__(
+      data_dir, replay_suffix, memory_budget=memory_budget, **kwargs
+    )
 
 
 # Dopamine's labs/offline_rl buffer, built on this one (via batch_rl's path).

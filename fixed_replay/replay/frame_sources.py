@@ -17,8 +17,8 @@ offering the same few members.
 
 import numpy as np
 
-from fixed_replay.replay import samplers
 from fixed_replay.replay import stacking
+from fixed_replay.replay import transitions
 
 # Transitions whose blocks are pinned together; bounds a batch's cache use.
 CHUNK = 32
@@ -35,7 +35,7 @@ class ShardFrames:
 
   def __init__(self, shards):
     self.shards = tuple(shards)
-    self.table = samplers.ValidRowTable(
+    self.table = transitions.ValidRowTable(
       [s.suffix for s in self.shards], [s.valid_rows for s in self.shards]
     )
     self.by_suffix = {s.suffix: s for s in self.shards}
@@ -77,7 +77,7 @@ class BlockFrames:
       stored: list of compact_store.StoredCheckpoint, in table order.
       shards: list of ReplayShard describing each window (frames unheld),
         their valid rows views of the table's.
-      table: samplers.ValidRowTable of the windows.
+      table: transitions.ValidRowTable of the windows.
       writer: transitions.TransitionWriter over the small arrays of every
         window end to end.
       cache: block_cache.BlockCache of decoded frame blocks.
