@@ -19,6 +19,7 @@ import pytest
 from replay_oracle import as_dict
 from replay_oracle import assert_equals_oracle
 
+from fixed_replay.replay import frame_sources
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.store import convert
 
@@ -228,6 +229,8 @@ def test_suffix_zero_is_a_checkpoint(make):
 
 def test_dopamine_and_jax_api(make):
   buffer = make(batch_size=8)
+  # Whatever holds the frames (ShardFrames, BlockFrames) is a FrameSource.
+  assert isinstance(buffer._source, frame_sources.FrameSource)
   element, metadata = buffer.sample(with_sample_metadata=True)
   assert element.state.shape == element.next_state.shape == (8, 84, 84, 4)
   assert element.is_terminal.dtype == bool and element.reward.shape == (8,)

@@ -33,7 +33,9 @@ _SMALL = ['observation', 'action', 'reward', 'terminal']
 _INDEX_BYTES_PER_ROW = 8
 
 
-def shard_bytes(headers, start, count, elements=None):
+def shard_bytes(
+  headers: dict, start: int, count: int | None, elements: list | None = None
+) -> tuple[int, int]:
   """Returns the bytes a shard of rows [start, start + count) will hold.
 
   Args:
@@ -52,13 +54,20 @@ def shard_bytes(headers, start, count, elements=None):
   return num_rows * (row_bytes + _INDEX_BYTES_PER_ROW), num_rows
 
 
-def window_rows(num_file_rows, start, count):
+def window_rows(num_file_rows: int, start: int, count: int | None) -> int:
   """Rows of [start, start + count) that lie inside a file of given rows."""
   end = num_file_rows if count is None else min(start + count, num_file_rows)
   return max(end - start, 0)
 
 
-def plan_rows(num_file_rows, start, capacity, subsample, fraction, where):
+def plan_rows(
+  num_file_rows: int,
+  start: int,
+  capacity: int | None,
+  subsample: str | None,
+  fraction: float | None,
+  where: str,
+) -> tuple[int, int]:
   """(start, count): the rows of a checkpoint a buffer uses.
 
   The one window plan of every source: replay_capacity rows from
@@ -88,12 +97,12 @@ def plan_rows(num_file_rows, start, capacity, subsample, fraction, where):
   return start, count
 
 
-def available_bytes():
+def available_bytes() -> int:
   """Memory the OS can give us now without swapping."""
   return psutil.virtual_memory().available
 
 
-def check_fits(needed, budget, what):
+def check_fits(needed: int, budget: int, what: str) -> None:
   """Raises MemoryError with the numbers when `needed` exceeds `budget`.
 
   Args:
@@ -110,7 +119,7 @@ def check_fits(needed, budget, what):
     )
 
 
-def total(values):
+def total(values) -> int:
   return int(np.sum(values, dtype=np.int64))
 
 
@@ -233,7 +242,7 @@ class WindowLoader:
     self._plans[suffix] = plan
     return plan
 
-  def set_bytes(self, suffixes):
+  def set_bytes(self, suffixes: list[int]) -> int:
     """Bytes needed to hold the given checkpoints' windows."""
     for suffix in suffixes:
       if suffix not in self._bytes:
@@ -246,7 +255,7 @@ class WindowLoader:
         )
     return total([self._bytes[s] for s in suffixes])
 
-  def load_shard(self, suffix):
+  def load_shard(self, suffix: int) -> transitions.ReplayShard:
     """Reads one checkpoint window and wraps it as a ReplayShard."""
     s = self._s
     start, count, kept = self._plan(suffix)
@@ -291,7 +300,9 @@ class WindowLoader:
       )
     return shard
 
-  def load_shards(self, suffixes, parallel=False, reuse=()):
+  def load_shards(
+    self, suffixes: list[int], parallel: bool = False, reuse=()
+  ) -> list[transitions.ReplayShard]:
     """Loads checkpoints (reusing already loaded shards), with progress."""
     reusable = {s.suffix: s for s in reuse}
     to_load = [s for s in suffixes if s not in reusable]

@@ -24,7 +24,13 @@ from fixed_replay.replay import core
 from fixed_replay.replay import frame_sources
 
 
-def select_checkpoints(found, replay_suffix, file_start, file_end, data_dir):
+def select_checkpoints(
+  found: dict,
+  replay_suffix: int | None,
+  file_start: int,
+  file_end: int | None,
+  data_dir: str,
+) -> dict:
   """Applies replay_suffix or the replay_file_*_index slice to `found`.
 
   Args:
@@ -72,7 +78,7 @@ class RandomSets:
     self._data_dir = data_dir
     self._warned = False
 
-  def available(self, num_buffers):
+  def available(self, num_buffers: int) -> int:
     """num_buffers, or all the checkpoints when fewer exist (warns once)."""
     if num_buffers <= len(self.suffixes):
       return num_buffers
@@ -88,7 +94,7 @@ class RandomSets:
       )
     return len(self.suffixes)
 
-  def draw(self, num_buffers):
+  def draw(self, num_buffers: int) -> list[int]:
     """Draws num_buffers distinct checkpoint suffixes at random."""
     chosen = self._rng.choice(self.suffixes, num_buffers, replace=False)
     return sorted(int(s) for s in chosen)
@@ -219,7 +225,7 @@ class SetRotation(core.ReplayCore):
       self._publish_shards(shards)
     return None
 
-  def reload_buffer(self, num_buffers=None):
+  def reload_buffer(self, num_buffers: int | None = None) -> None:
     """Swaps in a new random set of checkpoints.
 
     With prefetching, the set loaded in the background since the last call is
@@ -281,7 +287,7 @@ class SetRotation(core.ReplayCore):
         self._swapping = False
         self._swapped_in.notify_all()
 
-  def reload_data(self):
+  def reload_data(self) -> None:
     """Dopamine JAX name for reloading: a new set unless one suffix is fixed."""
     self.reload_buffer(self._num_buffers_to_load)
 
@@ -294,7 +300,7 @@ class SetRotation(core.ReplayCore):
         pass
       self._pending = None
 
-  def close(self):
+  def close(self) -> None:
     """Stops background loading."""
     self._cancel_pending()
     if self._executor is not None:

@@ -23,7 +23,12 @@ from fixed_replay.store import compact_store
 DEFAULT_CACHE_BYTES = 256 << 20
 
 
-def check_matches(stored, observation_shape, observation_dtype, extra_names):
+def check_matches(
+  stored: compact_store.StoredCheckpoint,
+  observation_shape: tuple,
+  observation_dtype: np.dtype,
+  extra_names,
+) -> None:
   """Raises CheckpointError unless the store holds what was asked for."""
   frames = stored.frames
   if frames.row_shape != observation_shape:
@@ -43,7 +48,9 @@ def check_matches(stored, observation_shape, observation_dtype, extra_names):
     )
 
 
-def check_same_observations(directories, observation_shape, observation_dtype):
+def check_same_observations(
+  directories: dict, observation_shape: tuple, observation_dtype
+) -> None:
   """Raises CheckpointError unless every checkpoint holds the frames asked for.
 
   Reads only the manifests, so a store sampled a few checkpoints at a time
@@ -85,7 +92,12 @@ def check_same_observations(directories, observation_shape, observation_dtype):
       )
 
 
-def open_store(directories, settings, budget, cache):
+def open_store(
+  directories: list[str],
+  settings: checkpoint_loading.WindowSettings,
+  budget: int,
+  cache: int | None,
+) -> frame_sources.BlockFrames:
   """Opens the checkpoints in `directories` as one BlockFrames.
 
   Args:
@@ -185,7 +197,13 @@ def _fixed_bytes(stored, windows, names):
   return total
 
 
-def open_windows(buffer_settings, stored, windows, budget, cache):
+def open_windows(
+  buffer_settings: checkpoint_loading.WindowSettings,
+  stored: list,
+  windows: list[tuple[int, int]],
+  budget: int,
+  cache: int | None,
+) -> frame_sources.BlockFrames:
   """Builds the BlockFrames of `stored` checkpoints' `windows`.
 
   Args:

@@ -38,6 +38,8 @@ from fixed_replay.io import files as storage
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import checkpoint_sets
 from fixed_replay.replay import compact_windows
+from fixed_replay.replay import core
+from fixed_replay.store import block_cache
 from fixed_replay.store import compact_store
 from fixed_replay.store import store_inspection
 
@@ -45,7 +47,7 @@ STORE = 'compact store'
 DOPAMINE = "Dopamine's checkpoint files"
 
 
-def locate_dataset(data_dir):
+def locate_dataset(data_dir: str) -> tuple[str, str]:
   """What `data_dir` holds and where to read it.
 
   The one place a buffer decides what kind of dataset it samples.
@@ -180,7 +182,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       ValueError: on inconsistent arguments.
       MemoryError: if the configuration cannot fit, before allocating.
     """
-    super().__init__(locals())
+    super().__init__(core.BufferArguments.build(locals()))
     # Dopamine's JaxFixedReplayBuffer (dopamine/labs/offline_rl) subclasses
     # batch_rl's buffer, i.e. this one, and keeps these two as attributes set
     # before calling us instead of passing them on.
@@ -288,7 +290,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     self._source = open_set(sets.draw(num_buffers))
 
   @property
-  def cache(self):
+  def cache(self) -> block_cache.BlockCache | None:
     """The BlockCache of a store's decoded frame blocks (None otherwise)."""
     return getattr(self._source, 'cache', None)
 
@@ -353,7 +355,7 @@ def _labs_buffer_class():
 
 
 @gin.configurable
-def replay_buffer_class(memory_class=None):
+def replay_buffer_class(memory_class: type | None = None) -> type:
   """The buffer class every offline agent, TF or JAX, trains from.
 
   The one place the class is chosen. FixedReplayBuffer reads Dopamine's

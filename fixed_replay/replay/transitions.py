@@ -70,12 +70,12 @@ def transition_elements(
   return elements
 
 
-def empty_batch(elements):
+def empty_batch(elements) -> dict:
   """Returns a dict of freshly allocated arrays for the given elements."""
   return {e.name: np.empty(e.shape, dtype=e.type) for e in elements}
 
 
-def is_circular(window):
+def is_circular(window) -> bool:
   """Whether a window is a full file read whole (wraps, as in Dopamine)."""
   return window.is_full and window.num_rows == window.num_file_rows
 
@@ -98,7 +98,7 @@ class RowLayout:
     self.suffixes = np.array([w.suffix for w in windows], dtype=np.int32)
     self.num_rows = int(counts.sum())
 
-  def locate(self, which, file_rows):
+  def locate(self, which: np.ndarray, file_rows: np.ndarray) -> np.ndarray:
     """Positions in the arrays of `file_rows` (b,) or (b, k) of `which` (b,)."""
     if len(self.offsets) == 1:  # One window: no per-row lookups.
       if self.circular[0]:
@@ -113,7 +113,9 @@ class RowLayout:
     )
     return local + self.offsets[which]
 
-  def file_rows_of(self, which, positions):
+  def file_rows_of(
+    self, which: np.ndarray, positions: np.ndarray
+  ) -> np.ndarray:
     """The file rows at array `positions` (b, k) of windows `which` (b,)."""
     # A circular window starts at file row 0, so one rule serves both.
     return positions + (self.starts - self.offsets)[which][:, None]
@@ -144,7 +146,13 @@ class TransitionWriter:
     self._stack_offsets = np.arange(1 - stack_size, 1)
     self._horizon_offsets = np.arange(update_horizon)
 
-  def write_parts(self, which, indices, batch, destinations):
+  def write_parts(
+    self,
+    which: np.ndarray,
+    indices: np.ndarray,
+    batch: dict,
+    destinations: np.ndarray,
+  ) -> tuple[np.ndarray, np.ndarray]:
     """Writes every element but the two states; says where their frames are.
 
     Args:
@@ -223,21 +231,21 @@ class ReplayShard:
     )
 
   @property
-  def num_valid(self):
+  def num_valid(self) -> int:
     return len(self.valid_rows)
 
   @property
-  def nbytes(self):
+  def nbytes(self) -> int:
     return self.window.nbytes + self.valid_rows.nbytes
 
-  def is_valid_transition(self, index):
+  def is_valid_transition(self, index: int) -> bool:
     """Returns True if file row `index` may be sampled from this shard."""
     position = np.searchsorted(self.valid_rows, index)
     return bool(
       position < len(self.valid_rows) and self.valid_rows[position] == index
     )
 
-  def check_indices(self, indices):
+  def check_indices(self, indices) -> None:
     """Raises ValueError unless every file row in `indices` is valid here."""
     indices = np.asarray(indices, dtype=np.int64)
     positions = np.searchsorted(self.valid_rows, indices)
@@ -254,7 +262,9 @@ class ReplayShard:
         f'{self.window.start + self.window.num_rows})'
       )
 
-  def write_transitions(self, indices, batch, destinations):
+  def write_transitions(
+    self, indices: np.ndarray, batch: dict, destinations: np.ndarray
+  ) -> None:
     """Writes the transitions at file rows `indices` into `batch`.
 
     Args:
@@ -301,7 +311,7 @@ class ValidRowTable:
     self._position = {s: i for i, s in enumerate(self.suffixes)}
 
   @classmethod
-  def concatenate(cls, suffixes, valid_rows, dtype=None):
+  def concatenate(cls, suffixes, valid_rows, dtype=None) -> 'ValidRowTable':
     """A table whose rows are laid end to end (see `concatenated`)."""
     joined = np.concatenate(list(valid_rows)).astype(
       dtype or np.int64, copy=False
@@ -316,10 +326,10 @@ class ValidRowTable:
   def __len__(self):
     return len(self.suffixes)
 
-  def num_valid(self, position):
+  def num_valid(self, position: int) -> int:
     return len(self.valid_rows[position])
 
-  def rows_at(self, positions):
+  def rows_at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """File rows of table positions in [0, total); (which, rows)."""
     which = np.searchsorted(self.ends, positions, side='right')
     if self._concatenated is not None:
@@ -332,7 +342,7 @@ class ValidRowTable:
       rows[members] = self.valid_rows[i][positions[members] - self.starts[i]]
     return which, rows
 
-  def position_of(self, suffix):
+  def position_of(self, suffix: int | None) -> int:
     """Position of checkpoint `suffix` (None: the only one loaded)."""
     if suffix is None:
       if len(self.suffixes) != 1:
@@ -348,7 +358,7 @@ class ValidRowTable:
       )
     return self._position[suffix]
 
-  def positions(self, suffixes, count):
+  def positions(self, suffixes, count: int) -> np.ndarray:
     """Positions of `suffixes` (None, an int or one per index), (count,)."""
     if suffixes is None:
       return np.full(count, self.position_of(None), dtype=np.int64)
@@ -365,12 +375,16 @@ class ValidRowTable:
     return which
 
 
-def draw_uniform(table, rng, batch_size):
+def draw_uniform(
+  table: ValidRowTable, rng: np.random.Generator, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
   """(positions, file rows): uniform over all valid transitions."""
   return table.rows_at(rng.integers(0, table.total, batch_size))
 
 
-def draw_one_checkpoint(table, rng, batch_size):
+def draw_one_checkpoint(
+  table: ValidRowTable, rng: np.random.Generator, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
   """(positions, file rows): one checkpoint, chosen at random, per batch."""
   chosen = int(rng.integers(len(table)))
   offsets = rng.integers(0, table.num_valid(chosen), batch_size)
@@ -378,6 +392,6 @@ def draw_one_checkpoint(table, rng, batch_size):
   return np.full(batch_size, chosen, dtype=np.int64), rows
 
 
-def drawer(mix_checkpoints):
+def drawer(mix_checkpoints: bool):
   """The draw for FixedReplayBuffer's `mix_checkpoints` argument."""
   return draw_uniform if mix_checkpoints else draw_one_checkpoint

@@ -134,9 +134,9 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       **signature,
     )
 
-  def reload_buffer(self, num_buffers=None):
+  def reload_buffer(self, num_buffers: int | None = None) -> None:
     """Swaps in a new set of checkpoints (see FixedReplayBuffer)."""
     self.memory.reload_buffer(num_buffers)
 
-  def reload_data(self):
+  def reload_data(self) -> None:
     self.memory.reload_data()
