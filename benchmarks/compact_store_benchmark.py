@@ -186,7 +186,7 @@ class MemmapStore:
 
   def __init__(self, gzip_run, memmap_dir, num_checkpoints):
     from fixed_replay.dataset import checkpoints
-    from fixed_replay.replay import shard as shard_lib
+    from fixed_replay.replay import transitions as shard_lib
 
     found = checkpoints.find_checkpoints(str(gzip_run))
     self.shards = []
@@ -264,8 +264,7 @@ def sample_compact(store, seconds, check_suffixes, check_rows, workers):
   buffer = CompactReplayBuffer(
     str(store),
     batch_size=BATCH,
-    prefetch=workers > 0,
-    num_workers=workers,
+    sampling_threads=workers,
     seed=0,
   )
   rate = _rate(buffer.sample_transition_batch, seconds)

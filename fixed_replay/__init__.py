@@ -36,7 +36,7 @@ __version__ = '0.1.0'
 _PUBLIC = {
   'CheckpointError': 'fixed_replay.errors',
   'FixedReplayBuffer': 'fixed_replay.replay.fixed_replay_buffer',
-  'CompactReplayBuffer': 'fixed_replay.replay.compact_replay_buffer',
+  'CompactReplayBuffer': 'fixed_replay.replay.fixed_replay_buffer',
   'WrappedFixedReplayBuffer': 'fixed_replay.replay.wrapped_fixed_replay_buffer',
   'FixedReplayRunner': 'fixed_replay.training.run_experiment',
 }

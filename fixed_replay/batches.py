@@ -12,41 +12,34 @@ from typing import Any
 
 import numpy as np
 
-from fixed_replay.store import store_inspection
-
 
 def open_buffer(data_dir: str, arguments: dict[str, Any]):
   """The buffer that reads `data_dir`, built with `arguments`.
 
-  The one place that chooses between the two readers: a compact store
-  (`fixed-replay convert`) is sampled by CompactReplayBuffer, anything else
-  by FixedReplayBuffer (Dopamine's gzip checkpoints, local or gs://).
-
-  CompactReplayBuffer gets one batch thread unless `num_workers` is given:
-  with several, batches come out in whichever order the threads finish, so
-  a seed would no longer reproduce the stream.
+  FixedReplayBuffer reads whatever `data_dir` holds (Dopamine's gzip
+  checkpoints, local or gs://, or a compact store). On a store it gets one
+  sampling thread unless `sampling_threads` is given: with several, batches
+  come out in whichever order the threads finish, so a seed would no longer
+  reproduce the stream.
 
   Args:
     data_dir: str, a directory of Dopamine checkpoints or a compact store.
     arguments: dict of the buffer's keyword arguments.
 
   Returns:
-    The buffer (FixedReplayBuffer or CompactReplayBuffer).
+    The FixedReplayBuffer.
 
   Raises:
     CheckpointError, ValueError, TypeError, MemoryError: whatever the buffer
       raises for this directory and these arguments.
   """
-  # Imported here: both pull gin and the replay core, and a caller that only
+  # Imported here: it pulls gin and the replay core, and a caller that only
   # derives seeds should not pay for them.
-  if store_inspection.is_store(data_dir):
-    from fixed_replay.replay import compact_replay_buffer
-
-    return compact_replay_buffer.CompactReplayBuffer(
-      data_dir, **{'num_workers': 1, **arguments}
-    )
   from fixed_replay.replay import fixed_replay_buffer
 
+  kind, _ = fixed_replay_buffer.locate_dataset(data_dir)
+  if kind == fixed_replay_buffer.STORE:
+    arguments = {'sampling_threads': 1, **arguments}
   return fixed_replay_buffer.FixedReplayBuffer(data_dir, **arguments)
 
 

@@ -30,6 +30,10 @@ import types
 
 # Old path -> the module that now holds its contents.
 ALIASES = {
+  # CompactReplayBuffer is FixedReplayBuffer's; configs import this path.
+  'fixed_replay.replay.compact_replay_buffer': (
+    'fixed_replay.replay.fixed_replay_buffer'
+  ),
   # batch_rl (google-research/batch_rl), the code this library replaces.
   'batch_rl.fixed_replay.run_experiment': (
     'fixed_replay.training.run_experiment'

@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from fixed_replay.replay import arguments
+from fixed_replay.replay import core
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
@@ -46,8 +46,12 @@ def test_fixed_replay_buffer_checks_its_arguments(tmp_path, name, value, words):
   'name, value, words',
   BUFFER_CASES[:5]
   + [
-    ('prefetch_batches', 0, 'prefetch_batches must be an integer >= 1'),
-    ('num_workers', -1, 'num_workers must be an integer >= 0 or None'),
+    ('ready_batches', 0, 'ready_batches must be an integer >= 1'),
+    (
+      'sampling_threads',
+      -1,
+      'sampling_threads must be an integer >= 0 or None',
+    ),
     ('cache_bytes', -1, 'cache_bytes must be an integer >= 0 or None'),
   ],
 )
@@ -76,7 +80,7 @@ def test_runner_checks_its_step_counts(tmp_path, name, value, words):
 
 
 def test_valid_values_pass():
-  arguments.check(
+  core.check_arguments(
     dict(
       batch_size=np.int64(32),
       replay_suffix=np.int32(0),

@@ -1,9 +1,11 @@
-"""What CompactReplayBuffer adds to the contract: a store, a block cache.
+"""What FixedReplayBuffer does over a compact store: sets, a block cache.
 
 The transitions themselves are checked against Dopamine in
-test_replay_contract.py.
+test_replay_contract.py. CompactReplayBuffer, the name older configs use,
+is FixedReplayBuffer with a 1.5 GB default budget.
 """
 
+import logging
 import shutil
 
 import gin
@@ -21,13 +23,14 @@ from fixed_replay.replay.wrapped_fixed_replay_buffer import (
   WrappedFixedReplayBuffer,
 )
 from fixed_replay.store import compact_store
+from fixed_replay.store import convert
 from fixed_replay.store import manifest as manifest_lib
 
 
 def _buffer(store, **kwargs):
   kwargs.setdefault('seed', 0)
-  kwargs.setdefault('prefetch', False)
-  return CompactReplayBuffer(
+  kwargs.setdefault('sampling_threads', 0)
+  return FixedReplayBuffer(
     str(store), kwargs.pop('replay_suffix', None), **kwargs
   )
 
@@ -78,7 +81,7 @@ def test_prefetched_minibatches_mix_checkpoints_uniformly(
   dopamine_dir, store, oracles
 ):
   _, _, writers = dopamine_dir
-  buffer = _buffer(store, prefetch=True, num_workers=2, batch_size=64)
+  buffer = _buffer(store, sampling_threads=2, batch_size=64)
   counts = {s: buffer.shard(s).num_valid for s in writers}
   batches = [
     as_dict(buffer, buffer.sample_transition_batch()) for _ in range(60)
@@ -98,7 +101,7 @@ def test_prefetched_minibatches_mix_checkpoints_uniformly(
 def test_memory_is_bounded_by_the_budget(store):
   # The smallest cache that two threads can share: fewer slots than the
   # store's 4 x 63 blocks, so sampling has to evict.
-  buffer = _buffer(store, cache_bytes=1, num_workers=1)
+  buffer = _buffer(store, cache_bytes=1, sampling_threads=1)
   block_bytes = buffer.cache.arena[0].nbytes
   assert buffer.cache.num_slots < 4 * 63
   assert buffer.cache.nbytes == buffer.cache.num_slots * block_bytes
@@ -131,7 +134,7 @@ def test_damaged_block_error_names_checkpoint_and_rows(store, tmp_path):
     buffer.sample_transition_batch(indices=[490], suffixes=1)
   buffer.sample_transition_batch(indices=[520], suffixes=1)  # Others read.
   background = _buffer(
-    damaged, replay_suffix=1, prefetch=True, num_workers=1, batch_size=512
+    damaged, replay_suffix=1, sampling_threads=1, batch_size=512
   )
   with pytest.raises(CheckpointError, match=match):
     for _ in range(50):  # Some minibatch soon draws a row of block 30.
@@ -139,11 +142,83 @@ def test_damaged_block_error_names_checkpoint_and_rows(store, tmp_path):
   background.close()
 
 
-def test_store_must_match_what_the_agent_asks(store, dopamine_dir):
-  with pytest.raises(CheckpointError, match=r'shape \(84, 84\), expected'):
+def test_store_must_match_what_the_agent_asks(store):
+  with pytest.raises(CheckpointError, match=r'shape \(84, 84\), but obs'):
     _buffer(store, observation_shape=(42, 42))
-  with pytest.raises(CheckpointError, match='convert them first'):
-    _buffer(dopamine_dir[0])
+  with pytest.raises(CheckpointError, match=r'dtype uint8, but observation_'):
+    _buffer(store, observation_dtype=np.float32)
+
+
+def test_checkpoints_that_disagree_are_refused_before_sampling(
+  store, cartpole_dir, tmp_path
+):
+  """A store mixing frames of two shapes: an error naming both."""
+  convert.convert(cartpole_dir, tmp_path / 'cartpole', workers=0)
+  mixed = tmp_path / 'mixed'
+  shutil.copytree(store, mixed)
+  shutil.rmtree(mixed / 'checkpoint_1')
+  shutil.copytree(
+    tmp_path / 'cartpole' / 'checkpoint_1', mixed / 'checkpoint_1'
+  )
+  # Sampling two checkpoints at a time still checks all four first.
+  with pytest.raises(CheckpointError) as raised:
+    _buffer(mixed, num_buffers_to_load=2)
+  message = str(raised.value)
+  assert (
+    'checkpoint_1' in message and 'checkpoint 0 has shape (84, 84)' in message
+  )
+
+
+def test_a_store_with_no_complete_checkpoint_is_refused(store, tmp_path):
+  partial = tmp_path / 'partial'
+  partial.mkdir()
+  shutil.copytree(
+    store / 'checkpoint_1', partial / compact_store.partial_dirname(1)
+  )
+  with pytest.raises(CheckpointError, match='no compact store checkpoint'):
+    _buffer(partial)
+
+
+def test_unbound_num_buffers_samples_every_checkpoint(store, dopamine_dir):
+  buffer = _buffer(store)
+  assert buffer.loaded_suffixes == sorted(dopamine_dir[2])
+  buffer.reload_buffer()
+  buffer.reload_data()
+  assert buffer.loaded_suffixes == sorted(dopamine_dir[2])
+  buffer.close()
+
+
+def test_bound_num_buffers_samples_that_many_per_iteration(
+  store, oracles, caplog
+):
+  """batch_rl's meaning kept: N checkpoints, drawn anew at each reload."""
+  with caplog.at_level(logging.INFO):
+    buffer = _buffer(store, num_buffers_to_load=2, sampling_threads=1)
+  assert 'num_buffers_to_load=2: sampling 2 of the 4 checkpoints' in (
+    caplog.text
+  )
+  assert 'num_buffers_to_load = None' in caplog.text
+  seen = set()
+  for _ in range(8):
+    loaded = buffer.loaded_suffixes
+    assert len(loaded) == 2
+    seen.update(loaded)
+    for _ in range(3):  # Batches from threads: never from an old set.
+      batch = as_dict(buffer, buffer.sample_transition_batch())
+      assert set(batch['suffix'].tolist()) <= set(loaded)
+      assert_equals_oracle(batch, oracles)
+    buffer.reload_buffer()
+  assert len(seen) > 2
+  buffer.reload_buffer(num_buffers=3)
+  assert len(buffer.loaded_suffixes) == 3
+  buffer.close()
+
+
+def test_compact_replay_buffer_is_fixed_replay_buffer(store):
+  buffer = CompactReplayBuffer(str(store), sampling_threads=0)
+  assert isinstance(buffer, FixedReplayBuffer)
+  assert buffer.loaded_suffixes == [0, 1, 3, 7]
+  buffer.close()
 
 
 def test_gin_binding_selects_it_for_tf_agents(dopamine_dir, store, oracles):
@@ -152,7 +227,7 @@ def test_gin_binding_selects_it_for_tf_agents(dopamine_dir, store, oracles):
   gin.parse_config(
     [
       'WrappedFixedReplayBuffer.memory_class = @CompactReplayBuffer',
-      'CompactReplayBuffer.num_workers = 1',
+      'CompactReplayBuffer.sampling_threads = 1',
       'CompactReplayBuffer.batch_size = 16',
     ]
   )
@@ -204,7 +279,7 @@ def test_one_gin_binding_selects_it_for_jax_and_tf_agents(store):
     [
       'import fixed_replay.replay.compact_replay_buffer',
       'replay_buffer_class.memory_class = @CompactReplayBuffer',
-      'CompactReplayBuffer.num_workers = 1',
+      'CompactReplayBuffer.sampling_threads = 1',
       'CompactReplayBuffer.batch_size = 8',
     ]
   )
@@ -228,6 +303,40 @@ def test_one_gin_binding_selects_it_for_jax_and_tf_agents(store):
         stack_size=4,
       )
       assert isinstance(replay.memory, CompactReplayBuffer)
+      replay.memory.close()
+  finally:
+    gin.clear_config()
+
+
+def test_no_binding_trains_tf_and_jax_agents_on_a_store(store):
+  """A store needs no gin binding: the agents' buffer reads it as it is."""
+  from dopamine.discrete_domains import atari_lib
+
+  from fixed_replay import agents
+
+  agents.agent_class('jax_dqn')
+  gin.parse_config(['FixedReplayBuffer.batch_size = 8'])
+  try:
+    environment = atari_lib.create_atari_environment('Pong')
+    agent = agents.create_agent(None, environment, 'jax_dqn', str(store))
+    try:
+      assert type(agent.replay) is FixedReplayBuffer
+      assert agent.replay.loaded_suffixes == [0, 1, 3, 7]
+      # The buffer's sampling threads prepare the batches; the agent does
+      # not queue them a second time.
+      assert agent.replay.sampling_threads > 0
+      assert agent._prefetcher is None
+      for _ in range(2 * agent.update_period):
+        agent.train_step()
+      assert agent.replay_batches == 2
+    finally:
+      agent.close()
+    with tf.Graph().as_default():
+      replay = WrappedFixedReplayBuffer(
+        data_dir=str(store), observation_shape=(84, 84), stack_size=4
+      )
+      assert type(replay.memory) is FixedReplayBuffer
+      assert replay.memory.batch_size == 8
       replay.memory.close()
   finally:
     gin.clear_config()

@@ -171,7 +171,7 @@ def _convert(directory, store):
 
 
 def _compact_buffer(store):
-  buffer = CompactReplayBuffer(str(store), prefetch=False, **BUFFER_ARGS)
+  buffer = CompactReplayBuffer(str(store), sampling_threads=0, **BUFFER_ARGS)
   try:
     return _all_transitions(buffer)
   finally:

@@ -146,7 +146,9 @@ def test_reload_without_prefetch_never_shows_samplers_an_empty_set(
   dopamine_dir, fits_twice
 ):
   directory, _, _ = dopamine_dir
-  window_bytes = 1000 * (84 * 84 + 4 + 4 + 1 + 8)  # See memory_budget.py.
+  window_bytes = 1000 * (
+    84 * 84 + 4 + 4 + 1 + 8
+  )  # See checkpoint_loading.shard_bytes.
   buffer = FixedReplayBuffer(
     str(directory),
     None,

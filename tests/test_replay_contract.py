@@ -1,11 +1,13 @@
-"""The contract every buffer keeps, checked against Dopamine's own buffer.
+"""The contract FixedReplayBuffer keeps over every source, against Dopamine.
 
-Each test runs over FixedReplayBuffer (the gzip checkpoints of conftest) and
-CompactReplayBuffer (the same checkpoints converted): both must return, for
-any valid (checkpoint, file row), exactly the transition Dopamine's
-`OutOfGraphReplayBuffer` loaded with the whole file returns. What differs
-between them (loading in sets, the block cache, the store's checks) is
-tested in test_fixed_replay_buffer.py and test_compact_replay_buffer.py.
+Each test runs over every kind of data FixedReplayBuffer reads, decided from
+the files: Dopamine's checkpoint files given as their directory
+(`replay_logs/`), as the run directory above it, and the same checkpoints
+converted into a compact store. For any valid (checkpoint, file row) the
+buffer must return exactly the transition Dopamine's `OutOfGraphReplayBuffer`
+loaded with the whole file returns. What differs between the sources
+(loading in sets, the block cache, the store's checks) is tested in
+test_fixed_replay_buffer.py and test_compact_replay_buffer.py.
 """
 
 import hashlib
@@ -17,37 +19,67 @@ import pytest
 from replay_oracle import as_dict
 from replay_oracle import assert_equals_oracle
 
-from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
+from fixed_replay.replay import frame_sources
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.store import convert
 
-# The `store` and `oracles` fixtures come from conftest.py.
+# The `dopamine_dir`, `store` and `oracles` fixtures come from conftest.py.
 
-BUFFERS = ['fixed', 'compact']
+SOURCES = ['replay_logs', 'run', 'store']
 
 
-def _make(kind, gzip_dir, store_dir, **kwargs):
+def _make(source, data_dir, **kwargs):
+  """FixedReplayBuffer over `data_dir`, sampling in the caller, seeded."""
   kwargs.setdefault('seed', 0)
   kwargs.setdefault('prefetch', False)
-  suffix = kwargs.pop('replay_suffix', None)
-  if kind == 'fixed':
+  kwargs.setdefault('sampling_threads', 0)
+  if source != 'store':  # A store samples every checkpoint when unbound.
     kwargs.setdefault('num_buffers_to_load', 4)
-    return FixedReplayBuffer(str(gzip_dir), suffix, **kwargs)
-  return CompactReplayBuffer(str(store_dir), suffix, **kwargs)
+  suffix = kwargs.pop('replay_suffix', None)
+  return FixedReplayBuffer(str(data_dir), suffix, **kwargs)
 
 
-@pytest.fixture(params=BUFFERS)
-def make(request, dopamine_dir):
-  """make(**kwargs): the buffer under test over conftest's checkpoints."""
+def _run_dir(replay_logs, parent):
+  """A run directory whose replay_logs/ links to `replay_logs`' files."""
+  logs = parent / 'run' / 'replay_logs'
+  if not logs.exists():
+    logs.mkdir(parents=True)
+    for name in os.listdir(replay_logs):
+      os.link(os.path.join(replay_logs, name), logs / name)
+  return logs.parent
+
+
+@pytest.fixture(scope='module')
+def sources(dopamine_dir, tmp_path_factory):
+  """{source: directory} of conftest's four checkpoints, built lazily."""
+  parent = tmp_path_factory.mktemp('sources')
+  built = {}
+
+  def get(source, request):
+    if source not in built:
+      if source == 'store':
+        built[source] = request.getfixturevalue('store')
+      elif source == 'run':
+        built[source] = _run_dir(dopamine_dir[0], parent)
+      else:
+        built[source] = dopamine_dir[0]
+    return built[source]
+
+  return get
+
+
+@pytest.fixture(params=SOURCES)
+def make(request, sources):
+  """make(**kwargs): FixedReplayBuffer over one source of the checkpoints."""
   built = []
 
   def build(**kwargs):
-    store_dir = (
-      request.getfixturevalue('store') if request.param == 'compact' else None
-    )
-    built.append(_make(request.param, dopamine_dir[0], store_dir, **kwargs))
+    directory = sources(request.param, request)
+    built.append(_make(request.param, directory, **kwargs))
     return built[-1]
 
+  build.source = request.param
+  build.directory = lambda: sources(request.param, request)
   yield build
   for buffer in built:
     buffer.close()
@@ -74,6 +106,8 @@ def test_transitions_equal_dopamine(
   file_start,
   file_end,
 ):
+  if make.source == 'run' and (replay_capacity, start) != (300, 400):
+    pytest.skip('a run directory holds the same files as its replay_logs/')
   _, capacity, writers = dopamine_dir
   selected = sorted(writers)[file_start:file_end]
   buffer = make(
@@ -157,13 +191,19 @@ def test_one_checkpoint_per_minibatch_option(make):
   assert len(drawn) > 1
 
 
-def test_same_seed_same_batches(make):
-  first = make(seed=3).sample_transition_batch(32)
-  second = make(seed=3).sample_transition_batch(32)
-  third = make(seed=4).sample_transition_batch(32)
-  for a, b in zip(first, second, strict=True):
-    np.testing.assert_array_equal(a, b)
-  assert not np.array_equal(first[7], third[7])
+@pytest.mark.parametrize('threads', [0, 1])
+def test_same_seed_same_batches(make, threads):
+  """Seeded streams repeat, sampled in the caller or by one thread."""
+
+  def stream(seed):
+    buffer = make(seed=seed, sampling_threads=threads)
+    return [buffer.sample_transition_batch(32) for _ in range(3)]
+
+  first, second, third = stream(3), stream(3), stream(4)
+  for batch_a, batch_b in zip(first, second, strict=True):
+    for a, b in zip(batch_a, batch_b, strict=True):
+      np.testing.assert_array_equal(a, b)
+  assert not np.array_equal(first[0][7], third[0][7])
 
 
 def test_invalid_indices_are_refused(make):
@@ -189,6 +229,8 @@ def test_suffix_zero_is_a_checkpoint(make):
 
 def test_dopamine_and_jax_api(make):
   buffer = make(batch_size=8)
+  # Whatever holds the frames (ShardFrames, BlockFrames) is a FrameSource.
+  assert isinstance(buffer._source, frame_sources.FrameSource)
   element, metadata = buffer.sample(with_sample_metadata=True)
   assert element.state.shape == element.next_state.shape == (8, 84, 84, 4)
   assert element.is_terminal.dtype == bool and element.reward.shape == (8,)
@@ -205,17 +247,18 @@ def test_dopamine_and_jax_api(make):
     assert buffer.is_valid_transition(row, suffix=suffix)
 
 
-def test_dataset_is_read_only(make, dopamine_dir, tmp_path):
+def test_dataset_is_read_only(make, tmp_path):
   buffer = make()
-  directory = dopamine_dir[0]
+  directory = make.directory()
 
   def digest():
-    return {
-      name: hashlib.sha256(
-        open(os.path.join(directory, name), 'rb').read()
-      ).hexdigest()
-      for name in sorted(os.listdir(directory))
-    }
+    digests = {}
+    for parent, _, names in os.walk(directory):
+      for name in names:
+        path = os.path.join(parent, name)
+        with open(path, 'rb') as f:
+          digests[path] = hashlib.sha256(f.read()).hexdigest()
+    return digests
 
   before = digest()
   buffer.save(str(directory), 0)
@@ -227,8 +270,8 @@ def test_dataset_is_read_only(make, dopamine_dir, tmp_path):
   assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize('kind', BUFFERS)
-def test_extra_storage_types_are_returned(kind, tmp_path):
+@pytest.mark.parametrize('source', ['replay_logs', 'store'])
+def test_extra_storage_types_are_returned(source, tmp_path):
   from dopamine.tf.replay_memory import circular_replay_buffer
 
   extra = [circular_replay_buffer.ReplayElement('logits', (3,), np.float32)]
@@ -241,11 +284,11 @@ def test_extra_storage_types_are_returned(kind, tmp_path):
     )
   os.mkdir(tmp_path / 'gzip')
   writer.save(str(tmp_path / 'gzip'), 0)
-  if kind == 'compact':
+  directory = tmp_path / 'gzip'
+  if source == 'store':
     convert.convert(tmp_path / 'gzip', tmp_path / 'store', workers=0)
-  buffer = _make(
-    kind, tmp_path / 'gzip', tmp_path / 'store', extra_storage_types=extra
-  )
+    directory = tmp_path / 'store'
+  buffer = _make(source, directory, extra_storage_types=extra)
   batch = as_dict(buffer, buffer.sample_transition_batch(64))
   oracle = dopamine_data.load_oracle(
     tmp_path / 'gzip', 0, 300, extra_storage_types=extra

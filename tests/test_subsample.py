@@ -24,7 +24,7 @@ def _fixed(directory, **kwargs):
 
 
 def _compact(store, **kwargs):
-  return CompactReplayBuffer(str(store), prefetch=False, **kwargs)
+  return CompactReplayBuffer(str(store), sampling_threads=0, **kwargs)
 
 
 def _episodes_in_writing_order(oracle, episode_ends):

@@ -45,7 +45,7 @@ progress display for the whole job):
 The stores are the same, byte for byte, with or without Ray.
 
 Then train on DST, either format, with `fixed-replay train --replay_dir=DST
-...`.
+...`: FixedReplayBuffer reads a store as it reads Dopamine's files.
 
   fixed-replay convert /data/Pong/1/replay_logs /data/Pong/1/compact
   fixed-replay convert /data/Pong /data/compact/Pong --ray
@@ -64,10 +64,10 @@ from absl import flags
 
 from fixed_replay import cli
 from fixed_replay import compat
+from fixed_replay import progress
 from fixed_replay.dataset import layout
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.errors import CheckpointError
-from fixed_replay.replay import memory_budget as memory
 from fixed_replay.store import convert
 from fixed_replay.store import convert_options
 from fixed_replay.store import rlu_convert
@@ -357,8 +357,8 @@ def _print_result(kind, result, store):
   )
   what = {'dopamine': 'gzip', 'rlu': 'RL Unplugged shards', 'tfds': 'TFDS'}
   print(
-    f'{_FORMAT.value} output {memory.format_bytes(result.store_bytes)} for '
-    f'{memory.format_bytes(result.source_bytes)} of {what[kind]} '
+    f'{_FORMAT.value} output {progress.format_bytes(result.store_bytes)} for '
+    f'{progress.format_bytes(result.source_bytes)} of {what[kind]} '
     f'({result.store_bytes / max(result.source_bytes, 1):.2f}x): {store}'
   )
 

@@ -27,7 +27,6 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 from fixed_replay.io import npy_stream
 from fixed_replay.io import remote
-from fixed_replay.replay import memory_budget as memory
 
 # Files Dopamine's checkpointing may leave that this reader does not use.
 _IGNORED_NAMES = frozenset(['sum_tree'])
@@ -262,6 +261,12 @@ def read_bookkeeping(
   return count, invalid_range, episode_ends
 
 
+def window_rows(num_file_rows: int, start: int, count: int | None) -> int:
+  """Rows of [start, start + count) that lie inside a file of given rows."""
+  end = num_file_rows if count is None else min(start + count, num_file_rows)
+  return max(end - start, 0)
+
+
 def read_checkpoint(
   files: CheckpointFiles,
   start: int = 0,
@@ -313,7 +318,7 @@ def read_checkpoint(
     )
   # A window reaching past the file is clipped to it, as the buffers clip
   # a replay_capacity larger than a checkpoint.
-  rows = memory.window_rows(num_file_rows, start, count)
+  rows = window_rows(num_file_rows, start, count)
   if count is not None and rows < count:
     logging.info(
       'rows [%d, %d) reach past the %d rows of checkpoint %d: reading rows '

@@ -1,49 +1,184 @@
-"""Reading checkpoint windows of Dopamine's gzip files into ReplayShards.
+"""Planning checkpoint windows, and reading Dopamine's gzip files into them.
 
-A `WindowLoader` decides, once per checkpoint, which rows to read (the
-window [replay_transitions_start_index, + replay_capacity), cut by
-`subsample`), says what holding them costs before anything is read, and
+`WindowSettings` is what every source's windows are planned and read with;
+`plan_rows` is the one window plan (for gzip files and stores alike), and
+the memory estimates and budget checks made before anything is allocated
+live here too. A `WindowLoader` decides, once per checkpoint, which rows
+to read (the window [replay_transitions_start_index, + replay_capacity),
+cut by `subsample`), says what holding them costs before anything is read, and
 reads them by streaming. With `verify` a window reaches the samplers only
 after every one of its files passed its gzip CRC-32 and length check.
 """
 
 import concurrent.futures
+import dataclasses
 import os
 import time
 
 from absl import logging
 import numpy as np
+import psutil
 
 from fixed_replay import progress
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import subsample as subsample_lib
 from fixed_replay.dataset import validity
-from fixed_replay.replay import memory_budget as memory
-from fixed_replay.replay import shard as shard_lib
+from fixed_replay.progress import format_bytes
+from fixed_replay.replay import transitions
 
 _SMALL = ['observation', 'action', 'reward', 'terminal']
+
+
+# Bytes per row beyond the stored arrays: the table of valid rows (int64).
+_INDEX_BYTES_PER_ROW = 8
+
+
+def shard_bytes(
+  headers: dict, start: int, count: int | None, elements: list | None = None
+) -> tuple[int, int]:
+  """Returns the bytes a shard of rows [start, start + count) will hold.
+
+  Args:
+    headers: dict of store element name to npy_stream.ArrayHeader (see
+      checkpoints.read_store_headers).
+    start: int, first row (clipped to the file like the loader does).
+    count: int or None, rows wanted (None: to the end of the file).
+    elements: optional store element names to count (default: all).
+
+  Returns:
+    (num_bytes, num_rows): the estimate and the window's row count.
+  """
+  num_rows = checkpoints.window_rows(
+    headers['observation'].num_rows, start, count
+  )
+  names = elements or headers
+  row_bytes = sum(headers[name].row_bytes for name in names)
+  return num_rows * (row_bytes + _INDEX_BYTES_PER_ROW), num_rows
+
+
+def plan_rows(
+  num_file_rows: int,
+  start: int,
+  capacity: int | None,
+  subsample: str | None,
+  fraction: float | None,
+  where: str,
+) -> tuple[int, int]:
+  """(start, count): the rows of a checkpoint a buffer uses.
+
+  The one window plan of every source: replay_capacity rows from
+  replay_transitions_start_index, clipped to the file, cut to their first
+  rows by subsample='first_rows'. (The episode methods then choose among
+  these rows' episodes, which needs their terminal flags.)
+
+  Args:
+    num_file_rows: int, rows of the checkpoint.
+    start: int, replay_transitions_start_index.
+    capacity: int or None, replay_capacity.
+    subsample: None or a subsample method.
+    fraction: float or None, subsample_fraction.
+    where: str, the checkpoint, for the messages.
+
+  Raises:
+    ValueError: if start lies beyond the file, or the fraction keeps nothing.
+  """
+  if start >= num_file_rows:
+    raise ValueError(
+      f'replay_transitions_start_index={start} is beyond the '
+      f'{num_file_rows} rows of {where}'
+    )
+  count = checkpoints.window_rows(num_file_rows, start, capacity)
+  if subsample == 'first_rows':
+    count = subsample_lib.first_rows_count(count, fraction, where)
+  return start, count
+
+
+def available_bytes() -> int:
+  """Memory the OS can give us now without swapping."""
+  return psutil.virtual_memory().available
+
+
+def check_fits(needed: int, budget: int, what: str) -> None:
+  """Raises MemoryError with the numbers when `needed` exceeds `budget`.
+
+  Args:
+    needed: int, bytes the configuration needs.
+    budget: int, bytes allowed.
+    what: str, description of the configuration, for the message.
+  """
+  if needed > budget:
+    raise MemoryError(
+      f'{what} needs {format_bytes(needed)} but only '
+      f'{format_bytes(budget)} is allowed (memory_budget, or the memory '
+      f'available now). Lower num_buffers_to_load or replay_capacity, or '
+      f'raise memory_budget.'
+    )
+
+
+def total(values) -> int:
+  return int(np.sum(values, dtype=np.int64))
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowSettings:
+  """What a buffer's checkpoint windows are planned, read and sampled with.
+
+  Built once by the buffer from its arguments; every source (Dopamine's
+  files, a compact store) reads the same settings.
+
+  Attributes:
+    data_dir: str, the dataset, for the messages.
+    start: int, replay_transitions_start_index.
+    replay_capacity: int or None, rows used per checkpoint.
+    observation_shape: tuple of int.
+    observation_dtype: np.dtype.
+    stack_size: int.
+    update_horizon: int.
+    gamma: float.
+    extra_names: tuple of str, extra stored elements.
+    subsample: None or a subsample method (dataset/subsample.py).
+    subsample_fraction: float or None.
+    seed: int or None.
+    verify: bool, check files (or a store's small files) before use.
+    sampling_threads: int, threads that may hold a batch (stores only).
+    ready_batches: int, batches those threads keep ready (stores only).
+    batch_bytes: int, bytes of one default-size batch (stores only).
+  """
+
+  data_dir: str
+  start: int
+  replay_capacity: int | None
+  observation_shape: tuple
+  observation_dtype: np.dtype
+  stack_size: int
+  update_horizon: int
+  gamma: float
+  extra_names: tuple = ()
+  subsample: str | None = None
+  subsample_fraction: float | None = None
+  seed: int | None = None
+  verify: bool = True
+  sampling_threads: int = 0
+  ready_batches: int = 0
+  batch_bytes: int = 0
 
 
 class WindowLoader:
   """Plans and loads the windows of the selected gzip checkpoints."""
 
-  def __init__(self, files, data_dir, start, settings, verify):
+  def __init__(self, files: dict, settings: WindowSettings) -> None:
     """Keeps what planning and loading need.
 
     Args:
       files: dict of suffix to checkpoints.CheckpointFiles.
-      data_dir: str, for the messages.
-      start: int, replay_transitions_start_index.
-      settings: dict with replay_capacity, observation_shape,
-        observation_dtype, stack_size, update_horizon, gamma, extra_names,
-        subsample, subsample_fraction and seed.
-      verify: bool, check every file to its end before a window is used.
+      settings: WindowSettings; with `verify`, every file is checked to its
+        end before a window is used.
     """
     self.files = files
-    self._data_dir = data_dir
-    self._start = start
+    self._data_dir = settings.data_dir
+    self._start = settings.start
     self._s = settings
-    self._verify = verify
+    self._verify = settings.verify
     self._headers = {}
     self._plans = {}
     self._bytes = {}
@@ -67,14 +202,17 @@ class WindowLoader:
       return self._plans[suffix]
     s, files, start = self._s, self.files[suffix], self._start
     num_file_rows = self._headers_of(suffix)['observation'].num_rows
-    if start >= num_file_rows:
-      raise ValueError(
-        f'replay_transitions_start_index={start} is beyond the '
-        f'{num_file_rows} rows of {files.store_paths["observation"]}'
-      )
-    capacity = s['replay_capacity']
-    count = memory.window_rows(num_file_rows, start, capacity)
-    if count < capacity and not self._warned_capacity:
+    capacity = s.replay_capacity
+    _, count = plan_rows(
+      num_file_rows,
+      start,
+      capacity,
+      s.subsample,
+      s.subsample_fraction,
+      f'checkpoint {suffix} of {self._data_dir}',
+    )
+    clipped = checkpoints.window_rows(num_file_rows, start, capacity)
+    if clipped < capacity and not self._warned_capacity:
       logging.info(
         'replay_capacity=%d reaches past the %d rows of checkpoint %d: '
         'using rows [%d, %d).',
@@ -82,44 +220,38 @@ class WindowLoader:
         num_file_rows,
         suffix,
         start,
-        start + count,
+        start + clipped,
       )
       self._warned_capacity = True
     plan = (start, count, None)
-    if s['subsample'] == 'first_rows':
-      where = f'checkpoint {suffix} of {self._data_dir}'
-      count = subsample_lib.first_rows_count(
-        count, s['subsample_fraction'], where
-      )
-      plan = (start, count, None)
-    elif s['subsample'] in subsample_lib.EPISODE_METHODS:
+    if s.subsample in subsample_lib.EPISODE_METHODS:
       plan = subsample_lib.plan_window(
         checkpoints.read_terminal_window(
           files, start, count, verify=self._verify
         ),
-        s['stack_size'],
-        s['update_horizon'],
-        s['subsample'],
-        s['subsample_fraction'],
-        subsample_lib.episode_rng(s['seed'], suffix),
+        s.stack_size,
+        s.update_horizon,
+        s.subsample,
+        s.subsample_fraction,
+        subsample_lib.episode_rng(s.seed, suffix),
       )
     self._plans[suffix] = plan
     return plan
 
-  def set_bytes(self, suffixes):
+  def set_bytes(self, suffixes: list[int]) -> int:
     """Bytes needed to hold the given checkpoints' windows."""
     for suffix in suffixes:
       if suffix not in self._bytes:
         start, count, _ = self._plan(suffix)
-        self._bytes[suffix], _ = memory.shard_bytes(
+        self._bytes[suffix], _ = shard_bytes(
           self._headers_of(suffix),
           start,
           count,
-          _SMALL + self._s['extra_names'],
+          _SMALL + list(self._s.extra_names),
         )
-    return memory.total([self._bytes[s] for s in suffixes])
+    return total([self._bytes[s] for s in suffixes])
 
-  def load_shard(self, suffix):
+  def load_shard(self, suffix: int) -> transitions.ReplayShard:
     """Reads one checkpoint window and wraps it as a ReplayShard."""
     s = self._s
     start, count, kept = self._plan(suffix)
@@ -128,19 +260,19 @@ class WindowLoader:
       self.files[suffix],
       start,
       count,
-      observation_shape=s['observation_shape'],
-      observation_dtype=s['observation_dtype'],
-      elements=s['extra_names'],
+      observation_shape=s.observation_shape,
+      observation_dtype=s.observation_dtype,
+      elements=list(s.extra_names),
       verify=self._verify,
     )
     # Only now, every file checked, may samplers see these rows.
     valid_rows = validity.window_valid_rows(
-      window, s['stack_size'], s['update_horizon']
+      window, s.stack_size, s.update_horizon
     )
     if kept is not None:  # Only the rows of the episodes kept.
       valid_rows = np.intersect1d(valid_rows, kept)
-    shard = shard_lib.ReplayShard(
-      window, s['stack_size'], s['update_horizon'], s['gamma'], valid_rows
+    shard = transitions.ReplayShard(
+      window, s.stack_size, s.update_horizon, s.gamma, valid_rows
     )
     logging.info(
       'Loaded checkpoint %d rows [%d, %d): %d valid transitions, %s in '
@@ -149,7 +281,7 @@ class WindowLoader:
       start,
       start + count,
       shard.num_valid,
-      memory.format_bytes(shard.nbytes),
+      format_bytes(shard.nbytes),
       time.perf_counter() - began,
       'files checked to their end'
       if self._verify
@@ -164,7 +296,9 @@ class WindowLoader:
       )
     return shard
 
-  def load_shards(self, suffixes, parallel=False, reuse=()):
+  def load_shards(
+    self, suffixes: list[int], parallel: bool = False, reuse=()
+  ) -> list[transitions.ReplayShard]:
     """Loads checkpoints (reusing already loaded shards), with progress."""
     reusable = {s.suffix: s for s in reuse}
     to_load = [s for s in suffixes if s not in reusable]

@@ -7,7 +7,10 @@ thread while training samples the current one; when the budget cannot hold
 both sets, the new checkpoints are rolled in one at a time instead. Without
 prefetching, a reload that cannot hold both frees the outgoing checkpoints
 first, and samplers in other threads wait for the new set: they never see an
-empty one.
+empty one. A store's sets are opened whole at the reload instead.
+
+Which checkpoints may be used at all (`replay_suffix`, the
+`replay_file_*_index` slice) is decided here too, for every source.
 """
 
 import concurrent.futures
@@ -16,9 +19,85 @@ import time
 
 from absl import logging
 
+from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import core
 from fixed_replay.replay import frame_sources
-from fixed_replay.replay import memory_budget as memory
+
+
+def select_checkpoints(
+  found: dict,
+  replay_suffix: int | None,
+  file_start: int,
+  file_end: int | None,
+  data_dir: str,
+) -> dict:
+  """Applies replay_suffix or the replay_file_*_index slice to `found`.
+
+  Args:
+    found: dict of suffix to what describes that checkpoint.
+    replay_suffix: int or None, a single checkpoint.
+    file_start: int, first position in the sorted suffixes.
+    file_end: int or None, end (exclusive) of that slice.
+    data_dir: str, for the messages.
+
+  Returns:
+    dict of the selected suffixes to their values in `found`.
+
+  Raises:
+    ValueError: if the selection is empty.
+  """
+  if replay_suffix is not None:
+    if replay_suffix not in found:
+      raise ValueError(
+        f'replay_suffix={replay_suffix}: no complete checkpoint with that '
+        f'suffix in {data_dir} (found {sorted(found)})'
+      )
+    return {replay_suffix: found[replay_suffix]}
+  suffixes = sorted(found)[file_start:file_end]
+  if not suffixes:
+    raise ValueError(
+      f'replay_file_start_index={file_start}, replay_file_end_index='
+      f'{file_end} select none of the {len(found)} checkpoints in {data_dir}'
+    )
+  return {s: found[s] for s in suffixes}
+
+
+class RandomSets:
+  """Draws the sets of checkpoints a buffer holds, batch_rl's way."""
+
+  def __init__(self, suffixes, rng, data_dir):
+    """Keeps the selection.
+
+    Args:
+      suffixes: iterable of int, the selected checkpoints.
+      rng: np.random.Generator, shared with sampling (one seed for both).
+      data_dir: str, for the messages.
+    """
+    self.suffixes = sorted(suffixes)
+    self._rng = rng
+    self._data_dir = data_dir
+    self._warned = False
+
+  def available(self, num_buffers: int) -> int:
+    """num_buffers, or all the checkpoints when fewer exist (warns once)."""
+    if num_buffers <= len(self.suffixes):
+      return num_buffers
+    if not self._warned:
+      self._warned = True
+      logging.warning(
+        'num_buffers_to_load=%d but %s has %d usable checkpoint(s) %s: '
+        'using all of them.',
+        num_buffers,
+        self._data_dir,
+        len(self.suffixes),
+        self.suffixes,
+      )
+    return len(self.suffixes)
+
+  def draw(self, num_buffers: int) -> list[int]:
+    """Draws num_buffers distinct checkpoint suffixes at random."""
+    chosen = self._rng.choice(self.suffixes, num_buffers, replace=False)
+    return sorted(int(s) for s in chosen)
 
 
 class SetRotation(core.ReplayCore):
@@ -29,7 +108,7 @@ class SetRotation(core.ReplayCore):
 
     Args:
       loader: checkpoint_loading.WindowLoader of the selected checkpoints.
-      sets: checkpoint_selection.RandomSets drawing the sets.
+      sets: RandomSets drawing the sets.
       num_buffers: int, checkpoints held at a time.
       budget: int, bytes the loaded windows may take.
       prefetch: bool, load the next set in the background.
@@ -38,6 +117,23 @@ class SetRotation(core.ReplayCore):
       MemoryError: if the first set cannot fit, before reading it.
     """
     self._loader = loader
+    self._init_sets(sets, num_buffers, budget)
+    self._executor = concurrent.futures.ThreadPoolExecutor(
+      max_workers=1, thread_name_prefix='fixed_replay_prefetch'
+    )
+    first = sets.draw(num_buffers)
+    checkpoint_loading.check_fits(
+      loader.set_bytes(first),
+      budget,
+      f'Loading {len(first)} checkpoint(s) {first}',
+    )
+    self._publish_shards(loader.load_shards(first, parallel=True))
+    self._prefetch = prefetch and len(sets.suffixes) > num_buffers
+    if self._prefetch:
+      self._start_refresh()
+
+  def _init_sets(self, sets, num_buffers, budget):
+    """The state every way of holding sets in turn shares."""
     self._sets = sets
     self._num_buffers_to_load = num_buffers
     self._budget = budget
@@ -46,23 +142,19 @@ class SetRotation(core.ReplayCore):
     self._swapped_in = threading.Condition()
     self._swapping = False
     self._source = frame_sources.ShardFrames([])
-    self._executor = concurrent.futures.ThreadPoolExecutor(
-      max_workers=1, thread_name_prefix='fixed_replay_prefetch'
-    )
+    self._executor = None  # Loads the next set in the background.
     self._pending = None  # Future of the next set (or of a rolling refresh).
+    self._prefetch = False
+    self._open_set = None  # suffixes -> a new source, for sets opened whole.
     self.rolling = False  # Whether the last refresh replaces one at a time.
-    first = sets.draw(num_buffers)
-    memory.check_fits(
-      loader.set_bytes(first),
-      budget,
-      f'Loading {len(first)} checkpoint(s) {first}',
-    )
-    self._publish(loader.load_shards(first, parallel=True))
-    self._prefetch = prefetch and len(sets.suffixes) > num_buffers
-    if self._prefetch:
-      self._start_refresh()
 
-  def _publish(self, shards):
+  def _replace_source(self, source):
+    """Publishes a source opened whole, then closes the one it replaces."""
+    with self._swapped_in:
+      outgoing, self._source = self._source, source
+    outgoing.close()
+
+  def _publish_shards(self, shards):
     """Makes `shards` the set samplers draw from (one assignment)."""
     source = frame_sources.ShardFrames(shards)
     if not source.table.total:
@@ -101,7 +193,7 @@ class SetRotation(core.ReplayCore):
     self.rolling = held + new_bytes > self._budget
     if self.rolling:
       largest = max(set_bytes([s]) for s in suffixes)
-      memory.check_fits(
+      checkpoint_loading.check_fits(
         held + largest,
         self._budget,
         'Replacing one loaded checkpoint at a time',
@@ -110,8 +202,8 @@ class SetRotation(core.ReplayCore):
         'Double-buffering %s would need %s (budget %s): replacing '
         'checkpoints one at a time instead.',
         suffixes,
-        memory.format_bytes(held + new_bytes),
-        memory.format_bytes(self._budget),
+        checkpoint_loading.format_bytes(held + new_bytes),
+        checkpoint_loading.format_bytes(self._budget),
       )
       self._pending = self._executor.submit(self._roll_in, suffixes)
     else:
@@ -130,10 +222,10 @@ class SetRotation(core.ReplayCore):
         i for i, s in enumerate(shards) if s.suffix not in suffixes
       )
       shards[outgoing] = new_shard
-      self._publish(shards)
+      self._publish_shards(shards)
     return None
 
-  def reload_buffer(self, num_buffers=None):
+  def reload_buffer(self, num_buffers: int | None = None) -> None:
     """Swaps in a new random set of checkpoints.
 
     With prefetching, the set loaded in the background since the last call is
@@ -144,7 +236,7 @@ class SetRotation(core.ReplayCore):
       num_buffers: int or None, checkpoints to hold (default
         num_buffers_to_load).
     """
-    if self._replay_suffix is not None:
+    if self._replay_suffix is not None or self._sets is None:
       return
     if num_buffers is not None:
       num_buffers = self._sets.available(num_buffers)
@@ -152,14 +244,19 @@ class SetRotation(core.ReplayCore):
       self._num_buffers_to_load = num_buffers
       self._cancel_pending()
     began = time.perf_counter()
-    if self._prefetch and self._pending is not None:
-      # A load that failed (a damaged file) raises here, once.
-      pending, self._pending = self._pending, None
-      shards = pending.result()
-      if shards is not None:
-        self._publish(shards)
-    else:
-      self._reload_now(self._sets.draw(self._num_buffers_to_load))
+    with self._batches_paused():
+      if self._prefetch and self._pending is not None:
+        # A load that failed (a damaged file) raises here, once.
+        pending, self._pending = self._pending, None
+        shards = pending.result()
+        if shards is not None:
+          self._publish_shards(shards)
+      elif self._open_set is not None:
+        self._replace_source(
+          self._open_set(self._sets.draw(self._num_buffers_to_load))
+        )
+      else:
+        self._reload_now(self._sets.draw(self._num_buffers_to_load))
     logging.info(
       'Swapped in checkpoints %s after waiting %.2f s',
       self._source.table.suffixes,
@@ -174,7 +271,7 @@ class SetRotation(core.ReplayCore):
     kept = [s for s in current.shards if s.suffix in suffixes]
     incoming = [s for s in suffixes if s not in current.by_suffix]
     set_bytes = self._loader.set_bytes
-    memory.check_fits(
+    checkpoint_loading.check_fits(
       set_bytes(suffixes), self._budget, f'Loading checkpoints {suffixes}'
     )
     if set_bytes(current.table.suffixes + incoming) > self._budget:
@@ -182,7 +279,7 @@ class SetRotation(core.ReplayCore):
         self._swapping = True
         self._source = frame_sources.ShardFrames(kept)
     try:
-      self._publish(
+      self._publish_shards(
         self._loader.load_shards(suffixes, parallel=True, reuse=kept)
       )
     finally:
@@ -190,7 +287,7 @@ class SetRotation(core.ReplayCore):
         self._swapping = False
         self._swapped_in.notify_all()
 
-  def reload_data(self):
+  def reload_data(self) -> None:
     """Dopamine JAX name for reloading: a new set unless one suffix is fixed."""
     self.reload_buffer(self._num_buffers_to_load)
 
@@ -203,8 +300,9 @@ class SetRotation(core.ReplayCore):
         pass
       self._pending = None
 
-  def close(self):
+  def close(self) -> None:
     """Stops background loading."""
     self._cancel_pending()
-    self._executor.shutdown(wait=True)
+    if self._executor is not None:
+      self._executor.shutdown(wait=True)
     super().close()

@@ -14,10 +14,8 @@ import numpy as np
 from fixed_replay.dataset import subsample as subsample_lib
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
+from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import frame_sources
-from fixed_replay.replay import memory_budget as memory
-from fixed_replay.replay import samplers
-from fixed_replay.replay import shard as shard_lib
 from fixed_replay.replay import transitions
 from fixed_replay.store import block_cache
 from fixed_replay.store import compact_store
@@ -25,7 +23,12 @@ from fixed_replay.store import compact_store
 DEFAULT_CACHE_BYTES = 256 << 20
 
 
-def check_matches(stored, observation_shape, observation_dtype, extra_names):
+def check_matches(
+  stored: compact_store.StoredCheckpoint,
+  observation_shape: tuple,
+  observation_dtype: np.dtype,
+  extra_names,
+) -> None:
   """Raises CheckpointError unless the store holds what was asked for."""
   frames = stored.frames
   if frames.row_shape != observation_shape:
@@ -45,13 +48,61 @@ def check_matches(stored, observation_shape, observation_dtype, extra_names):
     )
 
 
-def open_store(directories, settings, budget, cache):
+def check_same_observations(
+  directories: dict, observation_shape: tuple, observation_dtype
+) -> None:
+  """Raises CheckpointError unless every checkpoint holds the frames asked for.
+
+  Reads only the manifests, so a store sampled a few checkpoints at a time
+  is checked whole before anything is sampled.
+
+  Args:
+    directories: dict of suffix to the selected checkpoints' directories.
+    observation_shape: tuple, the configured shape of one observation.
+    observation_dtype: np.dtype, the configured dtype.
+
+  Raises:
+    CheckpointError: naming the first checkpoint that differs from another
+      checkpoint or from the configuration, and both values.
+  """
+  first = None
+  for suffix in sorted(directories):
+    directory = directories[suffix]
+    spec = compact_store.read_manifest(directory)['observation']
+    ours = (tuple(spec['row_shape']), np.dtype(spec['dtype']))
+    if first is None:
+      first = (suffix, ours)
+    elif ours != first[1]:
+      raise CheckpointError(
+        directory,
+        f'frames of shape {ours[0]} and dtype {ours[1]}, but checkpoint '
+        f'{first[0]} has shape {first[1][0]} and dtype {first[1][1]}',
+      )
+    if ours[0] != tuple(observation_shape):
+      raise CheckpointError(
+        directory,
+        f'frames of shape {ours[0]}, but observation_shape='
+        f'{tuple(observation_shape)}',
+      )
+    if ours[1] != np.dtype(observation_dtype):
+      raise CheckpointError(
+        directory,
+        f'frames of dtype {ours[1]}, but observation_dtype='
+        f'{np.dtype(observation_dtype)}',
+      )
+
+
+def open_store(
+  directories: list[str],
+  settings: checkpoint_loading.WindowSettings,
+  budget: int,
+  cache: int | None,
+) -> frame_sources.BlockFrames:
   """Opens the checkpoints in `directories` as one BlockFrames.
 
   Args:
     directories: list of the selected checkpoints' directories.
-    settings: dict, open_windows' buffer_settings plus `start`
-      (replay_transitions_start_index), `replay_capacity` and `verify`.
+    settings: checkpoint_loading.WindowSettings.
     budget: int, bytes the buffer may hold.
     cache: int or None, bytes of decoded blocks wanted.
 
@@ -66,14 +117,12 @@ def open_store(directories, settings, budget, cache):
   try:
     windows = []
     for directory in directories:
-      stored.append(
-        compact_store.StoredCheckpoint(directory, verify=s['verify'])
-      )
+      stored.append(compact_store.StoredCheckpoint(directory, verify=s.verify))
       check_matches(
         stored[-1],
-        s['observation_shape'],
-        s['observation_dtype'],
-        s['extra_names'],
+        s.observation_shape,
+        s.observation_dtype,
+        s.extra_names,
       )
       windows.append(_plan_window(stored[-1], s))
     return open_windows(s, stored, windows, budget, cache)
@@ -85,19 +134,14 @@ def open_store(directories, settings, budget, cache):
 
 def _plan_window(stored, s):
   """(start, count) of the rows used of one stored checkpoint."""
-  start, capacity, data_dir = s['start'], s['replay_capacity'], s['data_dir']
-  subsample, fraction = s['subsample'], s['subsample_fraction']
-  if start >= stored.num_rows:
-    raise ValueError(
-      f'replay_transitions_start_index={start} is beyond the '
-      f'{stored.num_rows} rows of checkpoint {stored.suffix}'
-    )
-  count = memory.window_rows(stored.num_rows, start, capacity)
-  if subsample == 'first_rows':
-    count = subsample_lib.first_rows_count(
-      count, fraction, f'checkpoint {stored.suffix} of {data_dir}'
-    )
-  return start, count
+  return checkpoint_loading.plan_rows(
+    stored.num_rows,
+    s.start,
+    s.replay_capacity,
+    s.subsample,
+    s.subsample_fraction,
+    f'checkpoint {stored.suffix} of {s.data_dir}',
+  )
 
 
 def _check_same_layout(stored, names, data_dir):
@@ -153,14 +197,17 @@ def _fixed_bytes(stored, windows, names):
   return total
 
 
-def open_windows(buffer_settings, stored, windows, budget, cache):
+def open_windows(
+  buffer_settings: checkpoint_loading.WindowSettings,
+  stored: list,
+  windows: list[tuple[int, int]],
+  budget: int,
+  cache: int | None,
+) -> frame_sources.BlockFrames:
   """Builds the BlockFrames of `stored` checkpoints' `windows`.
 
   Args:
-    buffer_settings: dict with stack_size, update_horizon, gamma,
-      observation_shape, observation_dtype, extra_names, subsample,
-      subsample_fraction, seed, data_dir, batch_bytes, workers (threads
-      that may hold a batch) and prefetch_batches.
+    buffer_settings: checkpoint_loading.WindowSettings.
     stored: list of compact_store.StoredCheckpoint, matching the request.
     windows: list of (start, count), one per checkpoint.
     budget: int, bytes the buffer may hold.
@@ -175,32 +222,32 @@ def open_windows(buffer_settings, stored, windows, budget, cache):
     ValueError: if no window holds a valid transition.
   """
   s = buffer_settings
-  names = ['action', 'reward', 'terminal'] + s['extra_names']
-  _check_same_layout(stored, names, s['data_dir'])
+  names = ['action', 'reward', 'terminal'] + list(s.extra_names)
+  _check_same_layout(stored, names, s.data_dir)
   block_rows = stored[0].frames.block_rows
   block_bytes = (
     block_rows
-    * s['observation_dtype'].itemsize
-    * int(np.prod(s['observation_shape']))
+    * s.observation_dtype.itemsize
+    * int(np.prod(s.observation_shape))
   )
-  workers = s['workers']
-  per_transition = (s['stack_size'] + s['update_horizon'] - 2) // block_rows + 3
+  workers = s.sampling_threads
+  per_transition = (s.stack_size + s.update_horizon - 2) // block_rows + 3
   min_slots = (workers + 1) * frame_sources.CHUNK * per_transition
   fixed = (
     _fixed_bytes(stored, windows, names)
-    + (s['prefetch_batches'] + workers) * s['batch_bytes']
+    + (s.ready_batches + workers) * s.batch_bytes
   )
   what = (
-    f'{len(stored)} checkpoint(s) of {s["data_dir"]} '
+    f'{len(stored)} checkpoint(s) of {s.data_dir} '
     f'({sum(c for _, c in windows):,} rows)'
   )
-  memory.check_fits(fixed + min_slots * block_bytes, budget, what)
+  checkpoint_loading.check_fits(fixed + min_slots * block_bytes, budget, what)
   wanted = DEFAULT_CACHE_BYTES if cache is None else cache
   num_slots = max(min_slots, min(wanted, budget - fixed) // block_bytes)
   blocks = block_cache.BlockCache(
     num_slots,
-    (block_rows,) + s['observation_shape'],
-    s['observation_dtype'],
+    (block_rows,) + s.observation_shape,
+    s.observation_dtype,
   )
   arrays, offsets = _read_small_arrays(stored, windows, names)
   views = [
@@ -212,20 +259,20 @@ def open_windows(buffer_settings, stored, windows, budget, cache):
     )
   ]
   valid = [_valid_rows(c, w, s) for c, w in zip(stored, views, strict=True)]
-  table = samplers.ValidRowTable.concatenate(
+  table = transitions.ValidRowTable.concatenate(
     [c.suffix for c in stored], valid, dtype=np.int32
   )
   if not table.total:
     raise ValueError(
       f'{what} hold no valid transition for stack_size='
-      f'{s["stack_size"]}, update_horizon={s["update_horizon"]}'
+      f'{s.stack_size}, update_horizon={s.update_horizon}'
     )
   shards = [
-    shard_lib.ReplayShard(
+    transitions.ReplayShard(
       window,
-      s['stack_size'],
-      s['update_horizon'],
-      s['gamma'],
+      s.stack_size,
+      s.update_horizon,
+      s.gamma,
       valid_rows=rows,
     )
     for window, rows in zip(views, table.valid_rows, strict=True)
@@ -233,38 +280,38 @@ def open_windows(buffer_settings, stored, windows, budget, cache):
   writer = transitions.TransitionWriter(
     arrays,
     transitions.RowLayout(views),
-    s['stack_size'],
-    s['update_horizon'],
-    s['gamma'],
+    s.stack_size,
+    s.update_horizon,
+    s.gamma,
   )
   logging.info(
-    'CompactReplayBuffer over %s: %d valid transitions; %s mapped and '
+    'Sampling %s of the store: %d valid transitions; %s mapped and '
     'indexed, cache of %d blocks (%s), budget %s',
     what,
     table.total,
-    memory.format_bytes(fixed),
+    checkpoint_loading.format_bytes(fixed),
     num_slots,
-    memory.format_bytes(blocks.nbytes),
-    memory.format_bytes(budget),
+    checkpoint_loading.format_bytes(blocks.nbytes),
+    checkpoint_loading.format_bytes(budget),
   )
   return frame_sources.BlockFrames(stored, shards, table, writer, blocks, fixed)
 
 
 def _valid_rows(stored, window, s):
   """The window's valid rows: the store's table for a whole file."""
-  stack_size, horizon = s['stack_size'], s['update_horizon']
+  stack_size, horizon = s.stack_size, s.update_horizon
   rows = None
   if (window.start, window.num_rows) == (0, stored.num_rows):
     rows = stored.valid_rows_table(stack_size, horizon)
   if rows is None:
     rows = validity.window_valid_rows(window, stack_size, horizon)
-  if s['subsample'] in subsample_lib.EPISODE_METHODS:
+  if s.subsample in subsample_lib.EPISODE_METHODS:
     rows = subsample_lib.keep_rows(
       rows,
       window,
-      s['subsample'],
-      s['subsample_fraction'],
-      subsample_lib.episode_rng(s['seed'], stored.suffix),
+      s.subsample,
+      s.subsample_fraction,
+      subsample_lib.episode_rng(s.seed, stored.suffix),
     )
   if not len(rows):
     logging.warning(

@@ -7,7 +7,8 @@ data: the argument checks, the element signature, Dopamine's
 composed from two parts, in the spirit of Dopamine's JAX replay (a buffer
 given its sampling distribution) and TorchRL's storage/sampler split:
 
-* the *draw* (samplers.py): which valid transitions a minibatch holds;
+* the *draw* (transitions.draw_uniform, draw_one_checkpoint): which
+  valid transitions a minibatch holds;
 * a *frame source* (frame_sources.py): the loaded checkpoints' valid-row
   table and whatever writes their transitions into a batch (windows in
   RAM, a compact store's block cache, or any other source that offers
@@ -18,81 +19,203 @@ A subclass chooses the checkpoints, builds the source and publishes it with
 see the old source or the new one, never a mix).
 """
 
+import contextlib
+import dataclasses
 import functools
+import numbers
+import weakref
 
 import numpy as np
 
 from fixed_replay.dataset import subsample as subsample_lib
-from fixed_replay.replay import arguments
+from fixed_replay.replay import frame_sources
 from fixed_replay.replay import prefetch
-from fixed_replay.replay import samplers
 from fixed_replay.replay import transitions
+
+# name: (lowest allowed value or None for any integer, whether None is
+# allowed). The checkpoint slice indices are Python slice bounds, so negative
+# values keep their meaning.
+_INTEGER_RANGES = {
+  'batch_size': (1, False),
+  'stack_size': (1, False),
+  'update_horizon': (1, False),
+  'replay_capacity': (1, False),
+  'max_sample_attempts': (1, False),
+  'num_buffers_to_load': (1, True),
+  'ready_batches': (1, False),
+  'sampling_threads': (0, True),
+  'replay_transitions_start_index': (0, False),
+  'replay_file_start_index': (None, False),
+  'replay_file_end_index': (None, True),
+  'replay_suffix': (0, True),
+  'memory_budget': (1, True),
+  'cache_bytes': (0, True),
+  # FixedReplayRunner.
+  'num_iterations': (1, False),
+  'training_steps': (0, False),
+  'evaluation_steps': (0, False),
+  'max_steps_per_episode': (1, True),
+  'log_every_n': (1, False),
+}
+
+
+def _is_integer(value):
+  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_integer(name, value, lowest, none_allowed):
+  allowed = 'an integer' + ('' if lowest is None else f' >= {lowest}')
+  allowed += ' or None' if none_allowed else ''
+  if value is None and none_allowed:
+    return
+  if not _is_integer(value):
+    raise ValueError(
+      f'{name} must be {allowed}, got {value!r} ({type(value).__name__})'
+    )
+  if lowest is not None and value < lowest:
+    raise ValueError(f'{name} must be {allowed}, got {value}')
+
+
+def check_arguments(arguments: dict) -> None:
+  """Raises ValueError for the first argument outside its allowed range.
+
+  Args:
+    arguments: dict of argument name to value (a constructor's `locals()`);
+      names without a rule are ignored.
+
+  Raises:
+    ValueError: naming the argument, its value and what is allowed.
+  """
+  for name, (lowest, none_allowed) in _INTEGER_RANGES.items():
+    if name in arguments:
+      _check_integer(name, arguments[name], lowest, none_allowed)
+  gamma = arguments.get('gamma', 0.0)
+  if not isinstance(gamma, numbers.Real) or not 0.0 <= gamma <= 1.0:
+    raise ValueError(f'gamma must be a number in [0, 1], got {gamma!r}')
+
+
+@dataclasses.dataclass(frozen=True)
+class BufferArguments:
+  """The arguments every buffer shares, checked and normalized once.
+
+  See FixedReplayBuffer for what each means.
+  """
+
+  data_dir: str
+  replay_suffix: int | None
+  observation_shape: tuple
+  stack_size: int
+  replay_capacity: int | None
+  batch_size: int
+  update_horizon: int
+  gamma: float
+  extra_storage_types: tuple
+  observation_dtype: np.dtype
+  terminal_dtype: type
+  action_shape: tuple
+  action_dtype: type
+  reward_shape: tuple
+  reward_dtype: type
+  mix_checkpoints: bool
+  seed: int | None
+  subsample: str | None
+  subsample_fraction: float | None
+
+  @classmethod
+  def build(cls, arguments: dict) -> 'BufferArguments':
+    """Checks a constructor's arguments and keeps the shared ones.
+
+    Args:
+      arguments: dict of every argument of the constructor (its locals()).
+
+    Raises:
+      ValueError: naming the first argument that is out of range.
+    """
+    check_arguments(arguments)
+    a = dict(arguments)
+    if tuple(a['reward_shape']) != () and a['update_horizon'] > 1:
+      raise ValueError('n-step returns need scalar rewards (reward_shape=())')
+    subsample_lib.check_arguments(a['subsample'], a['subsample_fraction'])
+    suffix = a['replay_suffix']
+    a.update(
+      data_dir=str(a['data_dir']),
+      replay_suffix=None if suffix is None else int(suffix),
+      observation_shape=tuple(a['observation_shape']),
+      observation_dtype=np.dtype(a['observation_dtype']),
+      extra_storage_types=tuple(a['extra_storage_types'] or ()),
+      action_shape=tuple(a['action_shape']),
+      reward_shape=tuple(a['reward_shape']),
+    )
+    return cls(**{f.name: a[f.name] for f in dataclasses.fields(cls)})
 
 
 def _sample_into(source, draw, rng, elements):
-  """One minibatch drawn and written (a prefetch thread's work)."""
+  """One minibatch drawn from `source` and written."""
   which, rows = draw(source.table, rng, elements[0].shape[0])
   batch = transitions.empty_batch(elements)
   source.write(batch, which, rows)
   return batch
 
 
+def _sample_current(buffer_ref, draw, rng, elements):
+  """A sampling thread's work: one minibatch of the buffer's current source.
+
+  The buffer is held weakly, so an abandoned buffer can be collected; its
+  threads then stop on the error raised here.
+  """
+  buffer = buffer_ref()
+  if buffer is None:
+    raise RuntimeError('the buffer of this sampling thread is gone')
+  source = buffer._current()  # noqa: SLF001  (the buffer's own thread)
+  del buffer
+  return _sample_into(source, draw, rng, elements)
+
+
 class ReplayCore:
   """Samples a fixed dataset with Dopamine's buffer API; never writes."""
 
-  def __init__(self, settings):
-    """Checks and keeps the arguments every buffer shares.
+  def __init__(self, arguments: 'BufferArguments') -> None:
+    """Keeps the arguments every buffer shares.
 
     Args:
-      settings: dict, the subclass constructor's arguments (its `locals()`);
-        names it does not have keep their defaults.
-
-    Raises:
-      ValueError: on inconsistent arguments.
+      arguments: BufferArguments, checked when they were built.
     """
-    arguments.check(settings)
-    reward_shape = tuple(settings.get('reward_shape', ()))
-    if reward_shape != () and settings['update_horizon'] > 1:
-      raise ValueError('n-step returns need scalar rewards (reward_shape=())')
-    subsample_lib.check_arguments(
-      settings.get('subsample'), settings.get('subsample_fraction')
-    )
-    extra = list(settings.get('extra_storage_types') or [])
-    self._data_dir = str(settings['data_dir'])
-    replay_suffix = settings['replay_suffix']
-    self._replay_suffix = None if replay_suffix is None else int(replay_suffix)
-    self._observation_shape = tuple(settings['observation_shape'])
-    self._observation_dtype = np.dtype(settings['observation_dtype'])
-    self._stack_size = settings['stack_size']
-    self._update_horizon = settings['update_horizon']
-    self._gamma = settings['gamma']
-    self._batch_size = settings['batch_size']
-    self._replay_capacity = settings['replay_capacity']
-    self._subsample = settings.get('subsample')
-    self._subsample_fraction = settings.get('subsample_fraction')
-    self._seed = settings['seed']
-    self._extra_names = [e.name for e in extra]
+    a = arguments
+    self._data_dir = a.data_dir
+    self._replay_suffix = a.replay_suffix
+    self._observation_shape = a.observation_shape
+    self._observation_dtype = a.observation_dtype
+    self._stack_size = a.stack_size
+    self._update_horizon = a.update_horizon
+    self._gamma = a.gamma
+    self._batch_size = a.batch_size
+    self._replay_capacity = a.replay_capacity
+    self._subsample = a.subsample
+    self._subsample_fraction = a.subsample_fraction
+    self._seed = a.seed
+    self._extra_names = [e.name for e in a.extra_storage_types]
     self._element_signature = dict(
-      observation_shape=self._observation_shape,
-      stack_size=self._stack_size,
-      observation_dtype=settings['observation_dtype'],
-      terminal_dtype=settings['terminal_dtype'],
-      action_shape=tuple(settings['action_shape']),
-      action_dtype=settings['action_dtype'],
-      reward_shape=reward_shape,
-      reward_dtype=settings['reward_dtype'],
-      extra_storage_types=extra,
+      observation_shape=a.observation_shape,
+      stack_size=a.stack_size,
+      observation_dtype=a.observation_dtype,
+      terminal_dtype=a.terminal_dtype,
+      action_shape=a.action_shape,
+      action_dtype=a.action_dtype,
+      reward_shape=a.reward_shape,
+      reward_dtype=a.reward_dtype,
+      extra_storage_types=list(a.extra_storage_types),
     )
     self._elements_by_batch_size = {}
-    self._draw = samplers.drawer(settings['mix_checkpoints'])
+    self._draw = transitions.drawer(a.mix_checkpoints)
     self._rng = np.random.default_rng(self._seed)
     self._source = None
     self._batches = None  # BatchPrefetcher of default-size batches.
     self._batch_threads = None  # (seed sequence, threads, depth) to start.
+    self.sampling_threads = 0
 
   # --------------------------------------------------------- for subclasses
 
-  def _publish(self, source):
+  def _publish(self, source: frame_sources.FrameSource) -> None:
     """Makes `source` the one samplers read (one assignment)."""
     self._source = source
 
@@ -100,31 +223,39 @@ class ReplayCore:
     """The source to sample from now (a subclass may wait for one)."""
     return self._source
 
-  def _prefetch_batches(self, seed_sequence, num_threads, depth):
+  def _use_sampling_threads(self, seed_sequence, num_threads, depth):
     """Default-size batches will be prepared by `num_threads` threads.
 
     They start with the first sample; each draws from its own generator
-    (spawned from `seed_sequence`) over the source published then, which
-    must stay the buffer's source.
+    (spawned from `seed_sequence`) over the source current at each draw.
     """
     self._batch_threads = (seed_sequence, num_threads, depth)
+    self.sampling_threads = num_threads
 
   def _start_batch_threads(self):
     seed_sequence, num_threads, depth = self._batch_threads
-    source, elements = self._current(), self.get_transition_elements()
-    # Bound to the source, not to the buffer: an abandoned buffer can be
-    # collected, and then its prefetcher and threads end.
+    elements = self.get_transition_elements()
     fns = [
       functools.partial(
-        _sample_into, source, self._draw, np.random.default_rng(seq), elements
+        _sample_current,
+        weakref.ref(self),
+        self._draw,
+        np.random.default_rng(seq),
+        elements,
       )
       for seq in seed_sequence.spawn(1)[0].spawn(num_threads)
     ]
     self._batches = prefetch.BatchPrefetcher(
-      fns, depth=depth, name=f'{type(self).__name__}_prefetch'
+      fns, depth=depth, name=f'{type(self).__name__}_sampling'
     )
 
-  def close(self):
+  def _batches_paused(self):
+    """Holds the sampling threads off while the source changes."""
+    if self._batches is None:
+      return contextlib.nullcontext()
+    return self._batches.paused()
+
+  def close(self) -> None:
     """Stops the batch threads and closes the source."""
     if self._batches is not None:
       self._batches.close()
@@ -136,34 +267,34 @@ class ReplayCore:
   # ------------------------------------------------------------ properties
 
   @property
-  def batch_size(self):
+  def batch_size(self) -> int:
     return self._batch_size
 
   @property
-  def replay_capacity(self):
+  def replay_capacity(self) -> int:
     """Rows used per checkpoint (a window may hold fewer, see the log)."""
     return self._replay_capacity
 
   @property
-  def loaded_suffixes(self):
+  def loaded_suffixes(self) -> list[int]:
     """Suffixes of the checkpoints currently sampled from."""
     return list(self._source.table.suffixes)
 
   @property
-  def add_count(self):
+  def add_count(self) -> np.ndarray:
     """Rows currently sampled from (Dopamine agents compare it to a minimum)."""
     return np.array(self._source.num_rows)
 
   @property
-  def num_valid_transitions(self):
+  def num_valid_transitions(self) -> int:
     return self._source.table.total
 
   @property
-  def nbytes(self):
+  def nbytes(self) -> int:
     """Bytes the loaded data holds (see the subclass)."""
     return self._source.nbytes
 
-  def get_transition_elements(self, batch_size=None):
+  def get_transition_elements(self, batch_size: int | None = None) -> tuple:
     """Dopamine's transition signature plus `suffix` (see transitions.py)."""
     batch_size = self._batch_size if batch_size is None else batch_size
     if batch_size not in self._elements_by_batch_size:  # Built once per size.
@@ -172,18 +303,20 @@ class ReplayCore:
       )
     return self._elements_by_batch_size[batch_size]
 
-  def shard(self, suffix=None):
+  def shard(self, suffix: int | None = None) -> transitions.ReplayShard:
     """The ReplayShard of checkpoint `suffix` (None: the only one)."""
     source = self._source
     return source.shard(source.table.position_of(suffix))
 
-  def is_valid_transition(self, index, suffix=None):
+  def is_valid_transition(self, index: int, suffix: int | None = None) -> bool:
     """Whether file row `index` of checkpoint `suffix` may be sampled."""
     return self.shard(suffix).is_valid_transition(index)
 
   # -------------------------------------------------------------- sampling
 
-  def sample_index_batch(self, batch_size=None):
+  def sample_index_batch(
+    self, batch_size: int | None = None
+  ) -> tuple[np.ndarray, np.ndarray]:
     """Draws (suffixes, file rows) of batch_size valid transitions."""
     batch_size = self._batch_size if batch_size is None else batch_size
     table = self._current().table
@@ -191,8 +324,8 @@ class ReplayCore:
     return table.suffix_array[which], rows
 
   def sample_transition_batch(
-    self, batch_size=None, indices=None, suffixes=None
-  ):
+    self, batch_size: int | None = None, indices=None, suffixes=None
+  ) -> tuple:
     """Returns a batch of transitions, as Dopamine's buffer does.
 
     Args:
@@ -233,7 +366,7 @@ class ReplayCore:
     elements = self.get_transition_elements(len(batch['indices']))
     return tuple(batch[e.name] for e in elements)
 
-  def sample(self, size=None, with_sample_metadata=False):
+  def sample(self, size: int | None = None, with_sample_metadata: bool = False):
     """Dopamine 4.x JAX replay API: a batched `ReplayElement`.
 
     Args:
@@ -266,15 +399,15 @@ class ReplayCore:
 
   # ------------------------------------------------------ read-only dataset
 
-  def reload_buffer(self, num_buffers=None):
+  def reload_buffer(self, num_buffers: int | None = None) -> None:
     """Nothing to swap unless the subclass loads checkpoints in sets."""
     del num_buffers
 
-  def reload_data(self):
+  def reload_data(self) -> None:
     """Dopamine JAX's name for reload_buffer."""
     self.reload_buffer()
 
-  def add(self, *args, **kwargs):
+  def add(self, *args, **kwargs) -> None:
     """The dataset is read-only: transitions are never added."""
     del args, kwargs
     raise NotImplementedError(
@@ -282,10 +415,10 @@ class ReplayCore:
       'transitions to the dataset.'
     )
 
-  def save(self, checkpoint_dir, iteration_number):
+  def save(self, checkpoint_dir: str, iteration_number: int) -> None:
     """Does nothing: the dataset on disk is the buffer's state."""
     del checkpoint_dir, iteration_number
 
-  def load(self, checkpoint_dir, suffix):
+  def load(self, checkpoint_dir: str, suffix: int) -> None:
     """Does nothing: data comes from `data_dir`, never from a checkpoint."""
     del checkpoint_dir, suffix

@@ -1,53 +1,75 @@
-"""FixedReplayBuffer: samples Dopamine replay checkpoints without the RAM.
+"""FixedReplayBuffer: samples any fixed replay dataset without the RAM.
 
 Keeps the contract of batch_rl's `FixedReplayBuffer` and Dopamine's
-`JaxFixedReplayBuffer` (same arguments, `reload_buffer`, `reload_data`), with
-these differences a researcher can rely on:
+`JaxFixedReplayBuffer` (same arguments, `reload_buffer`, `reload_data`) over
+whatever `data_dir` holds, decided from its files:
 
-* Only the window [replay_transitions_start_index, + replay_capacity) of each
-  checkpoint is decompressed and held, and it is read by streaming.
-* Every transition is exactly the one Dopamine's `OutOfGraphReplayBuffer`,
-  loaded with the whole file, returns for that file row; rows whose stack or
-  n-step future would leave the window are never sampled.
-* The next set of checkpoints loads in a background thread while training
-  samples from the current one; by default every minibatch mixes all loaded
-  checkpoints uniformly over their valid transitions.
-* No row of a file that fails its gzip CRC-32 or length check is ever
-  sampled: a checkpoint is published to the samplers only after all its
-  files passed (see `verify_checksums`).
+* Dopamine's checkpoint files (a run directory or its `replay_logs/`, local
+  or gs://): only the window [replay_transitions_start_index, +
+  replay_capacity) of each checkpoint is decompressed and held, read by
+  streaming, `num_buffers_to_load` checkpoints at a time (batch_rl's 5 when
+  unbound), the next set loading in a background thread (`prefetch`) while
+  training samples the current one.
+* A compact store (`fixed-replay convert SRC DST`): frames stay compressed
+  on disk and are decoded a block at a time into a cache bounded in bytes,
+  so every checkpoint can be sampled at once; that is what an unbound
+  `num_buffers_to_load` does. Bound, it keeps batch_rl's meaning: that many
+  checkpoints per iteration, drawn anew at each reload.
+
+Either way every transition is exactly the one Dopamine's
+`OutOfGraphReplayBuffer`, loaded with the whole file, returns for that file
+row; rows whose stack or n-step future would leave the window are never
+sampled, and no row of a damaged file ever reaches the samplers.
 
 `subsample` and `subsample_fraction` choose among the published meanings of
 "x% of the data" (see fixed_replay/dataset/subsample.py).
-
-The class only chooses the checkpoints (checkpoint_selection.py) and how
-their windows are read (checkpoint_loading.py); holding sets in turn is
-checkpoint_sets.py's, sampling the replay core's (core.py).
 """
 
+import os
 import sys
 import types
 
+from absl import logging
 import gin
 import numpy as np
 
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import layout
 from fixed_replay.replay import checkpoint_loading
-from fixed_replay.replay import checkpoint_selection
 from fixed_replay.replay import checkpoint_sets
-from fixed_replay.replay import memory_budget as memory
+from fixed_replay.replay import compact_windows
+from fixed_replay.replay import core
 from fixed_replay.replay import stacking
+from fixed_replay.store import block_cache
+from fixed_replay.store import compact_store
 
-# Kept importable from here (its old home).
-select_checkpoints = checkpoint_selection.select_checkpoints
+STORE = 'compact store'
+DOPAMINE = "Dopamine's checkpoint files"
+
+
+def locate_dataset(data_dir: str) -> tuple[str, str]:
+  """What `data_dir` holds and where to read it.
+
+  The one place a buffer decides what kind of dataset it samples.
+
+  Args:
+    data_dir: str, a compact store, or Dopamine's checkpoint files: a run
+      directory (with `replay_logs/`) or the checkpoint folder itself.
+
+  Returns:
+    (kind, directory): STORE or DOPAMINE, and the directory to read.
+  """
+  found = layout.detect(str(data_dir)).require_trainable()
+  kind = STORE if found.kind is layout.Kind.STORE else DOPAMINE
+  return kind, found.data_dir
 
 
 @gin.configurable
 class FixedReplayBuffer(checkpoint_sets.SetRotation):
-  """Samples transitions from Dopamine replay checkpoints on disk."""
+  """Samples transitions from a fixed dataset on disk."""
 
-  # Deliberately spelled out (also in CompactReplayBuffer and the TF
-  # wrapper): gin binds `FixedReplayBuffer.<name>` against this signature and
-  # Dopamine's JaxFixedReplayBuffer relies on its names.
+  # Deliberately spelled out: gin binds `FixedReplayBuffer.<name>` against
+  # this signature and Dopamine's JaxFixedReplayBuffer relies on its names.
   def __init__(
     self,
     data_dir,
@@ -69,7 +91,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     replay_file_start_index=0,
     replay_file_end_index=None,
     replay_transitions_start_index=0,
-    num_buffers_to_load=5,
+    num_buffers_to_load=None,
     mix_checkpoints=True,
     prefetch=True,
     memory_budget=None,
@@ -77,13 +99,17 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     subsample=None,
     subsample_fraction=None,
     verify_checksums=True,
+    cache_bytes=None,
+    sampling_threads=None,
+    ready_batches=4,
   ):
-    """Finds the checkpoints and loads the first set.
+    """Finds the checkpoints and loads (or opens) the first set.
 
     Returns once the first set is loaded and, by default, verified.
 
     Args:
-      data_dir: str, directory of checkpoint files (local or gs://).
+      data_dir: str, Dopamine's checkpoint files (a run directory or its
+        replay_logs/, local or gs://) or a compact store.
       replay_suffix: int or None; if set, only this checkpoint is used (0 is
         a checkpoint like any other).
       observation_shape: tuple, shape of one observation.
@@ -108,12 +134,16 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
         checkpoint suffixes to use (as in Dopamine's JaxFixedReplayBuffer).
       replay_file_end_index: int or None, end (exclusive) of that slice.
       replay_transitions_start_index: int, first file row of each window.
-      num_buffers_to_load: int, checkpoints held at a time; more than the
-        directory holds uses all of them (with one warning).
+      num_buffers_to_load: int or None, checkpoints sampled per iteration
+        (a new random set at each reload_buffer); more than the data holds
+        uses all of them (with one warning). None: batch_rl's 5 over
+        Dopamine's files, every checkpoint at once over a compact store.
       mix_checkpoints: bool, True samples uniformly over the valid
         transitions of all loaded checkpoints; False draws each minibatch
         from one checkpoint chosen at random, as batch_rl does.
-      prefetch: bool, load the next set of checkpoints in the background.
+      prefetch: bool, load the next set of Dopamine checkpoints in the
+        background (batch_rl's meaning; a store's sets open at the reload,
+        reading only their small arrays).
       memory_budget: int or None, bytes the loaded data may take; None uses
         the memory available when the buffer is created.
       seed: int or None, seeds sampling and the choice of checkpoints (and
@@ -130,18 +160,28 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
         for the first set and in the background for later ones, and a
         failed check fails the load. False skips inflating the rest, for
         data verified once (`fixed-replay inspect --verify`); files read to
-        their end are checked either way, at no cost.
+        their end are checked either way, at no cost. A store's small files
+        are checked on opening (its frame blocks whenever decoded).
+      cache_bytes: int or None, bytes of a store's decoded frame blocks
+        cached (None: up to 256 MiB, within the budget).
+      sampling_threads: int or None, threads preparing default-size
+        minibatches ahead (0: sample in the caller). None: 2 (1 on one core)
+        over a store, whose block decoding runs outside the GIL; 0 over
+        Dopamine's files.
+      ready_batches: int >= 1, minibatches the sampling threads keep ready
+        (counted in the memory budget).
 
     Raises:
       CheckpointError: if the directory holds no usable checkpoint, or a
-        file of the first set is damaged.
+        file of the first set is damaged, or a store's checkpoints disagree
+        with each other or with the observation shape or dtype asked for.
       ValueError: on inconsistent arguments.
       MemoryError: if the configuration cannot fit, before allocating.
     """
     # The first batch needs the stacking kernels: load them while the
     # windows inflate.
     stacking.warm_up_in_background()
-    super().__init__(locals())
+    super().__init__(core.BufferArguments.build(locals()))
     # Dopamine's JaxFixedReplayBuffer (dopamine/labs/offline_rl) subclasses
     # batch_rl's buffer, i.e. this one, and keeps these two as attributes set
     # before calling us instead of passing them on.
@@ -149,42 +189,109 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       self, '_replay_transitions_start_index', replay_transitions_start_index
     )
     num_buffers = getattr(self, '_num_buffers_to_load', num_buffers_to_load)
-    found = checkpoints.find_checkpoints(
-      self._data_dir, wanted=self._replay_suffix
+    budget = (
+      checkpoint_loading.available_bytes()
+      if memory_budget is None
+      else memory_budget
     )
-    files = checkpoint_selection.select_checkpoints(
+    kind, self._data_dir = locate_dataset(self._data_dir)
+    logging.info('FixedReplayBuffer over %s: %s', kind, self._data_dir)
+    seed_sequence = np.random.SeedSequence(seed)
+    if kind == STORE:
+      # The generator CompactReplayBuffer always drew from, so seeded
+      # streams over a store stay what they were.
+      self._rng = np.random.default_rng(seed_sequence.spawn(1)[0])
+      if sampling_threads is None:
+        sampling_threads = min(2, os.cpu_count() or 1)
+    sampling_threads = sampling_threads or 0
+    if sampling_threads:
+      self._use_sampling_threads(seed_sequence, sampling_threads, ready_batches)
+    settings = checkpoint_loading.WindowSettings(
+      data_dir=self._data_dir,
+      start=start,
+      replay_capacity=replay_capacity,
+      observation_shape=self._observation_shape,
+      observation_dtype=self._observation_dtype,
+      stack_size=stack_size,
+      update_horizon=update_horizon,
+      gamma=gamma,
+      extra_names=tuple(self._extra_names),
+      subsample=subsample,
+      subsample_fraction=subsample_fraction,
+      seed=seed,
+      verify=bool(verify_checksums),
+      sampling_threads=sampling_threads,
+      ready_batches=ready_batches,
+      batch_bytes=sum(
+        np.dtype(e.type).itemsize * int(np.prod(e.shape))
+        for e in self.get_transition_elements()
+      ),
+    )
+    if kind == STORE:
+      found = compact_store.find_stored_checkpoints(self._data_dir)
+    else:
+      found = checkpoints.find_checkpoints(
+        self._data_dir, wanted=self._replay_suffix
+      )
+    selected = checkpoint_sets.select_checkpoints(
       found,
       self._replay_suffix,
       replay_file_start_index,
       replay_file_end_index,
       self._data_dir,
     )
-    sets = checkpoint_selection.RandomSets(files, self._rng, self._data_dir)
-    loader = checkpoint_loading.WindowLoader(
-      files,
-      self._data_dir,
-      start,
-      dict(
-        replay_capacity=replay_capacity,
-        observation_shape=self._observation_shape,
-        observation_dtype=self._observation_dtype,
-        stack_size=stack_size,
-        update_horizon=update_horizon,
-        gamma=gamma,
-        extra_names=self._extra_names,
-        subsample=subsample,
-        subsample_fraction=subsample_fraction,
-        seed=seed,
-      ),
-      bool(verify_checksums),
-    )
+    sets = checkpoint_sets.RandomSets(selected, self._rng, self._data_dir)
+    if kind == STORE:
+      self._open_store(
+        settings, selected, sets, num_buffers, budget, cache_bytes
+      )
+      return
+    num_buffers = 5 if num_buffers is None else num_buffers
     self._start_sets(
-      loader,
+      checkpoint_loading.WindowLoader(selected, settings),
       sets,
       1 if self._replay_suffix is not None else sets.available(num_buffers),
-      memory.available_bytes() if memory_budget is None else memory_budget,
+      budget,
       prefetch,
     )
+
+  def _open_store(self, settings, selected, sets, num_buffers, budget, cache):
+    """Opens a store: every checkpoint, or num_buffers at a time."""
+    compact_windows.check_same_observations(
+      selected, self._observation_shape, self._observation_dtype
+    )
+
+    def open_set(suffixes):
+      return compact_windows.open_store(
+        [selected[s] for s in suffixes], settings, budget, cache
+      )
+
+    every = num_buffers is None or self._replay_suffix is not None
+    if not every and num_buffers >= len(selected):
+      sets.available(num_buffers)  # Warns when more were asked for.
+      every = True
+    if every:
+      self._init_sets(None, None, budget)
+      self._source = open_set(sorted(selected))
+      return
+    logging.info(
+      'num_buffers_to_load=%d: sampling %d of the %d checkpoints of %s per '
+      'iteration, drawn anew at each reload as batch_rl does. Bind '
+      '`FixedReplayBuffer.num_buffers_to_load = None` to sample all of them '
+      'at once, uniformly.',
+      num_buffers,
+      num_buffers,
+      len(selected),
+      self._data_dir,
+    )
+    self._init_sets(sets, num_buffers, budget)
+    self._open_set = open_set
+    self._source = open_set(sets.draw(num_buffers))
+
+  @property
+  def cache(self) -> block_cache.BlockCache | None:
+    """The BlockCache of a store's decoded frame blocks (None otherwise)."""
+    return getattr(self._source, 'cache', None)
 
   @property
   def _replay_buffers(self):
@@ -197,6 +304,32 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       types.SimpleNamespace(_replay_capacity=self._replay_capacity, suffix=s)
       for s in self.loaded_suffixes
     ]
+
+
+DEFAULT_STORE_BUDGET = 1_500_000_000
+
+
+@gin.configurable
+class CompactReplayBuffer(FixedReplayBuffer):
+  """FixedReplayBuffer under the name older store configs bind.
+
+  `replay_buffer_class.memory_class = @CompactReplayBuffer` and
+  `CompactReplayBuffer.<name>` keep working (its module path is an alias of
+  this one); the one other default is a 1.5 GB memory budget.
+  """
+
+  def __init__(
+    self,
+    data_dir,
+    replay_suffix=None,
+    *,
+    memory_budget=DEFAULT_STORE_BUDGET,
+    **kwargs,
+  ):
+    """Takes FixedReplayBuffer's arguments, by name after the first two."""
+    super().__init__(
+      data_dir, replay_suffix, memory_budget=memory_budget, **kwargs
+    )
 
 
 # Dopamine's labs/offline_rl buffer, built on this one (via batch_rl's path).
@@ -221,14 +354,15 @@ def _labs_buffer_class():
 
 
 @gin.configurable
-def replay_buffer_class(memory_class=None):
-  """The buffer every offline agent, TF or JAX, trains from.
+def replay_buffer_class(memory_class: type | None = None) -> type:
+  """The buffer class every offline agent, TF or JAX, trains from.
 
-  Bind `replay_buffer_class.memory_class = @CompactReplayBuffer` (after
-  `import fixed_replay.replay.compact_replay_buffer`) to train on a compact
-  store. Unbound, it is FixedReplayBuffer, or Dopamine's
-  `JaxFixedReplayBuffer` (itself a FixedReplayBuffer) when a config of
-  Dopamine's labs/offline_rl binds that, so its bindings take effect.
+  The one place the class is chosen. FixedReplayBuffer reads Dopamine's
+  files and compact stores alike, so no binding is needed for either;
+  Dopamine's `JaxFixedReplayBuffer` (itself a FixedReplayBuffer) is taken
+  when a config of Dopamine's labs/offline_rl binds it, so its bindings take
+  effect. `replay_buffer_class.memory_class = @CompactReplayBuffer` (older
+  configs' way to train on a store) still works.
 
   Args:
     memory_class: a class taking FixedReplayBuffer's constructor arguments

@@ -12,16 +12,46 @@ transitions at those (checkpoint position, file row) pairs. Two exist:
   checkpoints, and the stacks are gathered from the cache.
 
 Another source (say, frames decoded from RL Unplugged records) plugs in by
-offering the same few members.
+offering the same few members: the `FrameSource` protocol.
 """
+
+from typing import Protocol
+from typing import runtime_checkable
 
 import numpy as np
 
-from fixed_replay.replay import samplers
 from fixed_replay.replay import stacking
+from fixed_replay.replay import transitions
 
 # Transitions whose blocks are pinned together; bounds a batch's cache use.
 CHUNK = 32
+
+
+@runtime_checkable
+class FrameSource(Protocol):
+  """What a ReplayCore samples from; immutable once published."""
+
+  table: transitions.ValidRowTable
+
+  @property
+  def num_rows(self) -> int:
+    """Rows of the loaded windows."""
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes the source holds."""
+
+  def shard(self, position: int) -> transitions.ReplayShard:
+    """The ReplayShard describing the window at table `position`."""
+
+  def check(self, which: np.ndarray, rows: np.ndarray) -> None:
+    """Raises ValueError unless every row is valid in its window."""
+
+  def write(self, batch: dict, which: np.ndarray, rows: np.ndarray) -> None:
+    """Writes the transitions at (table positions, file rows) into batch."""
+
+  def close(self) -> None:
+    """Releases what the source holds open."""
 
 
 def check_rows(shards, which, rows):
@@ -35,7 +65,7 @@ class ShardFrames:
 
   def __init__(self, shards):
     self.shards = tuple(shards)
-    self.table = samplers.ValidRowTable(
+    self.table = transitions.ValidRowTable(
       [s.suffix for s in self.shards], [s.valid_rows for s in self.shards]
     )
     self.by_suffix = {s.suffix: s for s in self.shards}
@@ -77,7 +107,7 @@ class BlockFrames:
       stored: list of compact_store.StoredCheckpoint, in table order.
       shards: list of ReplayShard describing each window (frames unheld),
         their valid rows views of the table's.
-      table: samplers.ValidRowTable of the windows.
+      table: transitions.ValidRowTable of the windows.
       writer: transitions.TransitionWriter over the small arrays of every
         window end to end.
       cache: block_cache.BlockCache of decoded frame blocks.

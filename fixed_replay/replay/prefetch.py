@@ -123,7 +123,7 @@ class BatchPrefetcher:
       thread.start()
     _LIVE.add(self)
 
-  def get(self):
+  def get(self) -> object:
     """Returns the next batch, waiting (and counting the wait) if needed.
 
     Raises:
@@ -171,17 +171,17 @@ class BatchPrefetcher:
         while True:
           self._queue.get_nowait()
 
-  def reset_stats(self):
+  def reset_stats(self) -> None:
     """Zeroes `wait_seconds` and `batches`."""
     self.wait_seconds = 0.0
     self.batches = 0
 
   @property
-  def running(self):
+  def running(self) -> bool:
     """Whether a producer thread is alive."""
     return any(thread.is_alive() for thread in self._threads)
 
-  def close(self, timeout=10.0):
+  def close(self, timeout: float = 10.0) -> None:
     """Stops the producer threads and drops the batches they prepared.
 
     Args:

@@ -8,13 +8,18 @@ around, as Dopamine's circular buffer does; any other window is offset. The
 checkpoints in one vectorized pass, every element but the frames (n-step
 discounted reward, terminal, next action, ...) and says where the frames of
 each state lie, so that whoever holds the frames (arrays in RAM, a block
-cache) gathers them.
+cache) gathers them. A `ReplayShard` is one window with that math, and a
+`ValidRowTable` lists the rows of the loaded windows that may be sampled;
+the draws (`draw_uniform`, `draw_one_checkpoint`) choose among them.
 """
 
 import collections
 import math
 
 import numpy as np
+
+from fixed_replay.dataset import validity
+from fixed_replay.replay import stacking
 
 # Same fields as Dopamine's circular_replay_buffer.ReplayElement, so either
 # kind can describe our elements.
@@ -65,12 +70,12 @@ def transition_elements(
   return elements
 
 
-def empty_batch(elements):
+def empty_batch(elements) -> dict:
   """Returns a dict of freshly allocated arrays for the given elements."""
   return {e.name: np.empty(e.shape, dtype=e.type) for e in elements}
 
 
-def is_circular(window):
+def is_circular(window) -> bool:
   """Whether a window is a full file read whole (wraps, as in Dopamine)."""
   return window.is_full and window.num_rows == window.num_file_rows
 
@@ -93,7 +98,7 @@ class RowLayout:
     self.suffixes = np.array([w.suffix for w in windows], dtype=np.int32)
     self.num_rows = int(counts.sum())
 
-  def locate(self, which, file_rows):
+  def locate(self, which: np.ndarray, file_rows: np.ndarray) -> np.ndarray:
     """Positions in the arrays of `file_rows` (b,) or (b, k) of `which` (b,)."""
     if len(self.offsets) == 1:  # One window: no per-row lookups.
       if self.circular[0]:
@@ -108,7 +113,9 @@ class RowLayout:
     )
     return local + self.offsets[which]
 
-  def file_rows_of(self, which, positions):
+  def file_rows_of(
+    self, which: np.ndarray, positions: np.ndarray
+  ) -> np.ndarray:
     """The file rows at array `positions` (b, k) of windows `which` (b,)."""
     # A circular window starts at file row 0, so one rule serves both.
     return positions + (self.starts - self.offsets)[which][:, None]
@@ -139,7 +146,13 @@ class TransitionWriter:
     self._stack_offsets = np.arange(1 - stack_size, 1)
     self._horizon_offsets = np.arange(update_horizon)
 
-  def write_parts(self, which, indices, batch, destinations):
+  def write_parts(
+    self,
+    which: np.ndarray,
+    indices: np.ndarray,
+    batch: dict,
+    destinations: np.ndarray,
+  ) -> tuple[np.ndarray, np.ndarray]:
     """Writes every element but the two states; says where their frames are.
 
     Args:
@@ -183,3 +196,202 @@ class TransitionWriter:
       which, next_file_rows[:, None] + self._stack_offsets
     )
     return state_rows, next_state_rows
+
+
+class ReplayShard:
+  """Rows of one checkpoint, sampled with Dopamine's transition semantics."""
+
+  def __init__(
+    self, window, stack_size, update_horizon, gamma, valid_rows=None
+  ):
+    """Builds the shard and its table of valid rows.
+
+    Args:
+      window: checkpoints.CheckpointWindow.
+      stack_size: int, frames per state.
+      update_horizon: int, n of the n-step return.
+      gamma: float, discount.
+      valid_rows: optional sorted int array, the window's valid file rows
+        when already known (e.g. precomputed in a compact store); computed
+        from the window when None.
+    """
+    self.window = window
+    self.suffix = window.suffix
+    if valid_rows is None:
+      valid_rows = validity.window_valid_rows(
+        window, stack_size, update_horizon
+      )
+    self.valid_rows = valid_rows
+    self._writer = TransitionWriter(
+      window.store,
+      RowLayout([window]),
+      stack_size,
+      update_horizon,
+      gamma,
+    )
+
+  @property
+  def num_valid(self) -> int:
+    return len(self.valid_rows)
+
+  @property
+  def nbytes(self) -> int:
+    return self.window.nbytes + self.valid_rows.nbytes
+
+  def is_valid_transition(self, index: int) -> bool:
+    """Returns True if file row `index` may be sampled from this shard."""
+    position = np.searchsorted(self.valid_rows, index)
+    return bool(
+      position < len(self.valid_rows) and self.valid_rows[position] == index
+    )
+
+  def check_indices(self, indices) -> None:
+    """Raises ValueError unless every file row in `indices` is valid here."""
+    indices = np.asarray(indices, dtype=np.int64)
+    positions = np.searchsorted(self.valid_rows, indices)
+    positions = np.minimum(positions, max(len(self.valid_rows) - 1, 0))
+    bad = (
+      indices
+      if not len(self.valid_rows)
+      else indices[self.valid_rows[positions] != indices]
+    )
+    if len(bad):
+      raise ValueError(
+        f'Rows {bad[:10].tolist()} of checkpoint {self.suffix} are not valid '
+        f'transitions in the loaded window [{self.window.start}, '
+        f'{self.window.start + self.window.num_rows})'
+      )
+
+  def write_transitions(
+    self, indices: np.ndarray, batch: dict, destinations: np.ndarray
+  ) -> None:
+    """Writes the transitions at file rows `indices` into `batch`.
+
+    Args:
+      indices: int array (b,) of valid file rows.
+      batch: dict of element name to batch array (see transition_elements).
+      destinations: int array (b,), positions in the batch arrays.
+    """
+    which = np.zeros(len(indices), dtype=np.int64)
+    state_rows, next_rows = self._writer.write_parts(
+      which, indices, batch, destinations
+    )
+    stacking.gather_state_pairs(
+      self.window.store['observation'],
+      state_rows,
+      next_rows,
+      batch['state'],
+      batch['next_state'],
+      destinations,
+    )
+
+
+class ValidRowTable:
+  """The valid file rows of each loaded checkpoint, in one lookup table."""
+
+  def __init__(self, suffixes, valid_rows, concatenated=None):
+    """Builds the table.
+
+    Args:
+      suffixes: sequence of int, the checkpoints in their order.
+      valid_rows: sequence of sorted int arrays, each checkpoint's valid file
+        rows.
+      concatenated: optional array, `valid_rows` already laid end to end
+        (each entry then a view of it): a draw over many checkpoints is one
+        vectorized lookup instead of one per checkpoint.
+    """
+    self.suffixes = [int(s) for s in suffixes]
+    self.suffix_array = np.array(self.suffixes, dtype=np.int32)
+    self.valid_rows = tuple(valid_rows)
+    counts = np.array([len(r) for r in self.valid_rows], dtype=np.int64)
+    self.ends = np.cumsum(counts, dtype=np.int64)
+    self.starts = self.ends - counts
+    self.total = int(self.ends[-1]) if len(counts) else 0
+    self._concatenated = concatenated
+    self._position = {s: i for i, s in enumerate(self.suffixes)}
+
+  @classmethod
+  def concatenate(cls, suffixes, valid_rows, dtype=None) -> 'ValidRowTable':
+    """A table whose rows are laid end to end (see `concatenated`)."""
+    joined = np.concatenate(list(valid_rows)).astype(
+      dtype or np.int64, copy=False
+    )
+    counts = [len(r) for r in valid_rows]
+    ends = np.cumsum(counts)
+    views = [
+      joined[end - count : end] for end, count in zip(ends, counts, strict=True)
+    ]
+    return cls(suffixes, views, concatenated=joined)
+
+  def __len__(self):
+    return len(self.suffixes)
+
+  def num_valid(self, position: int) -> int:
+    return len(self.valid_rows[position])
+
+  def rows_at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """File rows of table positions in [0, total); (which, rows)."""
+    which = np.searchsorted(self.ends, positions, side='right')
+    if self._concatenated is not None:
+      return which, self._concatenated[positions].astype(np.int64)
+    if len(self.valid_rows) == 1:
+      return which, self.valid_rows[0][positions].astype(np.int64)
+    rows = np.empty(len(positions), dtype=np.int64)
+    for i in np.unique(which):  # One vectorized lookup per checkpoint.
+      members = which == i
+      rows[members] = self.valid_rows[i][positions[members] - self.starts[i]]
+    return which, rows
+
+  def position_of(self, suffix: int | None) -> int:
+    """Position of checkpoint `suffix` (None: the only one loaded)."""
+    if suffix is None:
+      if len(self.suffixes) != 1:
+        raise ValueError(
+          f'{len(self.suffixes)} checkpoints are loaded {self.suffixes}: '
+          'say which with `suffixes`'
+        )
+      return 0
+    suffix = int(suffix)
+    if suffix not in self._position:
+      raise ValueError(
+        f'Checkpoint {suffix} is not loaded (loaded: {self.suffixes})'
+      )
+    return self._position[suffix]
+
+  def positions(self, suffixes, count: int) -> np.ndarray:
+    """Positions of `suffixes` (None, an int or one per index), (count,)."""
+    if suffixes is None:
+      return np.full(count, self.position_of(None), dtype=np.int64)
+    suffixes = np.broadcast_to(np.asarray(suffixes), (count,))
+    unknown = set(np.unique(suffixes).tolist()) - set(self._position)
+    if unknown:
+      raise ValueError(
+        f'Checkpoint(s) {sorted(unknown)} are not loaded (loaded: '
+        f'{self.suffixes})'
+      )
+    which = np.empty(count, dtype=np.int64)
+    for suffix in np.unique(suffixes):
+      which[suffixes == suffix] = self._position[int(suffix)]
+    return which
+
+
+def draw_uniform(
+  table: ValidRowTable, rng: np.random.Generator, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """(positions, file rows): uniform over all valid transitions."""
+  return table.rows_at(rng.integers(0, table.total, batch_size))
+
+
+def draw_one_checkpoint(
+  table: ValidRowTable, rng: np.random.Generator, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """(positions, file rows): one checkpoint, chosen at random, per batch."""
+  chosen = int(rng.integers(len(table)))
+  offsets = rng.integers(0, table.num_valid(chosen), batch_size)
+  rows = table.valid_rows[chosen][offsets].astype(np.int64)
+  return np.full(batch_size, chosen, dtype=np.int64), rows
+
+
+def drawer(mix_checkpoints: bool):
+  """The draw for FixedReplayBuffer's `mix_checkpoints` argument."""
+  return draw_uniform if mix_checkpoints else draw_one_checkpoint

@@ -77,9 +77,9 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       action_dtype: np.dtype.
       reward_shape: tuple of ints.
       reward_dtype: np.dtype.
-      memory_class: the buffer class to create, e.g. CompactReplayBuffer over
-        a compact store; None takes `replay_buffer_class()`, which gin binds
-        for TF and JAX agents alike.
+      memory_class: None (the class `replay_buffer_class()` chooses for TF
+        and JAX agents alike), or a class to pass it; kept for configs that
+        bind it here.
       **memory_kwargs: any other argument of the buffer class
         (num_buffers_to_load, replay_file_start_index, subsample, seed, ...),
         bindable here as `WrappedFixedReplayBuffer.<name>`.
@@ -94,7 +94,13 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       batch_size=batch_size,
     )
     chosen = {k: v for k, v in chosen.items() if v is not None}
-    memory_class = memory_class or replay_buffer_class()
+    # One decision of the class, replay_buffer_class's; a class given here
+    # (the old `WrappedFixedReplayBuffer.memory_class` binding) goes to it.
+    memory_class = (
+      replay_buffer_class(memory_class=memory_class)
+      if memory_class is not None
+      else replay_buffer_class()
+    )
     # The element signature, passed alike to the buffer and to Dopamine.
     signature = dict(
       extra_storage_types=extra_storage_types,
@@ -128,9 +134,9 @@ class WrappedFixedReplayBuffer(circular_replay_buffer.WrappedReplayBuffer):
       **signature,
     )
 
-  def reload_buffer(self, num_buffers=None):
+  def reload_buffer(self, num_buffers: int | None = None) -> None:
     """Swaps in a new set of checkpoints (see FixedReplayBuffer)."""
     self.memory.reload_buffer(num_buffers)
 
-  def reload_data(self):
+  def reload_data(self) -> None:
     self.memory.reload_data()

@@ -33,7 +33,7 @@ import gin
 from fixed_replay import agents
 from fixed_replay import progress
 from fixed_replay.dataset import layout
-from fixed_replay.replay import arguments
+from fixed_replay.replay import core as replay_core
 from fixed_replay.training import agent_checks
 from fixed_replay.training import data_game
 from fixed_replay.training import reporting
@@ -115,7 +115,7 @@ class FixedReplayRunner(run_experiment.Runner):
     self._eval_bar = None
     # What was passed fails before the agent loads its data; Runner.*
     # bindings are checked as Dopamine's Runner took them, below.
-    arguments.check(given)
+    replay_core.check_arguments(given)
     super().__init__(
       base_dir,
       agent_checks.graph_mode_hint(create_agent_fn),
@@ -124,7 +124,7 @@ class FixedReplayRunner(run_experiment.Runner):
       fine_grained_print_to_console=False,
       **given,
     )
-    arguments.check(
+    replay_core.check_arguments(
       dict(
         num_iterations=self._num_iterations,
         training_steps=self._training_steps,

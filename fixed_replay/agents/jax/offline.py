@@ -8,8 +8,10 @@
   act, nothing is ever added;
 * minibatches are sampled and moved to the accelerator by a background
   thread (`fixed_replay.replay.prefetch.BatchPrefetcher`), so an update never
-  waits on sampling unless the sampler falls behind; `replay_wait_seconds`
-  says how long the training loop did wait;
+  waits on sampling unless the sampler falls behind, unless the buffer
+  prepares them in its own sampling threads already (then there is one
+  queue, the buffer's); `replay_wait_seconds` says how long the training
+  loop did wait;
 * the runner drives training through `train_step()` and swaps data with
   `reload_data()`; an update happens every `update_period` train steps, the
   target network is synced every `target_update_period`, as in Dopamine;
@@ -33,6 +35,7 @@ cannot express.
 import collections
 import time
 
+from absl import logging
 from dopamine.jax.agents.dqn import dqn_agent
 from dopamine.metrics import statistics_instance
 import gin
@@ -107,7 +110,9 @@ class JaxOfflineAgent:
         single checkpoint of it (None: the buffer's gin bindings choose) and
         a run to continue from, as the TF agents' `OfflineAgent` takes them.
       prefetch_batches: int, minibatches prepared ahead in a background
-        thread; 0 samples in the training step itself.
+        thread; 0 samples in the training step itself. Not used when the
+        buffer prepares minibatches in its own threads
+        (`FixedReplayBuffer.sampling_threads`, on by default over a store).
       **kwargs: the Dopamine agent's arguments.
 
     Raises:
@@ -127,7 +132,16 @@ class JaxOfflineAgent:
     super().__init__(num_actions, **kwargs)
     # All the data exists from the start: a warm-up threshold means nothing.
     self.min_replay_history = 0
-    if prefetch_batches:
+    if getattr(self._replay, 'sampling_threads', 0):
+      # The buffer's own threads prepare the minibatches: a second queue on
+      # top would only hold more of them.
+      logging.info(
+        "Minibatches are prepared by the buffer's %d sampling thread(s); "
+        'prefetch_batches=%d not used.',
+        self._replay.sampling_threads,
+        prefetch_batches,
+      )
+    elif prefetch_batches:
       self._prefetcher = prefetch.BatchPrefetcher(
         self._sample_batch,
         depth=prefetch_batches,
