@@ -73,6 +73,19 @@ def oracles(dopamine_dir):
   return get
 
 
+@pytest.fixture(scope='session')
+def local_ray():
+  """The local Ray cluster (127.0.0.1, 2 CPUs) the in-process Ray tests share.
+
+  Started once, on the xdist worker of the 'ray' group (tests using it must
+  be in xdist_group('ray')); none of its processes may outlive it.
+  """
+  import ray_cluster
+
+  with ray_cluster.running(num_cpus=2) as info:
+    yield info
+
+
 # Rows per CartPole checkpoint of cartpole_dir.
 CARTPOLE_ROWS = 700
 
