@@ -135,6 +135,7 @@ def test_a_lasting_failure_names_the_file_and_keeps_the_rest(
   } == stored
 
 
+@pytest.mark.slow  # RL Unplugged shards converted twice.
 def test_rl_unplugged_through_ray_is_the_local_store(
   rlu_dir, local_ray, tmp_path
 ):
