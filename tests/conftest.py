@@ -55,6 +55,19 @@ def pytest_collection_modifyitems(config, items):
     function = getattr(item, 'originalname', item.name)
     if name in SLOW or f'{name}::{function}' in SLOW:
       item.add_marker(pytest.mark.slow)
+  # Modules with slow tests first, and in them xdist groups first (every test
+  # of a module that has groups is in one, so modules stay whole and their
+  # fixtures are set up once): xdist hands out the groups largest first, then
+  # the other tests in this order, so a one-test group (the killed sweep) and
+  # the slow tests start early instead of ending the run on one worker while
+  # the other idles.
+  slow = {item.path for item in items if item.get_closest_marker('slow')}
+  items.sort(
+    key=lambda item: (
+      item.path not in slow,
+      item.get_closest_marker('xdist_group') is None,
+    )
+  )
 
 
 @pytest.fixture(scope='session')

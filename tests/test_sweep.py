@@ -15,7 +15,8 @@ from fixed_replay.training import plotting
 from fixed_replay.training import sweep
 from fixed_replay.training import trial as trial_lib
 
-# One local Ray cluster at a time: these tests share one xdist worker.
+# The Ray tests share one xdist worker (and conftest's local_ray there); the
+# killed-sweep test, which starts clusters of its own, has a group of its own.
 pytestmark = pytest.mark.xdist_group('ray')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -371,6 +372,9 @@ def test_report_on_the_sweep(finished_sweep, tmp_path):
   assert os.path.exists(prefix + '.md')
 
 
+# Its own private clusters and marked processes only, so it need not wait for
+# the 'ray' group: alone, it can run beside it on the other worker.
+@pytest.mark.xdist_group('sweep_killed')
 @pytest.mark.slow
 def test_killed_sweep_resumes_without_repeating_iterations(dataset, tmp_path):
   base_dir = str(tmp_path / 'sweep')
