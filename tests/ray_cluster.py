@@ -14,8 +14,9 @@ import psutil
 
 from fixed_replay import distributed
 
-# Descendants of this process that existed before the cluster started.
-_before = set()
+# Processes the cluster started when it came up (its servers): theirs, such
+# as Ray's workers, are its processes too.
+_roots = set()
 
 
 def live_children():
@@ -31,20 +32,46 @@ def live_children():
 
 
 def ray_processes():
-  """Live processes the shared cluster started for this test process."""
-  return [p for p in live_children() if p.pid not in _before]
+  """Live processes of the shared cluster: those it started, and theirs.
+
+  Other children of this process (another test's pool, multiprocessing's
+  resource tracker) are not the cluster's, however long they live.
+  """
+  found = []
+  for process in live_children():
+    try:
+      lineage = {process.pid} | {parent.pid for parent in process.parents()}
+    except psutil.NoSuchProcess:
+      continue
+    if lineage & _roots:
+      found.append(process)
+  return found
+
+
+def _alive(process):
+  try:
+    return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+  except psutil.NoSuchProcess:
+    return False
 
 
 @contextlib.contextmanager
 def running(num_cpus=2, grace_seconds=20.0):
   """Runs the cluster; on exit asserts that none of its processes is left."""
-  _before.update(p.pid for p in live_children())
+  before = {p.pid for p in live_children()}
   with distributed.cluster(num_cpus=num_cpus) as info:
+    _roots.update(p.pid for p in live_children() if p.pid not in before)
     yield info
+    started = ray_processes()
   deadline = time.monotonic() + grace_seconds
-  while ray_processes() and time.monotonic() < deadline:
+  while any(map(_alive, started)) and time.monotonic() < deadline:
     time.sleep(0.2)
-  left = ray_processes()
-  for process in left:
-    process.kill()
-  assert not left, [p.cmdline() for p in left]
+  left = []
+  for process in started:
+    try:
+      if _alive(process):
+        left.append(' '.join(process.cmdline()))
+        process.kill()
+    except psutil.NoSuchProcess:
+      continue
+  assert not left, left
