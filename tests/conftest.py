@@ -9,6 +9,66 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import dopamine_data  # noqa: E402
 
+# The slow tier (`-m slow`) beyond the tests marked where they are defined
+# (test_dropin, test_demo, test_sweep, test_ray_convert): tests, or whole
+# modules, whose fresh processes or waits cost tens of seconds each, and why.
+# `./test.sh -m "not slow"` leaves them out; the full suite runs them.
+SLOW = {
+  'test_rlu_cli.py::test_run_all_converts_each_run_as_alone': (
+    'converts every RL Unplugged run in fresh processes with worker pools'
+  ),
+  'test_rlu_cli.py::test_killed_dopamine_conversion_resumes_identical': (
+    'kills a conversion mid-way and reruns it, two fresh processes'
+  ),
+  'test_rlu_cli.py::test_inspect_shards_verify': (
+    'verifies every shard in a fresh process'
+  ),
+  'test_rlu_convert.py': (
+    'its fixtures convert two RL Unplugged runs into both formats'
+  ),
+  'test_rlu_tfds.py': 'prepares a TFDS directory in a fresh process',
+  'test_remote.py::test_every_tool_names_the_cause_in_bounded_time': (
+    "waits out each tool's network timeout"
+  ),
+  'test_remote.py::test_cli_names_the_closed_bucket': (
+    'fresh TensorFlow processes that wait on a closed bucket'
+  ),
+  'test_module_aliases.py::'
+  'test_every_old_path_is_the_new_module_in_a_fresh_process': (
+    'imports every module, TF and JAX, afresh'
+  ),
+  'test_generate.py::test_agent_policy_round_trip': (
+    'trains and restores an agent in a fresh TensorFlow process'
+  ),
+  'test_jax_agents.py::test_atari_config_builds_and_trains': (
+    'jits the Atari networks of every JAX config'
+  ),
+  'test_integrity.py::test_train_cli_names_the_damaged_file': (
+    'a fresh TF process builds the Atari DQN before it reads the data'
+  ),
+}
+
+
+def pytest_collection_modifyitems(config, items):
+  for item in items:
+    name = item.path.name
+    function = getattr(item, 'originalname', item.name)
+    if name in SLOW or f'{name}::{function}' in SLOW:
+      item.add_marker(pytest.mark.slow)
+  # Modules with slow tests first, and in them xdist groups first (every test
+  # of a module that has groups is in one, so modules stay whole and their
+  # fixtures are set up once): xdist hands out the groups largest first, then
+  # the other tests in this order, so a one-test group (the killed sweep) and
+  # the slow tests start early instead of ending the run on one worker while
+  # the other idles.
+  slow = {item.path for item in items if item.get_closest_marker('slow')}
+  items.sort(
+    key=lambda item: (
+      item.path not in slow,
+      item.get_closest_marker('xdist_group') is None,
+    )
+  )
+
 
 @pytest.fixture(scope='session')
 def dopamine_dir(tmp_path_factory):
@@ -71,6 +131,19 @@ def oracles(dopamine_dir):
     return loaded[key]
 
   return get
+
+
+@pytest.fixture(scope='session')
+def local_ray():
+  """The local Ray cluster (127.0.0.1, 2 CPUs) the in-process Ray tests share.
+
+  Started once, on the xdist worker of the 'ray' group (tests using it must
+  be in xdist_group('ray')); none of its processes may outlive it.
+  """
+  import ray_cluster
+
+  with ray_cluster.running(num_cpus=2) as info:
+    yield info
 
 
 # Rows per CartPole checkpoint of cartpole_dir.

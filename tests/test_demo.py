@@ -5,6 +5,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 
 def _demo(output_dir, *flags):
   return subprocess.run(
@@ -26,6 +28,7 @@ def _demo(output_dir, *flags):
   )
 
 
+@pytest.mark.slow
 def test_demo_generates_verifies_samples_and_learns(tmp_path):
   result = _demo(tmp_path)
   assert result.returncode == 0, result.stderr[-3000:]

@@ -3,10 +3,10 @@
 import os
 import subprocess
 import sys
-import time
 
 import psutil
 import pytest
+from ray_cluster import ray_processes
 
 from fixed_replay import distributed
 
@@ -14,39 +14,8 @@ from fixed_replay import distributed
 pytestmark = pytest.mark.xdist_group('ray')
 
 
-def live_children():
-  """Live descendants of this test process."""
-  found = []
-  for process in psutil.Process().children(recursive=True):
-    try:
-      if process.status() != psutil.STATUS_ZOMBIE:
-        found.append(process)
-    except psutil.NoSuchProcess:
-      continue
-  return found
-
-
-# Descendants that existed before Ray started (other tests' helpers).
-_BEFORE_RAY = set()
-
-
-def ray_processes():
-  """Live processes Ray started for this test process."""
-  return [p for p in live_children() if p.pid not in _BEFORE_RAY]
-
-
-@pytest.fixture(scope='module')
-def local_ray():
-  _BEFORE_RAY.update(p.pid for p in live_children())
-  with distributed.cluster(num_cpus=2) as info:
-    yield info
-  deadline = time.monotonic() + 20
-  while ray_processes() and time.monotonic() < deadline:
-    time.sleep(0.2)
-  left = ray_processes()
-  for process in left:
-    process.kill()
-  assert not left, [p.cmdline() for p in left]
+# local_ray (conftest) is the session's shared cluster; ray_processes() are
+# the processes it started.
 
 
 def test_local_cluster_listens_on_the_loopback_only(local_ray):

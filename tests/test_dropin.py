@@ -9,7 +9,8 @@ trains, evaluates in the real game and checkpoints.
 
 Each run takes seconds but starts TensorFlow and JAX (about 10 s of CPU):
 the runs this session selected are started together, two at a time, and
-each test waits for its own.
+each test waits for its own. All but the TF recipe's run are marked slow
+(`-m "not slow"` runs that one only).
 """
 
 import concurrent.futures
@@ -29,6 +30,10 @@ CONFIGS = os.path.join(ROOT, 'configs')
 CLI = ['-m', 'fixed_replay.cli', 'train']  # `fixed-replay train`
 TRAIN_MODULE = ['-m', 'fixed_replay.train']  # batch_rl's entry point
 GPU_FALLBACK = "tf_device='/gpu:0' but TensorFlow sees no GPU"
+
+# One xdist worker runs this module: the `runs` fixture starts every job the
+# session selected, so on two workers each would run all of them.
+pytestmark = pytest.mark.xdist_group('dropin')
 
 ATARI_TINY = [
   'FixedReplayRunner.num_iterations = 1',
@@ -376,6 +381,7 @@ def _loaded_checkpoints(run):
 # ------------------------------------------------------- every agent, CLI
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('job', list(METHODS))
 def test_every_agent_trains_evaluates_and_checkpoints(runs, job):
   run = runs(job)[0]
@@ -390,6 +396,7 @@ def test_every_agent_trains_evaluates_and_checkpoints(runs, job):
 # --------------------------------------------------- batch_rl's gin files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   'job, method',
   [
@@ -411,12 +418,14 @@ def test_batch_rl_configs_run_unchanged(runs, job, method):
   assert run.log.count(GPU_FALLBACK) == 1, run.log[-3000:]
 
 
+@pytest.mark.slow
 def test_batch_rl_buffer_count_above_the_data_uses_all_and_warns_once(runs):
   run = runs('dqn')[0]  # Two iterations: one reload.
   assert _loaded_checkpoints(run) == {0, 1, 3, 7}
   assert run.log.count('num_buffers_to_load=5 but') == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   'job, suffix, bound_on',
   [
@@ -437,6 +446,7 @@ def test_replay_suffix_binding_trains_on_one_checkpoint(
 # ------------------------------------------------ Dopamine's labs config
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('job', ['jax_dqn'])
 def test_dopamine_labs_config_runs_unchanged(runs, job):
   run = runs(job)[0]
@@ -452,6 +462,7 @@ def test_dopamine_labs_config_runs_unchanged(runs, job):
 # ------------------------------------------ batch_rl's init_checkpoint_dir
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('job', ['rem'])
 def test_init_checkpoint_dir_continues_the_run(runs, job):
   first, second = runs(job)
@@ -468,6 +479,7 @@ def test_init_checkpoint_dir_continues_the_run(runs, job):
 # ------------------------------------------------------------- subsets
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
   'job, method',
   [('jax_rem', 'first_episodes'), ('multi_network_dqn', 'random_episodes')],
@@ -486,7 +498,11 @@ def test_subsample_binding_takes_effect(runs, job, method):
 # ------------------------------------------------- the README's recipes
 
 
-@pytest.mark.parametrize('job', ['own_tf_agent', 'own_jax_agent'])
+# The TF recipe stays in the core tier: its `fixed-replay train` in a fresh
+# process is the tier's one successful training command.
+@pytest.mark.parametrize(
+  'job', ['own_tf_agent', pytest.param('own_jax_agent', marks=pytest.mark.slow)]
+)
 def test_readme_recipes_train_your_own_agent(runs, job):
   run = runs(job)[0]
   _assert_trained_evaluated_checkpointed(run, tf_agent=job == 'own_tf_agent')

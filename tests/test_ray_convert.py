@@ -16,9 +16,7 @@ import time
 from dopamine_data import file_digests
 import psutil
 import pytest
-from test_distributed import live_children
 
-from fixed_replay import distributed
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import convert
 from fixed_replay.store import ray_convert
@@ -47,13 +45,7 @@ def _zombie(process):
     return True
 
 
-@pytest.fixture(scope='module')
-def local_ray():
-  before = {p.pid for p in live_children()}
-  with distributed.cluster(num_cpus=2) as info:
-    yield info
-  left = _wait_gone([p for p in live_children() if p.pid not in before])
-  assert not left, [p.cmdline() for p in left]
+# local_ray (conftest) is the session's shared cluster.
 
 
 @pytest.fixture(scope='module')
@@ -143,6 +135,7 @@ def test_a_lasting_failure_names_the_file_and_keeps_the_rest(
   } == stored
 
 
+@pytest.mark.slow  # RL Unplugged shards converted twice.
 def test_rl_unplugged_through_ray_is_the_local_store(
   rlu_dir, local_ray, tmp_path
 ):

@@ -15,7 +15,8 @@ from fixed_replay.training import plotting
 from fixed_replay.training import sweep
 from fixed_replay.training import trial as trial_lib
 
-# One local Ray cluster at a time: these tests share one xdist worker.
+# The Ray tests share one xdist worker (and conftest's local_ray there); the
+# killed-sweep test, which starts clusters of its own, has a group of its own.
 pytestmark = pytest.mark.xdist_group('ray')
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,7 +53,7 @@ def dataset(tmp_path_factory):
 
 
 def sweep_argv(
-  base_dir, dataset, iterations, agents='dqn,rem', seeds='0,1', bindings=()
+  base_dir, dataset, iterations, agents='dqn', seeds='0,1', bindings=()
 ):
   argv = [
     sys.executable,
@@ -318,12 +319,33 @@ def test_cli_refusal_prints_the_reason_only(tmp_path):
   assert len(completed.stderr.strip().splitlines()) < 6, completed.stderr
 
 
+def test_cli_refuses_a_bad_sweep_before_starting_ray(tmp_path):
+  # `fixed-replay sweep` as a user starts it, in the core tier: the grid is
+  # checked, and refused with its reason, before Ray or a trial starts.
+  (tmp_path / 'data').mkdir()
+  argv = sweep_argv(
+    str(tmp_path / 'sweep'), str(tmp_path / 'data'), 1, agents='dqn,nope'
+  )
+  result = subprocess.run(
+    argv, capture_output=True, text=True, timeout=120, check=False
+  )
+  assert result.returncode != 0
+  assert "unknown agent(s) ['nope']" in result.stderr, result.stderr[-3000:]
+  assert 'Ray:' not in result.stderr
+  assert not (tmp_path / 'sweep' / 'CartPole').exists()
+
+
 # ------------------------------------------------ sweeps, real processes
 
 
 @pytest.fixture(scope='module')
 def finished_sweep(dataset, tmp_path_factory):
-  """A 2 agents x 2 seeds CartPole sweep run to the end by the CLI."""
+  """A 1 agent x 2 seeds CartPole sweep run to the end by the CLI.
+
+  Two trials: as many as the local cluster runs at once on two CPUs, and
+  enough for the report's means over seeds (test_report covers tables of
+  several agents and games on logged trials).
+  """
   base_dir = str(tmp_path_factory.mktemp('sweep') / 'sweep')
   argv = sweep_argv(base_dir, dataset, iterations=2)
   mark = uuid.uuid4().hex
@@ -340,10 +362,11 @@ def finished_sweep(dataset, tmp_path_factory):
   return base_dir, argv, result, left
 
 
+@pytest.mark.slow
 def test_sweep_runs_every_trial_to_the_end(finished_sweep):
   base_dir, _, result, left = finished_sweep
   assert result.returncode == 0, result.stderr[-3000:]
-  assert '4 trials: 4 done, 0 failed' in result.stdout
+  assert '2 trials: 2 done, 0 failed' in result.stdout
   # Ray ran on the loopback only, and nothing of it outlived the command.
   assert 'started a local cluster on 127.0.0.1:' in result.stderr
   assert not left, describe(left)
@@ -351,8 +374,6 @@ def test_sweep_runs_every_trial_to_the_end(finished_sweep):
   assert [os.path.relpath(d, base_dir) for d in directories] == [
     'CartPole/1/dqn/seed_0',
     'CartPole/1/dqn/seed_1',
-    'CartPole/1/rem/seed_0',
-    'CartPole/1/rem/seed_1',
   ]
   for directory in directories:
     state = trial_lib.read_state(directory)
@@ -395,6 +416,7 @@ def test_sweep_without_games_trains_on_the_one_dataset(dataset, tmp_path):
   assert list(iterations) == [0]
 
 
+@pytest.mark.slow
 def test_rerunning_a_finished_sweep_returns_at_once(finished_sweep):
   base_dir, argv, _, _ = finished_sweep
   states = {d: trial_lib.read_state(d) for d in trial_dirs(base_dir)}
@@ -404,13 +426,14 @@ def test_rerunning_a_finished_sweep_returns_at_once(finished_sweep):
   )
   seconds = time.monotonic() - began
   assert again.returncode == 0, again.stderr[-3000:]
-  assert 'All 4 trials are done; nothing to run' in again.stderr
-  assert '(4 were done before' in again.stdout
+  assert 'All 2 trials are done; nothing to run' in again.stderr
+  assert '(2 were done before' in again.stdout
   assert 'Ray:' not in again.stderr  # Ray was never started.
   assert {d: trial_lib.read_state(d) for d in trial_dirs(base_dir)} == states
   assert seconds < 60, seconds  # Generous: a Python start, no training.
 
 
+@pytest.mark.slow
 def test_report_on_the_sweep(finished_sweep, tmp_path):
   base_dir, _, _, _ = finished_sweep
   prefix = str(tmp_path / 'report')
@@ -434,7 +457,7 @@ def test_report_on_the_sweep(finished_sweep, tmp_path):
     header, *rows = [line.split(',') for line in f.read().splitlines()]
   assert header[:4] == ['game', 'agent', 'trials', 'iterations']
   table = {(r[0], r[1]): dict(zip(header, r, strict=False)) for r in rows}
-  for agent in ('dqn', 'rem'):
+  for agent in ('dqn',):
     row = table['CartPole', agent]
     assert (row['trials'], row['iterations']) == ('2', '2')
     finals = [
@@ -452,6 +475,10 @@ def test_report_on_the_sweep(finished_sweep, tmp_path):
   assert os.path.exists(prefix + '.md')
 
 
+# Its own private clusters and marked processes only, so it need not wait for
+# the 'ray' group: alone, it can run beside it on the other worker.
+@pytest.mark.xdist_group('sweep_killed')
+@pytest.mark.slow
 def test_killed_sweep_resumes_without_repeating_iterations(dataset, tmp_path):
   base_dir = str(tmp_path / 'sweep')
   iterations = 5

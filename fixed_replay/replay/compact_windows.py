@@ -19,6 +19,7 @@ from fixed_replay.replay import frame_sources
 from fixed_replay.replay import transitions
 from fixed_replay.store import block_cache
 from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 
 DEFAULT_CACHE_BYTES = 256 << 20
 
@@ -68,7 +69,7 @@ def check_same_observations(
   first = None
   for suffix in sorted(directories):
     directory = directories[suffix]
-    spec = compact_store.read_manifest(directory)['observation']
+    spec = manifest_lib.read_manifest(directory)['observation']
     ours = (tuple(spec['row_shape']), np.dtype(spec['dtype']))
     if first is None:
       first = (suffix, ours)

@@ -41,7 +41,7 @@ from fixed_replay.replay import compact_windows
 from fixed_replay.replay import core
 from fixed_replay.replay import stacking
 from fixed_replay.store import block_cache
-from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 
 STORE = 'compact store'
 DOPAMINE = "Dopamine's checkpoint files"
@@ -228,7 +228,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       ),
     )
     if kind == STORE:
-      found = compact_store.find_stored_checkpoints(self._data_dir)
+      found = manifest_lib.find_stored_checkpoints(self._data_dir)
     else:
       found = checkpoints.find_checkpoints(
         self._data_dir, wanted=self._replay_suffix
