@@ -173,9 +173,12 @@ def test_a_store_with_no_complete_checkpoint_is_refused(store, tmp_path):
   partial = tmp_path / 'partial'
   partial.mkdir()
   shutil.copytree(
-    store / 'checkpoint_1', partial / compact_store.partial_dirname(1)
+    store / 'checkpoint_1', partial / manifest_lib.partial_dirname(1)
   )
-  with pytest.raises(CheckpointError, match='no compact store checkpoint'):
+  # The layout names the half-written checkpoint and what to do about it.
+  with pytest.raises(
+    CheckpointError, match=r'compact store with no complete checkpoint.*rerun'
+  ):
     _buffer(partial)
 
 
