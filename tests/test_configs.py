@@ -139,7 +139,7 @@ def test_train_command_finds_the_include_from_another_directory(elsewhere):
   )
   assert result.returncode != 0
   assert (
-    f'replay_dir={missing}: no such directory' in result.stderr
+    f'fixed-replay train: {missing}: no such directory' in result.stderr
   ), result.stderr[-3000:]
   assert 'Unable to open file' not in result.stderr
 

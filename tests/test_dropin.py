@@ -257,23 +257,26 @@ def _jobs(tmp, pong, cartpole):
   return jobs
 
 
-def _readme_block(tag):
-  """The Python block that follows `<!-- tested: ..., tag -->` in README."""
-  with open(os.path.join(ROOT, 'README.md')) as f:
+def _docs_block(file_name):
+  """The Python block the "Your own agent" guide prints as `file_name`."""
+  with open(os.path.join(ROOT, 'docs', 'guides', 'your-own-agent.md')) as f:
     text = f.read()
   match = re.search(
-    rf'<!-- tested: [^>]*\b{tag} -->\n```python\n(.*?)```', text, re.S
+    rf'<!-- docs-test: file {re.escape(file_name)} -->\n'
+    r'(?:<!--[^\n]*-->\n)*```python\n(.*?)```',
+    text,
+    re.S,
   )
-  assert match, f'README has no block tagged {tag}'
+  assert match, f'docs/guides/your-own-agent.md prints no {file_name}'
   return match.group(1)
 
 
 def _write_recipes(directory):
   os.makedirs(directory, exist_ok=True)
   with open(os.path.join(directory, 'my_agents.py'), 'w') as f:
-    f.write(_readme_block('own_tf_agent'))
+    f.write(_docs_block('my_agents.py'))
   with open(os.path.join(directory, 'train_mine.py'), 'w') as f:
-    f.write(_readme_block('own_jax_agent'))
+    f.write(_docs_block('train_mine.py'))
   with open(os.path.join(directory, 'mine.gin'), 'w') as f:
     f.write(OWN_JAX_GIN)
 

@@ -402,7 +402,7 @@ def test_sweep_without_games_trains_on_the_one_dataset(dataset, tmp_path):
   wait_until_gone(mark, seconds=GRACE_SECONDS)
   end_marked_processes(mark)
   assert result.returncode == 0, result.stderr[-3000:]
-  assert '1 trials: 1 done, 0 failed' in result.stdout
+  assert '1 trial: 1 done, 0 failed' in result.stdout
   # Named after the dataset's directory (CartPole data names no game).
   name = os.path.basename(os.path.dirname(dataset))
   (directory,) = trial_dirs(base_dir)
