@@ -9,7 +9,6 @@ import time
 
 from dopamine_data import file_digests
 
-from fixed_replay.store import compact_store
 from fixed_replay.store import dopamine_output
 from fixed_replay.store import rlu_convert
 
@@ -110,10 +109,10 @@ def test_inspect_store_finds_a_damaged_block(rlu_dir, tmp_path):
   completed = _cli('inspect', store)
   assert completed.returncode == 0, completed.stderr[-3000:]
   assert '3/3 complete' in completed.stdout
-  blocks = store / 'checkpoint_1' / compact_store.BLOCKS_FILE
+  blocks = store / 'checkpoint_1' / 'observation.units'
   data = bytearray(blocks.read_bytes())
   data[len(data) // 2] ^= 0x40
   blocks.write_bytes(bytes(data))
   completed = _cli('inspect', store, '--verify')
   assert completed.returncode == 1
-  assert 'checkpoint_1/observation.blocks: damaged' in completed.stderr
+  assert 'checkpoint_1/observation.units: damaged' in completed.stderr
