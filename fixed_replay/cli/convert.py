@@ -66,6 +66,7 @@ from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay import memory_budget as memory
+from fixed_replay.store import checkpoint_source
 from fixed_replay.store import convert
 from fixed_replay.store import rlu_convert
 
@@ -173,6 +174,9 @@ def detect_source(path):
       return 'dopamine'
   except CheckpointError:
     pass
+  # A compact store is read back like a Dopamine run (rewritten anew).
+  if checkpoint_source.stored_sources(path) is not None:
+    return 'dopamine'
   kind = rlu_convert.detect_kind(path)
   if kind is None:
     raise CheckpointError(

@@ -140,7 +140,14 @@ class _Store:
 
 
 def _gzip_sources(source_dir):
-  """The checkpoints of a Dopamine run, all checked first."""
+  """The checkpoints of a Dopamine run, all checked first.
+
+  A compact store as the source is read back (and checked) checkpoint by
+  checkpoint: an old store is rewritten in the current layout.
+  """
+  stored = checkpoint_source.stored_sources(source_dir)
+  if stored is not None:
+    return stored
   found = checkpoints.find_checkpoints(source_dir)
   _, errors = checkpoints.check_run(found)
   if errors:
