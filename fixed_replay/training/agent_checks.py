@@ -119,12 +119,13 @@ def largest_action(dataset):
   from fixed_replay.dataset import layout
   from fixed_replay.io import npy_stream
   from fixed_replay.store import compact_store
+  from fixed_replay.store import manifest as manifest_lib
 
   # Rows past add_count of a buffer that never filled were never written
   # (Dopamine saves them uninitialised): only the rows below it count.
   largest, where = -1, dataset.data_dir
   if dataset.kind is layout.Kind.STORE:
-    stored = compact_store.find_stored_checkpoints(dataset.data_dir)
+    stored = manifest_lib.find_stored_checkpoints(dataset.data_dir)
     for directory in stored.values():
       checkpoint = compact_store.StoredCheckpoint(directory, verify=False)
       actions = checkpoint.arrays['action'][: checkpoint.add_count]
