@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from fixed_replay.store import store_inspection
+from fixed_replay.dataset import layout
 
 
 def open_buffer(data_dir: str, arguments: dict[str, Any]):
@@ -39,7 +39,9 @@ def open_buffer(data_dir: str, arguments: dict[str, Any]):
   """
   # Imported here: both pull gin and the replay core, and a caller that only
   # derives seeds should not pay for them.
-  if store_inspection.is_store(data_dir):
+  found = layout.detect(data_dir)
+  # A half-written store too: CompactReplayBuffer names what it lacks.
+  if layout.Kind.STORE in (found.kind, found.partial_of):
     from fixed_replay.replay import compact_replay_buffer
 
     return compact_replay_buffer.CompactReplayBuffer(
