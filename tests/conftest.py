@@ -114,6 +114,26 @@ def store(dopamine_dir, tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
+def blocks_store(dopamine_dir, tmp_path_factory):
+  """dopamine_dir's checkpoints in format version 1 (blosc2 blocks of 16).
+
+  What the converter wrote before the units layout; kept readable.
+  """
+  from fixed_replay.store import convert
+
+  directory = tmp_path_factory.mktemp('compact_blocks')
+  options = convert.ConvertOptions(layout='blocks', block_rows=16)
+  convert.convert(dopamine_dir[0], directory, options, workers=0)
+  return directory
+
+
+@pytest.fixture(scope='session', params=['store', 'blocks_store'])
+def any_store(request):
+  """The store in each format version this library reads."""
+  return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(scope='session')
 def oracles(dopamine_dir):
   """get(suffix, update_horizon=1, gamma=0.99): Dopamine's own buffer.
 

@@ -98,7 +98,8 @@ def test_prefetched_minibatches_mix_checkpoints_uniformly(
   buffer.close()
 
 
-def test_memory_is_bounded_by_the_budget(store):
+def test_memory_is_bounded_by_the_budget(blocks_store):
+  store = blocks_store
   # The smallest cache that two threads can share: fewer slots than the
   # store's 4 x 63 blocks, so sampling has to evict.
   buffer = _buffer(store, cache_bytes=1, sampling_threads=1)
@@ -120,16 +121,43 @@ def test_memory_is_bounded_by_the_budget(store):
     _buffer(store, memory_budget=1 << 20)
 
 
-def test_damaged_block_error_names_checkpoint_and_rows(store, tmp_path):
+def test_one_frame_units_hold_no_cache(store):
+  buffer = _buffer(store, num_workers=1)
+  for _ in range(5):
+    buffer.sample_transition_batch(128)
+  assert buffer.cache.hits + buffer.cache.misses == 0
+  batch_bytes = sum(
+    np.dtype(e.type).itemsize * np.prod(e.shape)
+    for e in buffer.get_transition_elements()
+  )
+  # 13 bytes a row, the unit index (12 bytes a row), the dictionaries and
+  # the ready batches.
+  assert buffer.nbytes <= (
+    4 * 1000 * (13 + 12) + 4 * (112 << 10) + (4 + 1) * batch_bytes
+  )
+  buffer.close()
+
+
+@pytest.mark.parametrize(
+  'layout, damaged_row, match',
+  [
+    ('blocks_store', 490, r'checkpoint 1: block 30 \(rows 480-495\)'),
+    ('store', 490, r'checkpoint 1: unit 490 \(rows 490-490\)'),
+  ],
+)
+def test_damaged_block_error_names_checkpoint_and_rows(
+  request, tmp_path, layout, damaged_row, match
+):
   damaged = tmp_path / 'store'
-  shutil.copytree(store, damaged)
+  shutil.copytree(request.getfixturevalue(layout), damaged)
   directory = damaged / 'checkpoint_1'
+  manifest = manifest_lib.read_manifest(directory)
   offsets = np.load(directory / manifest_lib.OFFSETS_FILE)
-  with open(directory / manifest_lib.BLOCKS_FILE, 'r+b') as stream:
-    stream.seek(int(offsets[30]) + 5)
+  unit = damaged_row // manifest['observation']['block_rows']
+  with open(directory / manifest['observation']['file'], 'r+b') as stream:
+    stream.seek(int(offsets[unit]) + 5)
     stream.write(b'\xde\xad\xbe\xef')
   buffer = _buffer(damaged)
-  match = r'checkpoint 1: block 30 \(rows 480-495\)'
   with pytest.raises(CheckpointError, match=match):
     buffer.sample_transition_batch(indices=[490], suffixes=1)
   buffer.sample_transition_batch(indices=[520], suffixes=1)  # Others read.

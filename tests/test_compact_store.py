@@ -2,14 +2,19 @@
 
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
+from replay_oracle import as_dict
+from replay_oracle import assert_equals_oracle
 
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
+from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
 
@@ -29,9 +34,12 @@ def test_store_describes_itself(dopamine_dir, store):
   assert manifest['suffix'] == 7 and manifest['num_rows'] == capacity
   assert manifest['add_count'] == writers[7].add_count
   observation = manifest['observation']
-  assert observation['codec'] == 'zstd' and observation['block_rows'] == 16
-  assert observation['num_blocks'] == -(-capacity // 16)
+  assert observation['codec'] == 'zstd' and observation['block_rows'] == 1
+  assert observation['layout'] == 'units'
+  assert observation['num_blocks'] == capacity
   assert observation['row_shape'] == [84, 84]
+  assert observation['dictionary'] == 'observation.dict'
+  assert 'observation.dict' in manifest['files']
   for name, entry in manifest['files'].items():
     path = store / 'checkpoint_7' / name
     assert os.path.getsize(path) == entry['bytes'], name
@@ -42,8 +50,19 @@ def test_store_describes_itself(dopamine_dir, store):
   }
 
 
+def test_old_layout_describes_itself(blocks_store, dopamine_dir):
+  capacity = dopamine_dir[1]
+  manifest = manifest_lib.read_manifest(blocks_store / 'checkpoint_7')
+  assert manifest['version'] == 1
+  observation = manifest['observation']
+  assert observation['file'] == 'observation.blocks'
+  assert observation['block_rows'] == 16
+  assert observation['num_blocks'] == -(-capacity // 16)
+
+
 @pytest.mark.parametrize('suffix', [0, 3, 7])
-def test_arrays_equal_the_source(dopamine_dir, store, suffix):
+def test_arrays_equal_the_source(dopamine_dir, any_store, suffix):
+  store = any_store
   source = checkpoints.find_checkpoints(dopamine_dir[0])[suffix]
   window = checkpoints.read_checkpoint(source)
   stored = compact_store.StoredCheckpoint(
@@ -82,7 +101,8 @@ def test_arrays_equal_the_source(dopamine_dir, store, suffix):
   stored.close()
 
 
-def test_full_verification_decodes_every_block(dopamine_dir, store):
+def test_full_verification_decodes_every_block(dopamine_dir, any_store):
+  store = any_store
   source = checkpoints.find_checkpoints(dopamine_dir[0])[1]
   frames = npy_stream.read_rows(source.store_paths['observation'])
   verified = compact_store.verify_checkpoint(
@@ -92,17 +112,23 @@ def test_full_verification_decodes_every_block(dopamine_dir, store):
   assert verified.manifest['suffix'] == 1
 
 
-def test_damaged_block_names_checkpoint_and_rows(store, tmp_path):
-  directory = _copy_checkpoint(store, 3, tmp_path)
-  stored = compact_store.StoredCheckpoint(directory)
-  offsets = stored.frames.offsets
-  block = 20
-  with open(directory / manifest_lib.BLOCKS_FILE, 'r+b') as stream:
-    position = int(offsets[block] + offsets[block + 1]) // 2
+def _flip_byte(path, position):
+  with open(path, 'r+b') as stream:
     stream.seek(position)
     byte = stream.read(1)
     stream.seek(position)
     stream.write(bytes([byte[0] ^ 0xFF]))
+
+
+def test_damaged_block_names_checkpoint_and_rows(blocks_store, tmp_path):
+  directory = _copy_checkpoint(blocks_store, 3, tmp_path)
+  stored = compact_store.StoredCheckpoint(directory)
+  offsets = stored.frames.offsets
+  block = 20
+  _flip_byte(
+    directory / manifest_lib.BLOCKS_FILE,
+    int(offsets[block] + offsets[block + 1]) // 2,
+  )
   scratch = np.empty((16, 84, 84), np.uint8)
   stored.frames.read_block(block - 1, scratch)  # Its neighbours still read.
   with pytest.raises(
@@ -115,13 +141,60 @@ def test_damaged_block_names_checkpoint_and_rows(store, tmp_path):
   stored.close()
 
 
-def test_truncated_blocks_file_is_a_clear_error(store, tmp_path):
-  directory = _copy_checkpoint(store, 0, tmp_path)
-  path = directory / manifest_lib.BLOCKS_FILE
+def test_damaged_unit_names_checkpoint_unit_and_rows(store, tmp_path):
+  directory = _copy_checkpoint(store, 3, tmp_path)
+  stored = compact_store.StoredCheckpoint(directory)
+  offsets = stored.frames.offsets
+  unit = 330
+  _flip_byte(
+    directory / manifest_lib.UNITS_FILE,
+    int(offsets[unit] + offsets[unit + 1]) // 2,
+  )
+  np.testing.assert_array_equal(  # Its neighbours still read.
+    stored.frames.read_frames([329, 331]).shape, (2, 84, 84)
+  )
+  with pytest.raises(
+    CheckpointError, match=r'checkpoint 3: unit 330 \(rows 330-330\).*CRC'
+  ) as raised:
+    stored.frames.read_rows(328, 4)
+  assert raised.value.path.endswith(manifest_lib.UNITS_FILE)
+  with pytest.raises(CheckpointError, match='observation.units: damaged'):
+    compact_store.verify_checkpoint(directory)
+  stored.close()
+
+
+@pytest.mark.parametrize(
+  'name',
+  [
+    manifest_lib.DICTIONARY_FILE,
+    manifest_lib.OFFSETS_FILE,
+    manifest_lib.CRC_FILE,
+  ],
+)
+def test_damaged_dictionary_or_index_refused_before_decoding(
+  store, tmp_path, name
+):
+  directory = _copy_checkpoint(store, 7, tmp_path)
+  path = directory / name
+  _flip_byte(path, os.path.getsize(path) - 3)
+  # Even unverified opening checks them: nothing decodes with a bad one.
+  with pytest.raises(CheckpointError, match=rf'{name}: checkpoint 7: damaged'):
+    compact_store.StoredCheckpoint(directory, verify=False)
+
+
+@pytest.mark.parametrize(
+  ('layout', 'last_rows'), [('blocks_store', '992-999'), ('store', '999-999')]
+)
+def test_truncated_frames_file_is_a_clear_error(
+  request, tmp_path, layout, last_rows
+):
+  directory = _copy_checkpoint(request.getfixturevalue(layout), 0, tmp_path)
+  manifest = manifest_lib.read_manifest(directory)
+  path = directory / manifest['observation']['file']
   os.truncate(path, os.path.getsize(path) - 10)
   stored = compact_store.StoredCheckpoint(directory)
-  with pytest.raises(CheckpointError, match=r'rows 992-999.*file ends'):
-    stored.frames.read_rows(995, 1)
+  with pytest.raises(CheckpointError, match=rf'rows {last_rows}.*file ends'):
+    stored.frames.read_rows(999, 1)
   stored.close()
 
 
@@ -134,12 +207,18 @@ def test_damaged_small_array_refused_on_opening(store, tmp_path):
     compact_store.StoredCheckpoint(directory)
 
 
-def test_other_format_versions_are_refused(store, tmp_path):
+def test_newer_format_version_is_refused_as_newer(store, tmp_path):
   directory = _copy_checkpoint(store, 1, tmp_path)
   manifest = manifest_lib.read_manifest(directory)
   manifest['version'] = manifest_lib.VERSION + 1
   manifest_lib.write_manifest(directory, manifest)
-  with pytest.raises(CheckpointError, match='format version'):
+  with pytest.raises(
+    CheckpointError, match='format version 3 is newer than this fixed_replay'
+  ):
+    compact_store.StoredCheckpoint(directory)
+  manifest['version'] = 0
+  manifest_lib.write_manifest(directory, manifest)
+  with pytest.raises(CheckpointError, match='format version 0'):
     compact_store.StoredCheckpoint(directory)
 
 
@@ -157,3 +236,46 @@ def test_valid_rows_pack_round_trip():
   np.testing.assert_array_equal(
     compact_store.unpack_valid_rows(packed, 1000), rows
   )
+
+
+def _cli(*args):
+  return subprocess.run(
+    [sys.executable, '-m', 'fixed_replay.cli', *map(str, args)],
+    capture_output=True,
+    text=True,
+  )
+
+
+def test_inspect_names_the_format_version(any_store):
+  version = manifest_lib.read_manifest(any_store / 'checkpoint_0')['version']
+  completed = _cli('inspect', any_store)
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  assert f'compact store format version {version})' in completed.stdout
+
+
+def test_convert_rewrites_an_old_store_without_its_source(
+  blocks_store, dopamine_dir, oracles, tmp_path
+):
+  rewritten = tmp_path / 'rewritten'
+  completed = _cli('convert', blocks_store, rewritten, '--workers=0')
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  for suffix in dopamine_dir[2]:
+    old = manifest_lib.read_manifest(
+      blocks_store / manifest_lib.checkpoint_dirname(suffix)
+    )
+    new = manifest_lib.read_manifest(
+      rewritten / manifest_lib.checkpoint_dirname(suffix)
+    )
+    assert (old['version'], new['version']) == (1, manifest_lib.VERSION)
+    # Same data, described by the same original source files.
+    assert new['source'] == old['source']
+    assert (
+      new['observation']['frames_crc32'] == (old['observation']['frames_crc32'])
+    )
+  buffer = CompactReplayBuffer(str(rewritten), seed=0, prefetch=False)
+  try:
+    assert_equals_oracle(
+      as_dict(buffer, buffer.sample_transition_batch(256)), oracles
+    )
+  finally:
+    buffer.close()

@@ -268,9 +268,7 @@ def test_a_file_size_limit_fails_cleanly_and_the_rerun_completes(
   small_source, small_reference, tmp_path
 ):
   smallest = min(
-    os.path.getsize(
-      os.path.join(small_reference[1], name, 'observation.blocks')
-    )
+    os.path.getsize(os.path.join(small_reference[1], name, 'observation.units'))
     for name in os.listdir(small_reference[1])
     if name.startswith('checkpoint_')
   )

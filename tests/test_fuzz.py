@@ -50,7 +50,6 @@ SOURCE_NAMES = (
   'episode_end_indices',
 )
 STORE_NAMES = (
-  manifest_lib.BLOCKS_FILE,
   manifest_lib.MANIFEST,
   manifest_lib.OFFSETS_FILE,
   manifest_lib.CRC_FILE,
@@ -61,6 +60,16 @@ STORE_NAMES = (
   'reward.npy',
   'terminal.npy',
 )
+# The frames' files of each format version (the dictionary only when the
+# frames were enough to train one).
+FRAME_NAMES = {
+  'units': (manifest_lib.UNITS_FILE, manifest_lib.DICTIONARY_FILE),
+  'blocks': (manifest_lib.BLOCKS_FILE,),
+}
+LAYOUT_OPTIONS = {
+  'units': convert.ConvertOptions(),
+  'blocks': convert.ConvertOptions(layout='blocks', block_rows=16),
+}
 BUFFER_ARGS = dict(observation_shape=SHAPE, stack_size=4, update_horizon=2)
 
 
@@ -165,8 +174,8 @@ def _inspect(directory):
   return summary_or_error(summary, summary.all_problems, directory, 'directory')
 
 
-def _convert(directory, store):
-  convert.convert(directory, store, workers=0)
+def _convert(directory, store, options=None):
+  convert.convert(directory, store, options, workers=0)
   return file_digests(store)
 
 
@@ -187,11 +196,11 @@ def _source_tools(directory, scratch):
   }
 
 
-def _store_tools(store, source):
+def _store_tools(store, source, layout='units'):
   return {
     'CompactReplayBuffer': lambda: _compact_buffer(store),
     # A rerun checks every stored checkpoint before skipping it.
-    'convert (rerun)': lambda: _convert(source, store),
+    'convert (rerun)': lambda: _convert(source, store, LAYOUT_OPTIONS[layout]),
   }
 
 
@@ -240,20 +249,34 @@ def undamaged(tmp_path_factory):
   source = base / 'source'
   source.mkdir()
   _write_run(source)
-  store = base / 'store'
   baselines = {
     name: function()
     for name, function in _source_tools(source, base / 'baseline').items()
   }
-  convert.convert(source, store, workers=0)
-  baselines.update(
-    {name: function() for name, function in _store_tools(store, source).items()}
+  stores = {}
+  for layout, options in LAYOUT_OPTIONS.items():
+    store = stores[layout] = base / f'store_{layout}'
+    convert.convert(source, store, options, workers=0)
+    baselines[layout] = {
+      name: function()
+      for name, function in _store_tools(store, source, layout).items()
+    }
+  return source, stores, baselines
+
+
+@pytest.mark.parametrize('layout', sorted(LAYOUT_OPTIONS))
+def test_damage_is_named_or_harmless(undamaged, tmp_path, layout):
+  source, stores, all_baselines = undamaged
+  store = stores[layout]
+  baselines = {**all_baselines, **all_baselines[layout]}
+  store_names = STORE_NAMES + tuple(
+    name
+    for name in FRAME_NAMES[layout]
+    if all(
+      (store / manifest_lib.checkpoint_dirname(s) / name).exists()
+      for s in WRITTEN
+    )
   )
-  return source, store, baselines
-
-
-def test_damage_is_named_or_harmless(undamaged, tmp_path):
-  source, store, baselines = undamaged
   rng = np.random.default_rng(SEED)
   faulthandler.dump_traceback_later(300, exit=True)  # A hang in C code.
   seen = []
@@ -271,13 +294,15 @@ def test_damage_is_named_or_harmless(undamaged, tmp_path):
           damaged,
           what,
         )
-      for name in STORE_NAMES:
+      for name in store_names:
         suffix = int(rng.choice(sorted(WRITTEN)))
         copy = tmp_path / f'store_{trial}_{len(seen)}'
         shutil.copytree(store, copy)
         damaged = copy / manifest_lib.checkpoint_dirname(suffix) / name
         what = _damage(damaged, rng)
-        seen += _check(_store_tools(copy, source), baselines, damaged, what)
+        seen += _check(
+          _store_tools(copy, source, layout), baselines, damaged, what
+        )
   finally:
     faulthandler.cancel_dump_traceback_later()
   # The fuzz must mostly find damage, not only harmless flips.

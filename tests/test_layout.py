@@ -8,15 +8,18 @@ next to the dataset TFDS prepares there.
 """
 
 import concurrent.futures
+import gzip
 import json
 import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from fixed_replay.dataset import layout
 from fixed_replay.errors import CheckpointError
+from fixed_replay.training import agent_checks
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACCEPTED = 'accepted: Dopamine replay checkpoints (*_ckpt.N.gz)'
@@ -114,6 +117,24 @@ def test_store_written_by_convert(data):
     'checkpoint_3',
     'checkpoint_7',
   ]
+
+
+def _load_gzip(path):
+  with gzip.open(path) as stream:
+    return np.load(stream, allow_pickle=False)
+
+
+def test_largest_action_of_a_store_is_that_of_its_dopamine_files(data):
+  root, replay_logs = data
+  expected = -1
+  for suffix in (0, 1, 3, 7):
+    add_count = int(_load_gzip(replay_logs / f'add_count_ckpt.{suffix}.gz'))
+    actions = _load_gzip(replay_logs / f'$store$_action_ckpt.{suffix}.gz')
+    expected = max(expected, int(actions[:add_count].max()))
+  store = root / 'stores' / 'pong_1'
+  largest, where = agent_checks.largest_action(layout.detect(store))
+  assert largest == expected
+  assert where.startswith(str(store / 'checkpoint_'))
 
 
 def test_half_written_store_names_what_is_missing(data, tmp_path):

@@ -110,10 +110,10 @@ def test_inspect_store_finds_a_damaged_block(rlu_dir, tmp_path):
   completed = _cli('inspect', store)
   assert completed.returncode == 0, completed.stderr[-3000:]
   assert '3/3 complete' in completed.stdout
-  blocks = store / 'checkpoint_1' / manifest_lib.BLOCKS_FILE
+  blocks = store / 'checkpoint_1' / manifest_lib.UNITS_FILE
   data = bytearray(blocks.read_bytes())
   data[len(data) // 2] ^= 0x40
   blocks.write_bytes(bytes(data))
   completed = _cli('inspect', store, '--verify')
   assert completed.returncode == 1
-  assert 'checkpoint_1/observation.blocks: damaged' in completed.stderr
+  assert 'checkpoint_1/observation.units: damaged' in completed.stderr

@@ -11,8 +11,12 @@ file names, or forced with --source):
             DST/run_<r>/ (one job, as below);
   tfds      a TFDS-prepared rlu_atari_checkpoints_ordered directory.
 
+A compact store (any format version) is read back as SRC and written anew
+in the current format, as `fixed-replay convert OLD_STORE NEW_STORE`.
+
 Each checkpoint becomes DST/checkpoint_<N>/ (the compact store: frames in
-independently decodable blosc2 blocks, small arrays as .npy, the table of
+independently decodable zstd units against a per-checkpoint dictionary, or
+blosc2 blocks for another --codec; small arrays as .npy, the table of
 valid rows, a manifest with checksums), or with --format=dopamine
 Dopamine's own `*_ckpt.N.gz` files in DST. RL Unplugged episodes become the
 rows Dopamine's replay buffer holds after adding them (see the README).
@@ -178,6 +182,9 @@ _GAME_NAME = re.compile(r'^[A-Za-z0-9]+$')
 _SOURCE_OF = {
   layout.Kind.DOPAMINE: 'dopamine',
   layout.Kind.DOPAMINE_RUN: 'dopamine',
+  # A compact store is read back checkpoint by checkpoint and written anew
+  # (an old format version rewritten in the current one).
+  layout.Kind.STORE: 'dopamine',
   layout.Kind.RLU: 'rlu',
   layout.Kind.TFDS: 'tfds',
 }

@@ -110,6 +110,11 @@ def format_table(summary):
     )
   )
   mode = 'verified' if summary.verified else 'headers only, not verified'
+  versions = sorted(
+    {s.format_version for s in summary.checkpoints if s.format_version}
+  )
+  if versions:
+    mode += ', compact store format version ' + ', '.join(map(str, versions))
   title = (
     f'{summary.directory} (stack_size={summary.stack_size}, '
     f'update_horizon={summary.update_horizon}, {mode}; episodes: the '

@@ -99,6 +99,7 @@ class CheckpointSummary:
       excluded; the pickled episode_end_indices not counted).
     verified: bool, whether every file was decompressed and checked.
     problems: list of Problem.
+    format_version: int, a compact store's format version, else None.
   """
 
   suffix: int
@@ -116,6 +117,8 @@ class CheckpointSummary:
   data_bytes: int = None
   verified: bool = False
   problems: list = dataclasses.field(default_factory=list)
+  # A compact store's format version (manifest.py); None for other data.
+  format_version: int = None
 
   @property
   def status(self) -> str:

@@ -7,9 +7,11 @@ transitions at those (checkpoint position, file row) pairs. Two exist:
 * `ShardFrames`: checkpoint windows decompressed into RAM, one ReplayShard
   each (FixedReplayBuffer); the transition math runs once per checkpoint.
 * `BlockFrames`: a compact store (CompactReplayBuffer): the small arrays of
-  every window end to end in RAM, the frames decoded a block at a time into
-  a bounded cache; the transition math runs once over a minibatch mixing any
-  checkpoints, and the stacks are gathered from the cache.
+  every window end to end in RAM; the transition math runs once over a
+  minibatch mixing any checkpoints. One-frame units (format version 2's
+  default) are decoded exactly as the batch needs them, in one call per
+  checkpoint, and the stacks gathered from those frames; larger units and
+  blocks are decoded whole into a bounded cache and gathered from it.
 
 Another source (say, frames decoded from RL Unplugged records) plugs in by
 offering the same few members: the `FrameSource` protocol.
@@ -22,6 +24,7 @@ import numpy as np
 
 from fixed_replay.replay import stacking
 from fixed_replay.replay import transitions
+from fixed_replay.store import frame_units
 
 # Transitions whose blocks are pinned together; bounds a batch's cache use.
 CHUNK = 32
@@ -122,6 +125,13 @@ class BlockFrames:
     self._fixed_bytes = fixed_bytes
     self._block_rows = cache.block_rows
     self._key_stride = max(s.frames.num_blocks for s in stored) + 1
+    # Uniform sampling over a run's frames almost never hits a cache: frames
+    # stored one per unit are decoded for each batch, cache bypassed.
+    self._per_frame = all(
+      isinstance(s.frames, frame_units.StoredUnits) and s.frames.block_rows == 1
+      for s in stored
+    )
+    self._units = [s.frames for s in stored]
 
   @property
   def num_rows(self):
@@ -129,7 +139,12 @@ class BlockFrames:
 
   @property
   def nbytes(self):
-    """Bytes this source may hold: small arrays, tables, cache, batches."""
+    """Bytes this source may hold: small arrays, tables, cache, batches.
+
+    One-frame units bypass the cache: its arena is never touched then.
+    """
+    if self._per_frame:
+      return self._fixed_bytes
     return self._fixed_bytes + self.cache.nbytes
 
   def shard(self, position):
@@ -140,9 +155,44 @@ class BlockFrames:
 
   def write(self, batch, which, rows):
     which = np.asarray(which, dtype=np.int64)
+    if self._per_frame:
+      self._write_frames(batch, which, np.asarray(rows, dtype=np.int64))
+      return
     for start in range(0, len(rows), CHUNK):
       stop = min(start + CHUNK, len(rows))
       self._write_chunk(batch, which[start:stop], rows[start:stop], start)
+
+  def _write_frames(self, batch, which, rows):
+    """Writes transitions decoding just the distinct frames they use."""
+    count = len(rows)
+    destinations = np.arange(count)
+    state, next_state = self._writer.write_parts(
+      which, rows, batch, destinations
+    )
+    both = np.concatenate([which, which])
+    frame_rows = self._writer.layout.file_rows_of(
+      both, np.concatenate([state, next_state])
+    )
+    keys = both[:, None] * self._key_stride + frame_rows
+    unique, inverse = np.unique(keys, return_inverse=True)
+    inverse = inverse.reshape(keys.shape)
+    first = self._stored[0].frames
+    frames = np.empty((len(unique),) + first.row_shape, first.dtype)
+    checkpoint = unique // self._key_stride
+    frame_units.read_frames_of(
+      self._units,
+      checkpoint,
+      unique - checkpoint * self._key_stride,
+      frames,
+    )
+    stacking.gather_state_pairs(
+      frames,
+      inverse[:count],
+      inverse[count:],
+      batch['state'],
+      batch['next_state'],
+      destinations,
+    )
 
   def _load_block(self, key, out):
     i, block = divmod(key, self._key_stride)

@@ -6,8 +6,10 @@ checkpoint and opens a SourceReader over its rows (both Protocols below, so
 that a new kind of input needs no change to the converter).
 
 Sources must pickle (they travel to worker processes). GzipSource reads a
-Dopamine checkpoint, streaming its observation file; RL Unplugged episodes
-come from store/rlu_source.py.
+Dopamine checkpoint, streaming its observation file; StoredSource a compact
+store's checkpoint (any format version), so an old store can be rewritten in
+the new layout without its original files; RL Unplugged episodes come from
+store/rlu_source.py.
 """
 
 from collections.abc import Iterator
@@ -25,6 +27,8 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 from fixed_replay.io import npy_stream
 from fixed_replay.io.gzip_stream import GzipStream
+from fixed_replay.store import compact_store
+from fixed_replay.store import manifest as manifest_lib
 
 
 @dataclasses.dataclass
@@ -128,6 +132,86 @@ class GzipSource:
   def open(self, threads: int = 1) -> SourceReader:
     del threads  # Inflating one gzip stream is sequential.
     return _GzipReader(self.files)
+
+
+@dataclasses.dataclass(frozen=True)
+class StoredSource:
+  """A checkpoint of a compact store, read back to be stored anew.
+
+  The new checkpoint records the original source (manifest['source']), so
+  it describes the same data as the checkpoint it was rewritten from.
+  """
+
+  directory: str
+  suffix: int
+
+  def _manifest(self) -> dict:
+    return manifest_lib.read_manifest(self.directory)
+
+  def description(self) -> dict:
+    return self._manifest()['source']
+
+  def expected_rows(self) -> int:
+    return self._manifest()['num_rows']
+
+  def source_files(self) -> dict[str, int]:
+    files = self._manifest()['files']
+    return {name: entry['bytes'] for name, entry in sorted(files.items())}
+
+  def open(self, threads: int = 1) -> SourceReader:
+    del threads  # Frames are decoded as they are read, one by one.
+    return _StoredReader(self.directory)
+
+
+def stored_sources(store_dir: str) -> list[StoredSource]:
+  """StoredSource of every checkpoint of a local compact store.
+
+  Raises:
+    CheckpointError: if `store_dir` holds no checkpoint_<N>/.
+  """
+  found = manifest_lib.find_stored_checkpoints(str(store_dir))
+  return [StoredSource(path, suffix) for suffix, path in found.items()]
+
+
+class _StoredReader:
+  """Decodes a stored checkpoint's frames slice by slice, checked."""
+
+  def __init__(self, directory: str) -> None:
+    self._stored = compact_store.StoredCheckpoint(directory, verify=True)
+    self._frames = self._stored.frames
+    self.row_shape = self._frames.row_shape
+    self.dtype = self._frames.dtype
+    self._crc = 0
+
+  def __enter__(self) -> '_StoredReader':
+    return self
+
+  def __exit__(self, *unused_exc_info: Any) -> None:
+    self._stored.close()
+
+  def frame_slices(self, slice_rows: int) -> Iterator[np.ndarray]:
+    num_rows = self._stored.num_rows
+    for start in range(0, num_rows, slice_rows):
+      part = self._frames.read_rows(start, min(slice_rows, num_rows - start))
+      self._crc = manifest_lib.crc32(part, self._crc)
+      yield part
+
+  def finish(self, num_rows: int) -> SourceRows:
+    stored = self._stored
+    expected = stored.manifest['observation']['frames_crc32']
+    if num_rows != stored.num_rows or self._crc != expected:
+      raise CheckpointError(
+        self._frames.path,
+        f'checkpoint {stored.suffix}: frames read back have CRC-32 '
+        f'{self._crc:#010x}, its manifest says {expected:#010x}',
+      )
+    return SourceRows(
+      arrays={name: np.array(a) for name, a in stored.arrays.items()},
+      add_count=stored.add_count,
+      invalid_range=stored.invalid_range,
+      episode_end_indices=stored.episode_end_indices,
+      description=stored.manifest['source'],
+    )
 
 
 def as_source(

@@ -1,8 +1,10 @@
 """Writes one checkpoint as the compact store's files, and checks them.
 
 `CompactOutput` is the output convert.py uses by default (the other is
-dopamine_output.py): it streams a source's frames in slices into blosc2
-blocks (bounded memory, the blocks compressed by a few threads), writes the
+dopamine_output.py): it streams a source's frames in slices into zstd units
+against a dictionary trained on the first slice (frame_units.py; or, for
+format version 1, blosc2 blocks: frame_blocks.py), bounded memory, the
+units compressed by a few threads; it writes the
 small arrays as .npy, the table of valid rows and a manifest with checksums
 into a partial directory, then reads all of it back against the source
 before the commit. `check_existing` decides whether a stored checkpoint may
@@ -13,11 +15,13 @@ import concurrent.futures
 import itertools
 import os
 import shutil
+import threading
 from typing import Any
 
 import blosc2
 import numpy as np
 import numpy.typing as npt
+import zstandard
 
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import validity
@@ -25,6 +29,7 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_store
 from fixed_replay.store import frame_blocks
+from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
 from fixed_replay.store.checkpoint_source import CheckpointSource
@@ -39,6 +44,11 @@ def _stored_options(manifest):
     'clevel': spec['clevel'],
     'stack_size': manifest['valid_rows']['stack_size'],
     'update_horizon': manifest['valid_rows']['update_horizon'],
+    'layout': (
+      frame_units.LAYOUT
+      if manifest['version'] == manifest_lib.UNITS_VERSION
+      else 'blocks'
+    ),
   }
 
 
@@ -46,7 +56,7 @@ def check_existing(
   directory: str,
   files: CheckpointSource | checkpoints.CheckpointFiles,
   options: ConvertOptions,
-) -> None:
+) -> dict:
   """Verifies an already converted checkpoint before it is skipped.
 
   Args:
@@ -125,8 +135,16 @@ def slice_rows(
   return max(block_rows, rows // block_rows * block_rows)
 
 
-def _compress_slices(slices, out, cparams, options, threads):
+def _compress_slices(slices, out, compressor, options, threads):
   """Compresses frames, slice by slice, into `out`.
+
+  Args:
+    slices: iterable of frame arrays.
+    out: binary file.
+    compressor: function(first slice) -> function(frames) -> bytes, safe to
+      call from `threads` threads at once.
+    options: ConvertOptions.
+    threads: int.
 
   Returns:
     (offsets, crcs, frames_crc, blocks_crc, num_rows): block offsets in
@@ -136,13 +154,14 @@ def _compress_slices(slices, out, cparams, options, threads):
   block_rows = options.block_rows
   # A few tasks per thread and slice: one per 16-frame block cost more in
   # futures than the blocks' compression on one core.
-  compress = lambda group: [
-    frame_blocks.compress_block(block, cparams) for block in group
-  ]
+  compress_one = None
+  compress = lambda group: [compress_one(block) for block in group]
   offsets, crcs = [0], []
   frames_crc, blocks_crc, num_rows = 0, 0, 0
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
     for part in slices:
+      if compress_one is None:
+        compress_one = compressor(part)
       num_rows += len(part)
       frames_crc = manifest_lib.crc32(part, frames_crc)
       blocks = [
@@ -159,8 +178,8 @@ def _compress_slices(slices, out, cparams, options, threads):
   return offsets, crcs, frames_crc, blocks_crc, num_rows
 
 
-def _write_frames(reader, directory: str, options, threads):
-  """Streams a source's frames into blocks; returns the manifest entry."""
+def _blocks_compressor(reader, options: ConvertOptions):
+  """compress_block with the checkpoint's blosc2 parameters (version 1)."""
   cparams = frame_blocks.block_cparams(
     options.codec,
     options.clevel,
@@ -168,12 +187,57 @@ def _write_frames(reader, directory: str, options, threads):
     reader.row_shape,
     reader.dtype,
   )
+  return lambda first: (
+    lambda frames: frame_blocks.compress_block(frames, cparams)
+  )
+
+
+def _units_compressor(directory: str, spec: dict, options: ConvertOptions):
+  """Trains the dictionary on the first slice, then compresses units."""
+  level = frame_units.zstd_level(options.clevel)
+
+  def start(first):
+    dictionary = frame_units.train_dictionary(first)
+    spec['dictionary'] = None
+    if dictionary:
+      name = manifest_lib.DICTIONARY_FILE
+      with open(os.path.join(directory, name), 'wb') as stream:
+        stream.write(dictionary)
+        stream.flush()
+        os.fsync(stream.fileno())
+      spec['dictionary'] = name
+    local = threading.local()
+
+    def compress(frames):
+      # zstd contexts are not thread-safe: one per thread.
+      compressor = getattr(local, 'compressor', None)
+      if compressor is None:
+        compressor = local.compressor = frame_units.UnitCompressor(
+          dictionary, level
+        )
+      return compressor.compress(frames)
+
+    return compress
+
+  return start
+
+
+def _write_frames(reader, directory: str, options, threads):
+  """Streams a source's frames into units; returns the manifest entry."""
+  units = options.layout == frame_units.LAYOUT
+  spec = {}
+  if units:
+    name = manifest_lib.UNITS_FILE
+    compressor = _units_compressor(directory, spec, options)
+  else:
+    name = manifest_lib.BLOCKS_FILE
+    compressor = _blocks_compressor(reader, options)
   slices = reader.frame_slices(
     slice_rows(reader.row_shape, reader.dtype, options)
   )
-  with open(os.path.join(directory, manifest_lib.BLOCKS_FILE), 'wb') as out:
+  with open(os.path.join(directory, name), 'wb') as out:
     offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
-      slices, out, cparams, options, threads
+      slices, out, compressor, options, threads
     )
     out.flush()
     os.fsync(out.fileno())
@@ -182,19 +246,30 @@ def _write_frames(reader, directory: str, options, threads):
   )
   _write_npy(directory, manifest_lib.CRC_FILE, np.array(crcs, dtype=np.uint32))
   dtype = np.dtype(reader.dtype)
-  spec = {
-    'file': manifest_lib.BLOCKS_FILE,
-    'dtype': dtype.str,
-    'row_shape': list(reader.row_shape),
-    'codec': options.codec,
-    'clevel': options.clevel,
-    'filter': 'shuffle' if dtype.itemsize > 1 else 'none',
-    'block_rows': options.block_rows,
-    'num_blocks': len(crcs),
-    'frames_crc32': frames_crc,
-    'library': f'blosc2 {blosc2.__version__}',
-  }
-  blocks_entry = {'bytes': offsets[-1], 'crc32': blocks_crc}
+  spec.update(
+    {
+      'file': name,
+      'dtype': dtype.str,
+      'row_shape': list(reader.row_shape),
+      'codec': options.codec,
+      'clevel': options.clevel,
+      'block_rows': options.block_rows,
+      'num_blocks': len(crcs),
+      'frames_crc32': frames_crc,
+    }
+  )
+  if units:
+    spec['layout'] = frame_units.LAYOUT
+    spec['library'] = f'zstandard {zstandard.__version__}'
+    spec.setdefault('dictionary', None)
+  else:
+    spec['filter'] = 'shuffle' if dtype.itemsize > 1 else 'none'
+    spec['library'] = f'blosc2 {blosc2.__version__}'
+  blocks_entry = {name: {'bytes': offsets[-1], 'crc32': blocks_crc}}
+  if spec.get('dictionary'):
+    blocks_entry[spec['dictionary']] = manifest_lib.file_entry(
+      os.path.join(directory, spec['dictionary'])
+    )
   return num_rows, spec, blocks_entry
 
 
@@ -245,10 +320,14 @@ def _write_checkpoint(source, directory: str, options, threads):
     name: manifest_lib.file_entry(os.path.join(directory, name))
     for name in names
   }
-  file_entries[manifest_lib.BLOCKS_FILE] = blocks_entry
+  file_entries.update(blocks_entry)
   manifest = {
     'format': manifest_lib.FORMAT,
-    'version': manifest_lib.VERSION,
+    'version': (
+      manifest_lib.UNITS_VERSION
+      if options.layout == frame_units.LAYOUT
+      else manifest_lib.BLOCKS_VERSION
+    ),
     'suffix': source.suffix,
     'num_rows': num_rows,
     'add_count': meta.add_count,

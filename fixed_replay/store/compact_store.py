@@ -1,15 +1,20 @@
-"""The compact store: replay checkpoints as independently decodable blocks.
+"""The compact store: replay checkpoints as independently decodable units.
 
 `fixed-replay convert` (see convert.py) writes one directory per run:
 
   STORE/
     checkpoint_<suffix>/        one per converted checkpoint, complete only
       manifest.json             what the directory holds; written last
-      observation.blocks        the frames, `block_rows` rows per block, each
-                                block one self-contained blosc2 chunk
+      observation.units         (format version 2) the frames, `block_rows`
+                                (default 1) per unit, each unit one zstd
+                                frame against the dictionary (frame_units.py)
+      observation.dict          the zstd dictionary trained on the frames
+      observation.blocks        (format version 1, instead of the two above)
+                                `block_rows` frames per block, each block one
+                                self-contained blosc2 chunk (frame_blocks.py)
       observation_offsets.npy   int64 (num_blocks + 1,): byte offset of each
-                                block in observation.blocks, then the size
-      observation_crc32.npy     uint32 (num_blocks,): CRC-32 of each block
+                                unit (block), then the size
+      observation_crc32.npy     uint32 (num_blocks,): CRC-32 of each unit
       action.npy, reward.npy, terminal.npy, <extra element>.npy
                                 the other `$store$_` arrays, plain .npy
       invalid_range.npy         as in the checkpoint
@@ -25,8 +30,8 @@ version, the codec, the block size, the rows, the source files and the size
 and CRC-32 of every file, and the CRC-32 of its own content
 (`manifest_crc32`), so a store describes and checks itself.
 
-Reading a row decodes only its block: a frame costs a `pread` of a few KB, a
-CRC-32 and a zstd decompression, all outside the GIL.
+Reading a row decodes only its unit: a frame costs a `pread` of a few
+hundred bytes, a CRC-32 and a zstd decompression against the dictionary.
 """
 
 import dataclasses
@@ -37,7 +42,21 @@ import numpy as np
 from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import frame_blocks
+from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
+
+
+def open_frames(
+  directory: str, manifest: dict
+) -> frame_units.StoredUnits | frame_blocks.StoredFrames:
+  """The frames of a stored checkpoint, read as its format version says.
+
+  Returns:
+    frame_units.StoredUnits (version 2) or frame_blocks.StoredFrames (1).
+  """
+  if manifest['version'] == manifest_lib.UNITS_VERSION:
+    return frame_units.StoredUnits(directory, manifest)
+  return frame_blocks.StoredFrames(directory, manifest)
 
 
 def pack_valid_rows(rows: np.ndarray, num_rows: int) -> np.ndarray:
@@ -84,7 +103,9 @@ class StoredCheckpoint:
     self.manifest = manifest_lib.read_manifest(self.directory)
     if verify:
       manifest_lib.verify_files(
-        self.directory, self.manifest, skip=(manifest_lib.BLOCKS_FILE,)
+        self.directory,
+        self.manifest,
+        skip=(self.manifest['observation']['file'],),
       )
     manifest = self.manifest
     self.suffix = manifest['suffix']
@@ -108,7 +129,7 @@ class StoredCheckpoint:
       self.episode_end_indices = np.load(
         os.path.join(self.directory, manifest['episode_end_indices'])
       )
-    self.frames = frame_blocks.StoredFrames(self.directory, manifest)
+    self.frames = open_frames(self.directory, manifest)
 
   def valid_rows_table(
     self, stack_size: int, update_horizon: int
@@ -225,7 +246,7 @@ def verify_checkpoint(
   spec = manifest['observation']
   if not decode:
     return VerifiedCheckpoint(manifest, spec['frames_crc32'])
-  frames = frame_blocks.StoredFrames(directory, manifest)
+  frames = open_frames(directory, manifest)
   try:
     scratch = np.empty((frames.block_rows,) + frames.row_shape, frames.dtype)
     value = 0

@@ -160,8 +160,15 @@ class _Store:
     )
 
 
-def _gzip_sources(source_dir: str):
-  """The checkpoints of a Dopamine run, all checked first."""
+def _run_sources(source_dir: str) -> list[CheckpointSource]:
+  """The checkpoints of a Dopamine run, all checked first.
+
+  A compact store as the source (layout.detect says which) is read back,
+  and checked, checkpoint by checkpoint: an old store is rewritten in the
+  current layout.
+  """
+  if layout.detect(source_dir).kind is layout.Kind.STORE:
+    return checkpoint_source.stored_sources(source_dir)
   found = checkpoints.find_checkpoints(source_dir)
   _, errors = checkpoints.check_run(found)
   if errors:
@@ -234,7 +241,7 @@ def convert_runs(
   if ray:
     runs = [(_absolute(str(s)), _absolute(str(d))) for s, d in runs]
   # Every run's files are checked before any store is created or locked.
-  rounds = [[_gzip_sources(str(source_dir))] for source_dir, _ in runs]
+  rounds = [[_run_sources(str(source_dir))] for source_dir, _ in runs]
   return convert_source_runs(
     [(s, d, r) for (s, d), r in zip(runs, rounds, strict=True)],
     options,

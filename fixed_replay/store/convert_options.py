@@ -8,12 +8,14 @@ class ConvertOptions:
   """How checkpoints are stored.
 
   Attributes:
-    block_rows: int, frames per compressed block. Measured on Breakout
-      (benchmarks/compact_store_benchmark.py): 16 stores ~0.7x gzip's bytes
-      and decodes a random 5-frame window in ~50 us; 32 is smaller, slower.
-    codec: str, a key of frame_blocks.CODECS.
-    clevel: int, blosc2 compression level (0-9); zstd at 5 compresses ~50k
-      frames/s per core; higher levels cost much more for little.
+    block_rows: int, frames per compressed unit (or block). Measured on
+      busy games (benchmarks/compact_store_benchmark.py): 1 (the default)
+      decodes exactly the frames a transition uses; 32 is the small point,
+      smaller than Dopamine's gzip, decoding whole units.
+    codec: str, a key of frame_blocks.CODECS. 'zstd' writes the `units`
+      layout (format version 2), others blosc2 `blocks` (version 1).
+    clevel: int, compression level (0-9); for units zstd level
+      frame_units.zstd_level(clevel), for blocks blosc2's.
     stack_size: int, frames per state, for the table of valid rows.
     update_horizon: int, n of the n-step return, for that table.
     slice_bytes: int, uncompressed frame bytes read per step (the worker's
@@ -27,9 +29,13 @@ class ConvertOptions:
     game: str or None, the dataset's game, recorded in each compact
       checkpoint's manifest (not an option of the format: a rerun with
       another game skips what is there).
+    layout: str or None, 'units' (format version 2: zstd units against a
+      per-checkpoint dictionary, frame_units.py) or 'blocks' (version 1:
+      blosc2 blocks, frame_blocks.py); None: 'units' for zstd, else
+      'blocks'.
   """
 
-  block_rows: int = 16
+  block_rows: int = 1
   codec: str = 'zstd'
   clevel: int = 5
   stack_size: int = 4
@@ -38,6 +44,17 @@ class ConvertOptions:
   output_format: str = 'compact'
   gzip_level: int = 2
   game: str | None = None
+  layout: str | None = None
+
+  def __post_init__(self) -> None:
+    layout = self.layout
+    if layout is None:
+      layout = 'units' if self.codec == 'zstd' else 'blocks'
+      object.__setattr__(self, 'layout', layout)
+    if layout not in ('units', 'blocks'):
+      raise ValueError(f"layout={layout!r}: 'units' or 'blocks'")
+    if layout == 'units' and self.codec != 'zstd':
+      raise ValueError(f"layout 'units' is zstd only, not {self.codec!r}")
 
   def stored(self) -> dict:
     """The options a compact checkpoint records (its format's, not
@@ -48,6 +65,7 @@ class ConvertOptions:
       'clevel': self.clevel,
       'stack_size': self.stack_size,
       'update_horizon': self.update_horizon,
+      'layout': self.layout,
     }
 
 

@@ -5,6 +5,10 @@ compact_store.py for the files it holds) that appears only by renaming a
 complete `.checkpoint_<suffix>.partial-<pid>/` one. Its manifest.json records
 the format and version, the codec, the block size, the rows, the source
 files, the size and CRC-32 of every file, and the CRC-32 of its own content.
+
+Format versions: 1 holds the frames as blosc2 blocks (frame_blocks.py), 2 as
+zstd units against a trained dictionary (frame_units.py). This library reads
+both and writes 2 unless asked for 1.
 """
 
 from collections.abc import Collection
@@ -21,9 +25,15 @@ from fixed_replay.io import gzip_stream
 # The format name manifests carry (the module's path when the format was
 # made; kept, as every written store holds it).
 FORMAT = 'fixed_replay.store.compact_store'
-VERSION = 1
+# The newest format version, the one written by default.
+VERSION = 2
+BLOCKS_VERSION = 1
+UNITS_VERSION = 2
+VERSIONS = (BLOCKS_VERSION, UNITS_VERSION)
 MANIFEST = 'manifest.json'
 BLOCKS_FILE = 'observation.blocks'
+UNITS_FILE = 'observation.units'
+DICTIONARY_FILE = 'observation.dict'
 OFFSETS_FILE = 'observation_offsets.npy'
 CRC_FILE = 'observation_crc32.npy'
 VALID_MASK_FILE = 'valid_mask.npy'
@@ -60,6 +70,10 @@ _OBSERVATION_FIELDS = {
 
 # The fastest CRC-32 at hand (isal's is ~10x zlib's); all compute zlib's.
 _crc32 = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND].crc32
+
+
+# CRC-32 of a bytes-like of single bytes, without crc32's cast (hot loops).
+raw_crc32 = _crc32
 
 
 def crc32(data: bytes | memoryview | np.ndarray, value: int = 0) -> int:
@@ -153,11 +167,17 @@ def read_manifest(directory: str) -> dict:
   if not isinstance(manifest, dict) or manifest.get('format') != FORMAT:
     format_name = manifest.get('format') if isinstance(manifest, dict) else None
     raise CheckpointError(path, f'format is {format_name!r}')
-  if manifest.get('version') != VERSION:
+  version = manifest.get('version')
+  if isinstance(version, int) and version > VERSION:
     raise CheckpointError(
       path,
-      f'format version {manifest.get("version")}, this reader knows '
-      f'{VERSION}',
+      f'format version {version} is newer than this fixed_replay reads '
+      f'(versions {VERSIONS[0]}-{VERSION}): upgrade fixed_replay',
+    )
+  if version not in VERSIONS or isinstance(version, bool):
+    raise CheckpointError(
+      path,
+      f'format version {version!r:.20}, this reader knows {list(VERSIONS)}',
     )
   _check_manifest(path, manifest)
   return manifest

@@ -6,7 +6,8 @@ uncompressed, from the manifest and the small arrays only (seconds for a
 run). `verify=True` also checks the size and CRC-32 of every file the
 manifest lists, decodes every frame block against its CRC-32 and the CRC-32
 of all frames against the one taken from the source, and checks that the
-checkpoints of the store share one frame shape and dtype. Problems are
+checkpoints of the store share one frame shape and dtype. Each checkpoint's
+format version is reported (`inspect` names it in its title). Problems are
 collected in summaries.DirectorySummary, each naming its file (and for
 frames, the block and rows).
 """
@@ -66,6 +67,7 @@ def summarize_checkpoint(
     return summary
   try:
     manifest = stored.manifest
+    summary.format_version = manifest['version']
     summary.rows = stored.num_rows
     summary.add_count = stored.add_count
     summary.cursor = stored.add_count % stored.num_rows
