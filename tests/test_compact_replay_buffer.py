@@ -25,6 +25,7 @@ from fixed_replay.replay.wrapped_fixed_replay_buffer import (
 from fixed_replay.store import compact_store
 from fixed_replay.store import convert
 from fixed_replay.store import manifest as manifest_lib
+from fixed_replay.store import frame_units
 
 
 def _buffer(store, **kwargs):
@@ -122,7 +123,7 @@ def test_memory_is_bounded_by_the_budget(blocks_store):
 
 
 def test_one_frame_units_hold_no_cache(store):
-  buffer = _buffer(store, num_workers=1)
+  buffer = _buffer(store, sampling_threads=1)
   for _ in range(5):
     buffer.sample_transition_batch(128)
   assert buffer.cache.hits + buffer.cache.misses == 0
@@ -133,7 +134,9 @@ def test_one_frame_units_hold_no_cache(store):
   # 13 bytes a row, the unit index (12 bytes a row), the dictionaries and
   # the ready batches.
   assert buffer.nbytes <= (
-    4 * 1000 * (13 + 12) + 4 * (112 << 10) + (4 + 1) * batch_bytes
+    4 * 1000 * (13 + 12)
+    + 4 * frame_units.DICTIONARY_BYTES
+    + (4 + 1) * batch_bytes
   )
   buffer.close()
 

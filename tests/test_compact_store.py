@@ -250,7 +250,7 @@ def test_inspect_names_the_format_version(any_store):
   version = manifest_lib.read_manifest(any_store / 'checkpoint_0')['version']
   completed = _cli('inspect', any_store)
   assert completed.returncode == 0, completed.stderr[-2000:]
-  assert f'compact store format version {version})' in completed.stdout
+  assert f'compact store format version {version};' in completed.stdout
 
 
 def test_convert_rewrites_an_old_store_without_its_source(
