@@ -24,8 +24,8 @@ from fixed_replay.replay.wrapped_fixed_replay_buffer import (
 )
 from fixed_replay.store import compact_store
 from fixed_replay.store import convert
-from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import frame_units
+from fixed_replay.store import manifest as manifest_lib
 
 
 def _buffer(store, **kwargs):
