@@ -164,7 +164,9 @@ def sample_store(store, seconds, check_suffixes, check_rows):
     return original(sources, which, rows, out)
 
   frame_units.read_frames_of = counting
-  buffer = CompactReplayBuffer(store, batch_size=BATCH, prefetch=False, seed=0)
+  buffer = CompactReplayBuffer(
+    store, batch_size=BATCH, sampling_threads=0, seed=0
+  )
   buffer.sample_transition_batch()
   misses0, decoded[0] = buffer.cache.misses, 0
   count, began, cpu = 0, time.perf_counter(), time.process_time()
@@ -189,7 +191,7 @@ def sample_store(store, seconds, check_suffixes, check_rows):
   background = {}
   for workers in (1, 2):
     buffer = CompactReplayBuffer(
-      store, batch_size=BATCH, prefetch=True, num_workers=workers, seed=0
+      store, batch_size=BATCH, sampling_threads=workers, seed=0
     )
     buffer.sample_transition_batch()
     count, began, cpu = 0, time.perf_counter(), time.process_time()

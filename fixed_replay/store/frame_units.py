@@ -25,12 +25,11 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.store import manifest as manifest_lib
 
 LAYOUT = 'units'
-# Trained-dictionary size. Measured 2026-12-01 on 100k-row checkpoints of
-# random MsPacman, Asterix and Seaquest, one frame a unit, zstd level 9,
-# dictionaries trained on the first 4,000 frames and tested on the rest:
-# 112 KB gives 1.22x / 1.40x / 1.29x the bytes of Dopamine's gzip, 1 MB
-# 1.20x / 1.03x / 1.22x (the small arrays included). zstd returns a smaller
-# one where the frames hold less to learn (163 KB on MsPacman).
+# Trained-dictionary size. On 100k-row checkpoints of random MsPacman and
+# Asterix, one frame a unit, zstd 15 (benchmarks/busy_store_benchmark.py,
+# 2026-12-01): 112 KB stored 1.17x / 1.40x the bytes of Dopamine's gzip,
+# 1 MB 1.19x / 1.08x (all files). zstd returns a smaller dictionary where
+# the frames hold less to learn (163 KB on MsPacman).
 DICTIONARY_BYTES = 1 << 20
 # zstd's k and d for the dictionary: what its own parameter search chose on
 # MsPacman and Seaquest. Fixed, training takes ~0.15 s a checkpoint instead
@@ -44,15 +43,16 @@ _FORMAT = zstandard.FORMAT_ZSTD1
 
 
 def zstd_level(clevel):
-  """The zstd level of a store's clevel (0-9): clevel + 4, so 5 gives 9.
+  """The zstd level of a store's clevel (0-9): 3 x clevel, at most 19.
 
-  With the 1 MB dictionary, level 9 compresses a frame in ~25-30 us
-  (~36,000-43,000 frames per CPU-second with training) at 1.03-1.22x gzip's
-  bytes; 12 is slower and no smaller; 15 saves a few percent at 2-15x the
-  time (measured 2026-12-01, same data as DICTIONARY_BYTES). Decoding takes
-  1.4-2.6 us a frame at every level.
+  The default clevel 5 is zstd 15. With the 1 MB dictionary, measured
+  2026-12-01 (benchmarks/busy_store_benchmark.py, random MsPacman and
+  Asterix): zstd 9 stores 1.28x / 1.07x gzip's bytes converting ~22,000
+  frames per CPU-second, zstd 15 1.19x / 1.08x at 16,000-19,000. Conversion
+  runs once per dataset, sampling every step of every experiment; decoding
+  takes 1.4-2.6 us a frame at every level.
   """
-  return min(max(1, clevel + 4), 19)
+  return min(max(1, 3 * clevel), 19)
 
 
 def train_dictionary(frames, dictionary_bytes=DICTIONARY_BYTES):
