@@ -363,10 +363,12 @@ def test_examples_run(page, request, tmp_path):
   env = _env(**extra)
   ran = 0
   for index, block in enumerate(parse(ROOT / page)):
-    if block.lang not in RUNNABLE or block.skip is not None:
+    if block.skip is not None:
       continue
-    if block.file is not None:
+    if block.file is not None:  # A file of any kind (.py, .gin, ...).
       (work / block.file).write_text(_substituted(block))
+      continue
+    if block.lang not in RUNNABLE:
       continue
     script = (
       tmp_path / f'block_{index}.{"py" if block.lang == "python" else "sh"}'

@@ -481,16 +481,17 @@ def test_report_on_the_sweep(finished_sweep, tmp_path):
 @pytest.mark.slow
 def test_killed_sweep_resumes_without_repeating_iterations(dataset, tmp_path):
   base_dir = str(tmp_path / 'sweep')
-  iterations = 5
-  # Longer iterations than TINY's: Ray needs a few seconds to end the trial
-  # of a killed driver, and it must not finish every iteration meanwhile.
+  iterations = 10
+  # More and longer iterations than TINY's: Ray needs a few seconds to end
+  # the trial of a killed driver, and it must not finish every iteration
+  # meanwhile (on an idle machine 5 iterations of 400 steps did).
   argv = sweep_argv(
     base_dir,
     dataset,
     iterations,
     agents='dqn',
     seeds='0',
-    bindings=['FixedReplayRunner.training_steps = 400'],
+    bindings=['FixedReplayRunner.training_steps = 1000'],
   )
   mark = uuid.uuid4().hex
   driver = subprocess.Popen(
