@@ -46,9 +46,7 @@ from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
 
 
-def open_frames(
-  directory: str, manifest: dict
-) -> frame_units.StoredUnits | frame_blocks.StoredFrames:
+def open_frames(directory: str, manifest: dict) -> frame_blocks.StoredFrameFile:
   """The frames of a stored checkpoint, read as its format version says.
 
   Returns:

@@ -64,11 +64,16 @@ def compress_block(frames: np.ndarray, cparams: dict) -> bytes:
   return blosc2.compress2(np.ascontiguousarray(frames), **cparams)
 
 
-class StoredFrames:
-  """The compressed frames of one stored checkpoint, decoded per block.
+class StoredFrameFile:
+  """What the frame files of both layouts share.
 
-  Thread-safe: reads use `os.pread` on one descriptor.
+  The manifest's description of the frames, the rows each unit of storage
+  holds (a blosc2 block here, a zstd unit in frame_units.StoredUnits),
+  errors naming checkpoint, unit and rows, and the descriptor reads go
+  through (`os.pread`, so reads are thread-safe).
   """
+
+  UNIT = 'block'  # What the errors call one unit of storage.
 
   def __init__(self, directory: str, manifest: dict) -> None:
     self.directory = directory
@@ -80,35 +85,53 @@ class StoredFrames:
     self.row_shape = tuple(spec['row_shape'])
     self.dtype = np.dtype(spec['dtype'])
     self.num_blocks = spec['num_blocks']
-    self.offsets = np.load(os.path.join(directory, OFFSETS_FILE))
-    self.crcs = np.load(os.path.join(directory, CRC_FILE))
-    if len(self.offsets) != self.num_blocks + 1 or len(self.crcs) != (
-      self.num_blocks
-    ):
-      raise CheckpointError(
-        directory,
-        f'block index of {len(self.offsets) - 1} blocks and '
-        f'{len(self.crcs)} checksums, manifest says {self.num_blocks}',
-      )
-    self._fd = os.open(self.path, os.O_RDONLY)
+    self._fd = None
 
-  @property
-  def nbytes(self) -> int:
-    """Bytes held in memory: the block index."""
-    return self.offsets.nbytes + self.crcs.nbytes
+  def _check_index(self, offsets: np.ndarray, crcs: np.ndarray) -> None:
+    """Raises unless the index has one offset and CRC per unit (+1 end)."""
+    if len(offsets) != self.num_blocks + 1 or len(crcs) != self.num_blocks:
+      raise CheckpointError(
+        self.directory,
+        f'{self.UNIT} index of {len(offsets) - 1} {self.UNIT}s and '
+        f'{len(crcs)} checksums, manifest says {self.num_blocks}',
+      )
+
+  def _open(self) -> None:
+    self._fd = os.open(self.path, os.O_RDONLY)
 
   def block_rows_of(self, block: int) -> tuple[int, int]:
     """File rows [first, end) held by `block`."""
     first = block * self.block_rows
     return first, min(first + self.block_rows, self.num_rows)
 
-  def _damaged(self, block, problem):
+  def _damaged(self, block: int, problem: str) -> CheckpointError:
     first, end = self.block_rows_of(block)
     return CheckpointError(
       self.path,
-      f'checkpoint {self.suffix}: block {block} (rows {first}-{end - 1}) is '
-      f'damaged: {problem}',
+      f'checkpoint {self.suffix}: {self.UNIT} {block} (rows {first}-'
+      f'{end - 1}) is damaged: {problem}',
     )
+
+  def close(self) -> None:
+    if self._fd is not None:
+      os.close(self._fd)
+      self._fd = None
+
+
+class StoredFrames(StoredFrameFile):
+  """The compressed frames of one stored checkpoint, decoded per block."""
+
+  def __init__(self, directory: str, manifest: dict) -> None:
+    super().__init__(directory, manifest)
+    self.offsets = np.load(os.path.join(directory, OFFSETS_FILE))
+    self.crcs = np.load(os.path.join(directory, CRC_FILE))
+    self._check_index(self.offsets, self.crcs)
+    self._open()
+
+  @property
+  def nbytes(self) -> int:
+    """Bytes held in memory: the block index."""
+    return self.offsets.nbytes + self.crcs.nbytes
 
   def read_block(self, block: int, out: np.ndarray) -> int:
     """Decodes `block` into `out[:rows]`; returns the number of rows.
@@ -156,11 +179,6 @@ class StoredFrames:
       ]
       row += take
     return result
-
-  def close(self) -> None:
-    if self._fd is not None:
-      os.close(self._fd)
-      self._fd = None
 
 
 class UnheldFrames:

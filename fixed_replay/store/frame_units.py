@@ -22,6 +22,7 @@ import numpy as np
 import zstandard
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
 
 LAYOUT = 'units'
@@ -111,12 +112,14 @@ class UnitCompressor:
     return self._compressor.compress(np.ascontiguousarray(frames))
 
 
-class StoredUnits:
+class StoredUnits(frame_blocks.StoredFrameFile):
   """The compressed frames of one stored checkpoint, decoded per unit.
 
   Thread-safe: reads use `os.pread` on one descriptor, each thread decodes
   with its own zstd context.
   """
+
+  UNIT = 'unit'
 
   def __init__(self, directory, manifest):
     """Opens the units and checks index and dictionary against the manifest.
@@ -124,15 +127,8 @@ class StoredUnits:
     Raises:
       CheckpointError: if the index or the dictionary is damaged.
     """
-    self.directory = directory
-    self.suffix = manifest['suffix']
+    super().__init__(directory, manifest)
     spec = manifest['observation']
-    self.path = os.path.join(directory, spec['file'])
-    self.block_rows = spec['block_rows']
-    self.num_rows = manifest['num_rows']
-    self.row_shape = tuple(spec['row_shape'])
-    self.dtype = np.dtype(spec['dtype'])
-    self.num_blocks = spec['num_blocks']
     self.frame_bytes = int(np.prod(self.row_shape, dtype=np.int64)) * (
       self.dtype.itemsize
     )
@@ -146,14 +142,7 @@ class StoredUnits:
       dictionary = self._load_checked(
         spec['dictionary'], files, lambda path: open(path, 'rb').read()
       )
-    if len(self.offsets) != self.num_blocks + 1 or len(self.crcs) != (
-      self.num_blocks
-    ):
-      raise CheckpointError(
-        directory,
-        f'unit index of {len(self.offsets) - 1} units and '
-        f'{len(self.crcs)} checksums, manifest says {self.num_blocks}',
-      )
+    self._check_index(self.offsets, self.crcs)
     self.offsets = self.offsets.astype(np.int64)
     self._lengths = np.diff(self.offsets)
     if self._lengths.size and self._lengths.min() < 0:
@@ -164,7 +153,7 @@ class StoredUnits:
     self._dictionary = _dictionary(dictionary)
     self._dictionary_bytes = len(dictionary)
     self._local = threading.local()
-    self._fd = os.open(self.path, os.O_RDONLY)
+    self._open()
 
   def _load_checked(self, name, files, load):
     path = os.path.join(self.directory, name)
@@ -202,19 +191,6 @@ class StoredUnits:
       )
       self._local.decompressor = decompressor
     return decompressor
-
-  def block_rows_of(self, block):
-    """File rows [first, end) held by unit `block`."""
-    first = block * self.block_rows
-    return first, min(first + self.block_rows, self.num_rows)
-
-  def _damaged(self, block, problem):
-    first, end = self.block_rows_of(block)
-    return CheckpointError(
-      self.path,
-      f'checkpoint {self.suffix}: unit {block} (rows {first}-{end - 1}) is '
-      f'damaged: {problem}',
-    )
 
   def _read_units(self, units):
     """The bytes of sorted distinct `units`, and where each one starts.
@@ -328,11 +304,6 @@ class StoredUnits:
   def read_rows(self, start, count):
     """Returns frames [start, start + count) as a new array (not hot path)."""
     return self.read_frames(np.arange(start, start + count))
-
-  def close(self):
-    if self._fd is not None:
-      os.close(self._fd)
-      self._fd = None
 
 
 def read_frames_of(sources, which, rows, out):
