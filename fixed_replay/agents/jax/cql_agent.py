@@ -24,9 +24,9 @@ from dopamine.jax.agents.quantile import quantile_agent
 import gin
 import jax
 import jax.numpy as jnp
-import optax
 
 from fixed_replay.agents.jax import dqn_agent as jax_dqn_agent
+from fixed_replay.agents.jax import offline as jax_offline
 from fixed_replay.agents.jax import quantile_agent as jax_quantile_agent
 
 
@@ -120,43 +120,41 @@ class QuantileLoss:
     return jnp.mean(quantile_huber_loss(target, chosen, self.kappa))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 4, 11))
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def train(
   base_loss,
-  # Then the parameters of Dopamine's `dqn_agent.train`, in its order (see
-  # JaxOfflineAgent._train_arguments), as in rem_agent.train.
   network_def,
-  online_params,
-  target_params,
   optimizer,
+  params,
   optimizer_state,
-  states,
-  actions,
-  next_states,
-  rewards,
-  terminals,
-  cumulative_gamma,
+  batch,
+  gamma,
   alpha,
 ):
   """One CQL update: base_loss + alpha * the mean CQL penalty.
 
   Args:
     base_loss: `TDLoss` or `QuantileLoss` (static: hashable and frozen).
-    network_def, online_params, target_params, optimizer, optimizer_state,
-      states, actions, next_states, rewards, terminals: as Dopamine's
-      `dqn_agent.train` takes them.
-    cumulative_gamma: float, the n-step discount.
+    network_def: the flax network (static).
+    optimizer: the optax GradientTransformation (static).
+    params: (online parameters, target parameters).
+    optimizer_state: the optimizer's state.
+    batch: (states, actions, next_states, rewards, terminals), see
+      `JaxOfflineAgent.minibatch`.
+    gamma: float, the n-step discount.
     alpha: float, the weight of the penalty.
 
   Returns:
     (optimizer_state, online_params, total loss, base loss, penalty).
   """
+  online_params, target_params = params
+  states, actions, next_states, rewards, terminals = batch
   target = base_loss.target(
     lambda s: network_def.apply(target_params, s),
     next_states,
     rewards,
     terminals,
-    cumulative_gamma,
+    gamma,
   )
 
   def loss_fn(params):
@@ -165,13 +163,11 @@ def train(
     penalty = jnp.mean(cql_penalty(outputs.q_values, actions))
     return base + alpha * penalty, (base, penalty)
 
-  (loss, (base, penalty)), grad = jax.value_and_grad(loss_fn, has_aux=True)(
-    online_params
+  optimizer_state, online_params, (loss, (base, penalty)) = (
+    jax_offline.gradient_step(
+      loss_fn, optimizer, optimizer_state, online_params, has_aux=True
+    )
   )
-  updates, optimizer_state = optimizer.update(
-    grad, optimizer_state, params=online_params
-  )
-  online_params = optax.apply_updates(online_params, updates)
   return optimizer_state, online_params, loss, base, penalty
 
 
@@ -207,7 +203,11 @@ class ConservativeAgent:
   def _update(self):
     self.optimizer_state, self.online_params, loss, base, penalty = train(
       self._base_loss(),
-      *self._train_arguments(),
+      self.network_def,
+      self.optimizer,
+      (self.online_params, self.target_network_params),
+      self.optimizer_state,
+      self.minibatch(),
       self.cumulative_gamma,
       self.cql_alpha,
     )

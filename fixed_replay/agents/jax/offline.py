@@ -23,7 +23,8 @@
 
 Subclasses implement `_update()`: one gradient step on `self.replay_elements`
 returning {loss name: scalar}, calling their `train` function with
-`self._train_arguments()` (the arguments every update shares) first.
+`self.minibatch()` (Dopamine's own `train` functions take
+`self._train_arguments()`).
 
 The `optimizer` argument takes either a name for Dopamine's gin-configurable
 `create_optimizer` ('adam', 'rmsprop', 'sgd') or an optax
@@ -81,6 +82,18 @@ def make_optimizer(optimizer):
     f'optimizer must be a name for create_optimizer or an optax '
     f'GradientTransformation, got {optimizer!r}'
   )
+
+
+def gradient_step(loss_fn, optimizer, optimizer_state, params, has_aux=False):
+  """One optimizer step on `loss_fn(params)`, inside an update's jit.
+
+  Returns:
+    (optimizer_state, params, value): after the step, and loss_fn's value
+    before it ((loss, aux) with has_aux).
+  """
+  value, grad = jax.value_and_grad(loss_fn, has_aux=has_aux)(params)
+  updates, optimizer_state = optimizer.update(grad, optimizer_state, params)
+  return optimizer_state, optax.apply_updates(params, updates), value
 
 
 def _to_device(batch):
@@ -309,26 +322,27 @@ class JaxOfflineAgent:
     """One gradient step on self.replay_elements; returns {name: loss}."""
     raise NotImplementedError
 
-  def _train_arguments(self):
-    """The arguments every update's `train` takes first, in this order.
-
-    Dopamine's `dqn_agent.train` and `quantile_agent.train` (and ours) start
-    with the networks, the optimizer and the minibatch: network_def, online
-    parameters, target parameters, optimizer, optimizer state, states,
-    actions, next states, rewards, terminals.
-    """
+  def minibatch(self) -> tuple:
+    """(states, actions, next_states, rewards, terminals) of this update."""
     elements = self.replay_elements
+    return (
+      self.preprocess_fn(elements['state']),
+      elements['action'],
+      self.preprocess_fn(elements['next_state']),
+      elements['reward'],
+      elements['terminal'],
+    )
+
+  def _train_arguments(self):
+    """The arguments Dopamine's `dqn_agent.train` and `quantile_agent.train`
+    take first: the networks, the optimizer and the minibatch."""
     return (
       self.network_def,
       self.online_params,
       self.target_network_params,
       self.optimizer,
       self.optimizer_state,
-      self.preprocess_fn(elements['state']),
-      elements['action'],
-      self.preprocess_fn(elements['next_state']),
-      elements['reward'],
-      elements['terminal'],
+      *self.minibatch(),
     )
 
   def _write_losses(self, losses):

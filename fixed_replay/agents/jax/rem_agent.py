@@ -15,7 +15,6 @@ from dopamine.jax.agents.dqn import dqn_agent
 import gin
 import jax
 import jax.numpy as jnp
-import optax
 
 from fixed_replay.agents.jax import networks as jax_networks
 from fixed_replay.agents.jax import offline as jax_offline
@@ -32,39 +31,27 @@ def mix_heads(q_heads: jax.Array, weights: jax.Array) -> jax.Array:
   return jnp.tensordot(q_heads, weights, axes=([-1], [0]))
 
 
-@functools.partial(jax.jit, static_argnums=(0, 3, 11))
-def train(
-  # The leading parameters are those of Dopamine's `dqn_agent.train`, in its
-  # order (see JaxOfflineAgent._train_arguments), as in cql_agent.train.
-  network_def,
-  online_params,
-  target_params,
-  optimizer,
-  optimizer_state,
-  states,
-  actions,
-  next_states,
-  rewards,
-  terminals,
-  rng,
-  cumulative_gamma,
-):
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def train(network_def, optimizer, params, optimizer_state, batch, rng, gamma):
   """One REM update with a freshly drawn mixture.
+
+  Args: as cql_agent.train's, and `rng`, the JAX key to draw the mixture
+  from.
 
   Returns:
     (rng, optimizer_state, online_params, loss, weights): the advanced RNG
     key, the new optimizer state and parameters, the mean Huber loss and the
     mixture this step used.
   """
+  online_params, target_params = params
+  states, actions, next_states, rewards, terminals = batch
   rng, key = jax.random.split(rng)
   weights = random_convex_weights(key, network_def.num_heads)
   next_heads = jax.vmap(lambda s: network_def.apply(target_params, s))(
     next_states
   ).q_heads
   next_q = jnp.max(mix_heads(next_heads, weights), axis=1)
-  target = jax.lax.stop_gradient(
-    rewards + cumulative_gamma * next_q * (1.0 - terminals)
-  )
+  target = jax.lax.stop_gradient(rewards + gamma * next_q * (1.0 - terminals))
 
   def loss_fn(params):
     heads = jax.vmap(lambda s: network_def.apply(params, s))(states).q_heads
@@ -72,11 +59,9 @@ def train(
     chosen = jnp.take_along_axis(q_values, actions[:, None], axis=1)[:, 0]
     return jnp.mean(losses.huber_loss(target, chosen))
 
-  loss, grad = jax.value_and_grad(loss_fn)(online_params)
-  updates, optimizer_state = optimizer.update(
-    grad, optimizer_state, params=online_params
+  optimizer_state, online_params, loss = jax_offline.gradient_step(
+    loss_fn, optimizer, optimizer_state, online_params
   )
-  online_params = optax.apply_updates(online_params, updates)
   return rng, optimizer_state, online_params, loss, weights
 
 
@@ -126,5 +111,13 @@ class FixedReplayJaxREMAgent(
       self.online_params,
       loss,
       self.mixing_weights,
-    ) = train(*self._train_arguments(), self._rng, self.cumulative_gamma)
+    ) = train(
+      self.network_def,
+      self.optimizer,
+      (self.online_params, self.target_network_params),
+      self.optimizer_state,
+      self.minibatch(),
+      self._rng,
+      self.cumulative_gamma,
+    )
     return {'HuberLoss': loss}
