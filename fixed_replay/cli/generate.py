@@ -16,40 +16,40 @@ from fixed_replay import cli
 from fixed_replay.dataset import environments
 from fixed_replay.dataset import generate
 
-_OUTPUT_DIR = flags.DEFINE_string(
+flags.DEFINE_string(
   'output_dir',
   None,
   'Local directory to write the checkpoints to; created if missing. A '
   'directory that already holds replay checkpoint files is refused.',
   required=True,
 )
-_ENVIRONMENT = flags.DEFINE_enum(
+flags.DEFINE_enum(
   'environment',
   'atari',
   environments.ENVIRONMENTS,
   'atari: Dopamine atari_lib, (84, 84) uint8 frames, stack 4; cartpole: '
   'gym_lib CartPole-v0, (4, 1) float64 observations, stack 1.',
 )
-_GAME = flags.DEFINE_string(
+flags.DEFINE_string(
   'game', 'Pong', 'Atari game name, e.g. Pong or Breakout (atari only).'
 )
-_NUM_CHECKPOINTS = flags.DEFINE_integer(
+flags.DEFINE_integer(
   'num_checkpoints', 2, 'Checkpoints (suffixes 0..N-1) to write.', lower_bound=1
 )
-_CHECKPOINT_ROWS = flags.DEFINE_integer(
+flags.DEFINE_integer(
   'checkpoint_rows',
   1000,
   'Rows per checkpoint = replay capacity (the published data: 1000000).',
   lower_bound=2,
 )
-_POLICY = flags.DEFINE_enum(
+flags.DEFINE_enum(
   'policy',
   'random',
   generate.POLICIES,
   'Behaviour policy: random, scripted (CartPole, Pong, Breakout) or agent '
   '(a Dopamine agent restored from --agent_checkpoint_dir).',
 )
-_EPSILON = flags.DEFINE_float(
+flags.DEFINE_float(
   'epsilon',
   0.1,
   'Probability of a uniform random action around the scripted or agent '
@@ -57,29 +57,29 @@ _EPSILON = flags.DEFINE_float(
   lower_bound=0.0,
   upper_bound=1.0,
 )
-_ACTION_REPEAT = flags.DEFINE_integer(
+flags.DEFINE_integer(
   'action_repeat',
   1,
   'Agent steps each action of the random policy is held for.',
   lower_bound=1,
 )
-_SEED = flags.DEFINE_integer(
+flags.DEFINE_integer(
   'seed', 0, 'Seed; the same seed and flags give identical files.'
 )
-_CURSOR = flags.DEFINE_integer(
+flags.DEFINE_integer(
   'cursor',
   None,
   'Write position at each dump, in [0, checkpoint_rows); default '
   'checkpoint_rows - 1 (published layout). Checkpoint k is dumped at '
   'add_count = cursor + k * checkpoint_rows.',
 )
-_WRITE_EPISODE_END_INDICES = flags.DEFINE_bool(
+flags.DEFINE_bool(
   'write_episode_end_indices',
   False,
   'Keep the episode_end_indices files newer Dopamine writes (the published '
   'dataset has none).',
 )
-_MAX_STEPS_PER_EPISODE = flags.DEFINE_integer(
+flags.DEFINE_integer(
   'max_steps_per_episode',
   None,
   'Cut episodes (stored as terminal) after this many agent steps; default '
@@ -87,54 +87,39 @@ _MAX_STEPS_PER_EPISODE = flags.DEFINE_integer(
   f'{environments.CARTPOLE_MAX_STEPS_PER_EPISODE} for CartPole.',
   lower_bound=1,
 )
-_STICKY_ACTIONS = flags.DEFINE_bool(
+flags.DEFINE_bool(
   'sticky_actions', True, 'Atari sticky actions (repeat probability 0.25).'
 )
-_AGENT_CHECKPOINT_DIR = flags.DEFINE_string(
+flags.DEFINE_string(
   'agent_checkpoint_dir',
   None,
   'Dopamine Runner base_dir (or its checkpoints/ directory) of the agent '
   'for --policy=agent.',
 )
-_AGENT_NAME = flags.DEFINE_string(
+flags.DEFINE_string(
   'agent_name',
   'dqn',
   'Agent name as Dopamine create_agent takes it (dqn, rainbow, jax_dqn, '
   '...).',
 )
-_GIN_FILES = flags.DEFINE_multi_string(
+flags.DEFINE_multi_string(
   'gin_files', [], 'Gin files the agent was trained with (--policy=agent).'
 )
-_GIN_BINDINGS = flags.DEFINE_multi_string(
+flags.DEFINE_multi_string(
   'gin_bindings', [], 'Extra gin bindings (--policy=agent).'
 )
-_PROGRESS = flags.DEFINE_bool(
+flags.DEFINE_bool(
   'progress', True, 'Show a progress bar when stderr is a terminal.'
 )
 
 
 def main(argv):
   cli.take_flags_only(argv)
-  summary = generate.generate_dataset(
-    _OUTPUT_DIR.value,
-    environment=_ENVIRONMENT.value,
-    game=_GAME.value,
-    num_checkpoints=_NUM_CHECKPOINTS.value,
-    checkpoint_rows=_CHECKPOINT_ROWS.value,
-    policy=_POLICY.value,
-    epsilon=_EPSILON.value,
-    action_repeat=_ACTION_REPEAT.value,
-    seed=_SEED.value,
-    cursor=_CURSOR.value,
-    write_episode_end_indices=_WRITE_EPISODE_END_INDICES.value,
-    max_steps_per_episode=_MAX_STEPS_PER_EPISODE.value,
-    sticky_actions=_STICKY_ACTIONS.value,
-    agent_checkpoint_dir=_AGENT_CHECKPOINT_DIR.value,
-    agent_name=_AGENT_NAME.value,
-    gin_files=_GIN_FILES.value,
-    gin_bindings=_GIN_BINDINGS.value,
-    progress=_PROGRESS.value,
-  )
+  # Every flag of this module is an argument of generate_dataset by name.
+  arguments = {
+    flag.name: flag.value for flag in flags.FLAGS.get_flags_for_module(__name__)
+  }
+  summary = generate.generate_dataset(**arguments)
   # One JSON line on stdout for scripts; the log lines go to stderr.
   print(
     json.dumps(
