@@ -37,10 +37,11 @@ def open_buffer(data_dir: str, arguments: dict[str, Any]):
   # derives seeds should not pay for them.
   from fixed_replay.replay import fixed_replay_buffer
 
-  kind, _ = fixed_replay_buffer.locate_dataset(data_dir)
-  if kind == fixed_replay_buffer.STORE:
-    arguments = {'sampling_threads': 1, **arguments}
-  return fixed_replay_buffer.FixedReplayBuffer(data_dir, **arguments)
+  class SeededOrderBuffer(fixed_replay_buffer.FixedReplayBuffer):
+    store_sampling_threads = 1
+
+  # The buffer alone decides what data_dir holds (once).
+  return SeededOrderBuffer(data_dir, **arguments)
 
 
 def named(buffer, batch: tuple) -> dict[str, np.ndarray]:

@@ -68,6 +68,9 @@ def locate_dataset(data_dir: str) -> tuple[str, str]:
 class FixedReplayBuffer(checkpoint_sets.SetRotation):
   """Samples transitions from a fixed dataset on disk."""
 
+  # Sampling threads over a store when `sampling_threads` is None.
+  store_sampling_threads = min(2, os.cpu_count() or 1)
+
   # Deliberately spelled out: gin binds `FixedReplayBuffer.<name>` against
   # this signature and Dopamine's JaxFixedReplayBuffer relies on its names.
   def __init__(
@@ -202,7 +205,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       # streams over a store stay what they were.
       self._rng = np.random.default_rng(seed_sequence.spawn(1)[0])
       if sampling_threads is None:
-        sampling_threads = min(2, os.cpu_count() or 1)
+        sampling_threads = self.store_sampling_threads
     sampling_threads = sampling_threads or 0
     if sampling_threads:
       self._use_sampling_threads(seed_sequence, sampling_threads, ready_batches)
