@@ -3,4 +3,4 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 source scripts/venv.sh
-fixed-replay demo "$@"
+python examples/demo.py "$@"

@@ -1,4 +1,4 @@
-"""The main job (`fixed-replay demo`) end to end, small."""
+"""The main job (examples/demo.py, what ./run.sh runs) end to end, small."""
 
 import os
 import re
@@ -7,14 +7,14 @@ import sys
 
 import pytest
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 
 def _demo(output_dir, *flags):
   return subprocess.run(
     [
       sys.executable,
-      '-m',
-      'fixed_replay.cli',
-      'demo',
+      os.path.join(ROOT, 'examples', 'demo.py'),
       f'--output_dir={output_dir}',
       '--checkpoint_rows=400',
       '--training_steps=200',

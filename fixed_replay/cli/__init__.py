@@ -22,8 +22,6 @@ from fixed_replay.errors import UsageError
 _GIN_CALL = re.compile(r'^\s+In call to configurable ')
 
 SUBCOMMANDS = {
-  'demo': 'The main job: writes small Atari and CartPole datasets, checks '
-  'them, trains offline agents on both and plots their evaluations.',
   'generate': 'Writes a dataset in the DQN Replay Dataset layout by playing '
   'a real game.',
   'inspect': 'Summarises (and with --verify checks) replay checkpoints, a '

@@ -1,4 +1,4 @@
-"""`fixed-replay demo`: the main job on an embedded default.
+"""The main job on an embedded default (what `./run.sh` runs).
 
 1. Plays a real Atari game (Pong) through Dopamine's environment to write a
    small dataset in exactly the DQN Replay Dataset layout;
@@ -15,7 +15,10 @@
 
 Re-running reuses the datasets and resumes (or skips) the training runs.
 
-  fixed-replay demo --output_dir=demo_output
+  python examples/demo.py --output_dir=demo_output
+
+It is a walk through this repository (it reads its `configs/`), not a part
+of the library: the library's side of each step is a `fixed-replay` command.
 """
 
 import os
@@ -25,13 +28,17 @@ from absl import app
 from absl import flags
 from absl import logging
 
-import fixed_replay
-from fixed_replay.cli import tables
-from fixed_replay.dataset import generate
-from fixed_replay.dataset import inspection
+from fixed_replay import quiet
 
-# Several flags share `generate`'s and `train`'s names on purpose, with the
-# demo's small defaults: a process defines one subcommand's flags only.
+quiet.install()  # Before anything imports TensorFlow, as the CLI does.
+
+import fixed_replay  # noqa: E402
+from fixed_replay.cli import tables  # noqa: E402
+from fixed_replay.dataset import generate  # noqa: E402
+from fixed_replay.dataset import inspection  # noqa: E402
+
+# Several flags share `generate`'s and `train`'s names, with the demo's small
+# defaults.
 _OUTPUT_DIR = flags.DEFINE_string(
   'output_dir', 'demo_output', 'Where the demo writes its datasets and results.'
 )
@@ -74,10 +81,8 @@ _CARTPOLE_TRAINING_STEPS = flags.DEFINE_integer(
 )
 
 _CONFIGS_DIR = os.path.join(
-  os.path.dirname(os.path.dirname(os.path.abspath(fixed_replay.__file__))),
-  'configs',
+  os.path.dirname(os.path.dirname(os.path.abspath(__file__))), 'configs'
 )
-CARTPOLE_CAP = 200  # Steps (and return) of a CartPole-v0 episode at most.
 
 
 def _dataset(data_dir, num_checkpoints, what, **generate_kwargs):
