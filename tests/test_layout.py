@@ -19,7 +19,7 @@ import pytest
 
 from fixed_replay.dataset import layout
 from fixed_replay.errors import CheckpointError
-from fixed_replay.training import agent_checks
+from fixed_replay.training import data_game
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ACCEPTED = 'accepted: Dopamine replay checkpoints (*_ckpt.N.gz)'
@@ -132,7 +132,7 @@ def test_largest_action_of_a_store_is_that_of_its_dopamine_files(data):
     actions = _load_gzip(replay_logs / f'$store$_action_ckpt.{suffix}.gz')
     expected = max(expected, int(actions[:add_count].max()))
   store = root / 'stores' / 'pong_1'
-  largest, where = agent_checks.largest_action(layout.detect(store))
+  largest, where = data_game.largest_action(layout.detect(store))
   assert largest == expected
   assert where.startswith(str(store / 'checkpoint_'))
 

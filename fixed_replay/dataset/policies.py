@@ -335,9 +335,9 @@ def load_agent(
   import tensorflow as tf
 
   from fixed_replay import gin_files as gin_files_lib
-  from fixed_replay.training import run_dirs
+  from fixed_replay.training import agent_contract
 
-  directory, latest = run_dirs.latest_agent_checkpoint(checkpoint_dir)
+  directory, latest = agent_contract.latest_agent_checkpoint(checkpoint_dir)
   iteration = latest if iteration is None else iteration
   # Unlocked: the caller may already have parsed (and so locked) a config,
   # e.g. when the agent was trained in this process.

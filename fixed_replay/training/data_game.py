@@ -14,15 +14,18 @@ Asterix data with them used to evaluate in Pong, silently. The rule:
    bind one.
 
 Only Dopamine's Atari environment has a game to choose; other environments
-(CartPole, ...) are left as configured.
+(CartPole, ...) are left as configured. Whatever the game, data whose actions
+it lacks is refused before the agent loads anything (`checking_actions`).
 """
 
+import functools
 import re
 
 from absl import logging
 import gin
 
 from fixed_replay import gin_files as gin_files_lib
+from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import UsageError
 
 GAME_PARAMETER = 'atari_lib.create_atari_environment.game_name'
@@ -144,3 +147,83 @@ def parse_configs(dataset, gin_files, gin_bindings):
     game = None
   gin.finalize()
   return game
+
+
+def largest_action(dataset):
+  """The largest action a dataset holds (every complete checkpoint).
+
+  Reads only the action arrays: for Dopamine's files each
+  `$store$_action_ckpt.N.gz` (about 1 MB compressed per million rows), for a
+  store its memory-mapped action arrays.
+
+  Args:
+    dataset: layout.Layout, trainable.
+
+  Returns:
+    (int, str): the largest action and the file holding it.
+  """
+  from fixed_replay.dataset import checkpoints
+  from fixed_replay.dataset import layout
+  from fixed_replay.io import npy_stream
+  from fixed_replay.store import compact_store
+  from fixed_replay.store import manifest as manifest_lib
+
+  # Rows past add_count of a buffer that never filled were never written
+  # (Dopamine saves them uninitialised): only the rows below it count.
+  largest, where = -1, dataset.data_dir
+  if dataset.kind is layout.Kind.STORE:
+    stored = manifest_lib.find_stored_checkpoints(dataset.data_dir)
+    for directory in stored.values():
+      checkpoint = compact_store.StoredCheckpoint(directory, verify=False)
+      actions = checkpoint.arrays['action'][: checkpoint.add_count]
+      if len(actions) and int(actions.max()) > largest:
+        largest, where = int(actions.max()), directory
+      checkpoint.close()
+    return largest, where
+  for files in checkpoints.find_checkpoints(dataset.data_dir).values():
+    add_count = int(npy_stream.read_rows(files.add_count_path))
+    path = files.store_paths['action']
+    actions = npy_stream.read_rows(path)[:add_count]
+    if actions.size and int(actions.max()) > largest:
+      largest, where = int(actions.max()), path
+  return largest, where
+
+
+def check_actions(dataset, num_actions, game):
+  """Raises CheckpointError if the data acts outside the action space.
+
+  Args:
+    dataset: layout.Layout, the data trained on.
+    num_actions: int, the evaluation environment's number of actions.
+    game: str or None, the game evaluated in (None: not Atari).
+
+  Raises:
+    CheckpointError: naming the dataset, its largest action and the game.
+  """
+  largest, where = largest_action(dataset)
+  if largest >= num_actions:
+    played = game or 'the evaluation environment'
+    raise CheckpointError(
+      dataset.path,
+      f'its actions reach {largest} ({where}), but {played} has '
+      f'{num_actions} actions (0 to {num_actions - 1}): the data is of '
+      'another game; evaluate in its game (see --gin_bindings '
+      '"atari_lib.create_atari_environment.game_name = \'...\'")',
+    )
+  logging.info(
+    'Actions of the data: 0 to %d, within the %d of %s',
+    largest,
+    num_actions,
+    game or 'the environment',
+  )
+
+
+def checking_actions(create_agent_fn, dataset, game):
+  """create_agent_fn, checking the data's actions against the environment."""
+
+  @functools.wraps(create_agent_fn)
+  def create_agent(sess, environment, **kwargs):
+    check_actions(dataset, environment.action_space.n, game)
+    return create_agent_fn(sess, environment, **kwargs)
+
+  return create_agent

@@ -4,6 +4,13 @@ batch_rl's runner calls the agent's `_train_step()` and reloads through
 `agent._replay.memory.reload_buffer(...)`; Dopamine's labs agents expose
 `train_step()` and `reload_data()`. The runner goes through these helpers,
 so any agent with either contract trains, and says what it trains.
+
+An agent's checkpoints are a Dopamine Runner's (`ckpt.N` with
+`sentinel_checkpoint_complete.N`), in `base_dir/checkpoints/`; users name
+either folder. `latest_agent_checkpoint` is the one place that looks, for
+`--init_checkpoint_dir` and for generating data with a trained agent
+(dataset/policies.py), so both accept the same folders in the same order and
+fail with the same error.
 """
 
 from collections.abc import Callable
@@ -11,6 +18,12 @@ import functools
 from typing import Any
 
 from absl import logging
+from dopamine.discrete_domains import checkpointer
+
+from fixed_replay.errors import CheckpointError
+from fixed_replay.io import files as storage
+
+CHECKPOINTS = 'checkpoints'
 
 
 def method_of(agent: Any) -> str:
@@ -102,83 +115,53 @@ def graph_mode_hint(create_agent_fn: Callable[..., Any]) -> Callable[..., Any]:
   return create
 
 
-def largest_action(dataset):
-  """The largest action a dataset holds (every complete checkpoint).
-
-  Reads only the action arrays: for Dopamine's files each
-  `$store$_action_ckpt.N.gz` (about 1 MB compressed per million rows), for a
-  store its memory-mapped action arrays.
+def latest_agent_checkpoint(directory: str) -> tuple[str, int]:
+  """(checkpoint folder, latest complete number) of a Runner's checkpoints.
 
   Args:
-    dataset: layout.Layout, trainable.
-
-  Returns:
-    (int, str): the largest action and the file holding it.
-  """
-  from fixed_replay.dataset import checkpoints
-  from fixed_replay.dataset import layout
-  from fixed_replay.io import npy_stream
-  from fixed_replay.store import compact_store
-  from fixed_replay.store import manifest as manifest_lib
-
-  # Rows past add_count of a buffer that never filled were never written
-  # (Dopamine saves them uninitialised): only the rows below it count.
-  largest, where = -1, dataset.data_dir
-  if dataset.kind is layout.Kind.STORE:
-    stored = manifest_lib.find_stored_checkpoints(dataset.data_dir)
-    for directory in stored.values():
-      checkpoint = compact_store.StoredCheckpoint(directory, verify=False)
-      actions = checkpoint.arrays['action'][: checkpoint.add_count]
-      if len(actions) and int(actions.max()) > largest:
-        largest, where = int(actions.max()), directory
-      checkpoint.close()
-    return largest, where
-  for files in checkpoints.find_checkpoints(dataset.data_dir).values():
-    add_count = int(npy_stream.read_rows(files.add_count_path))
-    path = files.store_paths['action']
-    actions = npy_stream.read_rows(path)[:add_count]
-    if actions.size and int(actions.max()) > largest:
-      largest, where = int(actions.max()), path
-  return largest, where
-
-
-def check_actions(dataset, num_actions, game):
-  """Raises CheckpointError if the data acts outside the action space.
-
-  Args:
-    dataset: layout.Layout, the data trained on.
-    num_actions: int, the evaluation environment's number of actions.
-    game: str or None, the game evaluated in (None: not Atari).
+    directory: str, the Runner's base_dir or its checkpoints/ folder; the
+      checkpoints/ folder below it is looked at first.
 
   Raises:
-    CheckpointError: naming the dataset, its largest action and the game.
+    CheckpointError: if neither holds a complete agent checkpoint.
   """
-  from fixed_replay.errors import CheckpointError
-
-  largest, where = largest_action(dataset)
-  if largest >= num_actions:
-    played = game or 'the evaluation environment'
-    raise CheckpointError(
-      dataset.path,
-      f'its actions reach {largest} ({where}), but {played} has '
-      f'{num_actions} actions (0 to {num_actions - 1}): the data is of '
-      'another game; evaluate in its game (see --gin_bindings '
-      '"atari_lib.create_atari_environment.game_name = \'...\'")',
-    )
-  logging.info(
-    'Actions of the data: 0 to %d, within the %d of %s',
-    largest,
-    num_actions,
-    game or 'the environment',
+  directory = str(directory)
+  for candidate in (storage.join(directory, CHECKPOINTS), directory):
+    if not storage.isdir(candidate):
+      continue
+    number = checkpointer.get_latest_checkpoint_number(candidate)
+    if number >= 0:
+      return candidate, number
+  raise CheckpointError(
+    directory,
+    'no complete Dopamine agent checkpoint (ckpt.N with its '
+    f'sentinel_checkpoint_complete.N) in it or in its {CHECKPOINTS}/ folder; '
+    "name a Runner's base_dir or its checkpoints/ folder",
   )
 
 
-def checking_actions(create_agent_fn, dataset, game):
-  """create_agent_fn, checking the data's actions against the environment."""
+def restore_init_checkpoint(agent, init_dir, checkpoint_file_prefix):
+  """Restores `agent` from the latest checkpoint of another run.
 
-  @functools.wraps(create_agent_fn)
-  def create_agent(sess, environment, **kwargs):
-    check_actions(dataset, environment.action_space.n, game)
-    return create_agent_fn(sess, environment, **kwargs)
+  Args:
+    agent: the agent, restored through its `unbundle`.
+    init_dir: str, the other run's base_dir or its checkpoints/ folder.
+    checkpoint_file_prefix: str, as the runner's.
 
-  return create_agent
+  Returns:
+    (checkpoint folder, checkpoint number, the checkpoint's data dict).
+
+  Raises:
+    CheckpointError: if there is no checkpoint.
+    ValueError: if the agent cannot restore it.
+  """
+  directory, number = latest_agent_checkpoint(init_dir)
+  data = checkpointer.Checkpointer(
+    directory, checkpoint_file_prefix
+  ).load_checkpoint(number)
+  if not agent.unbundle(directory, number, data):
+    raise ValueError(
+      f'init_checkpoint_dir={init_dir}: {type(agent).__name__} '
+      f'could not restore checkpoint {number} of {directory}'
+    )
+  return directory, number, data
