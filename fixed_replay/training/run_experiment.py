@@ -16,6 +16,7 @@ an `_init_checkpoint_dir` attribute names a run to continue from.
 from collections.abc import Callable
 from collections.abc import Sequence
 import functools
+import inspect
 import os
 import time
 from typing import Any
@@ -34,25 +35,13 @@ from fixed_replay import agents
 from fixed_replay import progress
 from fixed_replay.dataset import layout
 from fixed_replay.replay import core as replay_core
-from fixed_replay.training import agent_checks
+from fixed_replay.training import agent_contract
 from fixed_replay.training import data_game
 from fixed_replay.training import reporting
-from fixed_replay.training import run_dirs
 
 # Marks a runner argument left to Dopamine's Runner (its gin bindings, then
 # its defaults).
 _RUNNER_DEFAULT = object()
-_RUNNER_ARGUMENTS = (
-  'create_environment_fn',
-  'checkpoint_file_prefix',
-  'logging_file_prefix',
-  'log_every_n',
-  'num_iterations',
-  'training_steps',
-  'evaluation_steps',
-  'max_steps_per_episode',
-  'clip_rewards',
-)
 
 
 @gin.configurable
@@ -90,25 +79,15 @@ class FixedReplayRunner(run_experiment.Runner):
       base_dir: str, directory for checkpoints/, logs/ and TensorBoard events.
       create_agent_fn: callable (sess, environment, summary_writer=...) ->
         an offline agent (see the module docstring for its contract).
-      create_environment_fn: callable returning a Dopamine environment, e.g.
-        atari_lib.create_atari_environment (the default) or
-        gym_lib.create_gym_environment.
-      checkpoint_file_prefix: str, prefix of the checkpoint files.
-      logging_file_prefix: str, prefix of the log files.
-      log_every_n: int, write the log pickle every n iterations.
-      num_iterations: int, iterations of the whole run (resuming continues
-        up to this number).
-      training_steps: int, agent train steps per iteration.
-      evaluation_steps: int, minimum environment steps per evaluation (whole
-        episodes are played).
-      max_steps_per_episode: int or None, cap on an evaluation episode.
-      clip_rewards: bool, clip the rewards the agent sees to [-1, 1].
+      create_environment_fn, checkpoint_file_prefix, logging_file_prefix,
+        log_every_n, num_iterations, training_steps, evaluation_steps,
+        max_steps_per_episode, clip_rewards: Dopamine Runner's arguments
+        (`num_iterations` counts the whole run: resuming continues up to it).
     """
-    passed = dict(locals())  # First: the arguments and nothing else.
     given = {
-      name: passed[name]
-      for name in _RUNNER_ARGUMENTS
-      if passed[name] is not _RUNNER_DEFAULT
+      name: value
+      for name, value in locals().items()
+      if value is not _RUNNER_DEFAULT and name in _RUNNER_ARGUMENTS
     }
     self._loss_tap = reporting.LossTap()
     self._iteration = 0
@@ -118,7 +97,7 @@ class FixedReplayRunner(run_experiment.Runner):
     replay_core.check_arguments(given)
     super().__init__(
       base_dir,
-      agent_checks.graph_mode_hint(create_agent_fn),
+      agent_contract.graph_mode_hint(create_agent_fn),
       use_legacy_logger=True,
       # Progress goes to tqdm bars and one log line per iteration instead.
       fine_grained_print_to_console=False,
@@ -135,8 +114,8 @@ class FixedReplayRunner(run_experiment.Runner):
     reporting.tap_agent_losses(
       self._agent, self._collector_dispatcher, self._loss_tap
     )
-    agent_checks.log_method(self._agent)
-    agent_checks.warn_if_no_training(self._agent)
+    agent_contract.log_method(self._agent)
+    agent_contract.warn_if_no_training(self._agent)
 
   # ------------------------------------------------------------ iterations
 
@@ -157,7 +136,7 @@ class FixedReplayRunner(run_experiment.Runner):
     # it was built; later ones take the set prefetched meanwhile.
     if iteration != self._start_iteration:
       began = time.perf_counter()
-      agent_checks.reload_data(self._agent)
+      agent_contract.reload_data(self._agent)
       reload_seconds = time.perf_counter() - began
     wait_seconds = self._replay_wait_seconds(reset=True)
     train_seconds = self._run_train_phase(statistics)
@@ -216,7 +195,7 @@ class FixedReplayRunner(run_experiment.Runner):
       float, seconds spent in the train steps (sampling and updates).
     """
     self._agent.eval_mode = False
-    train_step = agent_checks.train_step_of(self._agent)
+    train_step = agent_contract.train_step_of(self._agent)
     began = time.perf_counter()
     with self._steps_bar('train', self._training_steps) as bar:
       for _ in range(self._training_steps):
@@ -317,7 +296,7 @@ class FixedReplayRunner(run_experiment.Runner):
     if checkpointer.get_latest_checkpoint_number(self._checkpoint_dir) >= 0:
       return  # base_dir has its own run (it was unbundled above).
     try:
-      directory, number, data = run_dirs.restore_init_checkpoint(
+      directory, number, data = agent_contract.restore_init_checkpoint(
         self._agent, init_dir, checkpoint_file_prefix
       )
     except BaseException:
@@ -348,6 +327,12 @@ class FixedReplayRunner(run_experiment.Runner):
   def start_iteration(self) -> int:
     """The first iteration this runner will run (after any resume)."""
     return self._start_iteration
+
+
+# The arguments FixedReplayRunner passes on to Dopamine's Runner when given.
+_RUNNER_ARGUMENTS = tuple(
+  inspect.signature(FixedReplayRunner.__init__).parameters
+)[3:]
 
 
 def create_runner(
@@ -400,7 +385,5 @@ def create_runner(
     init_checkpoint_dir=init_checkpoint_dir,
   )
   # Before the agent loads any data: actions the game lacks are an error.
-  create_agent_fn = agent_checks.checking_actions(
-    create_agent_fn, dataset, game
-  )
+  create_agent_fn = data_game.checking_actions(create_agent_fn, dataset, game)
   return FixedReplayRunner(os.fspath(base_dir), create_agent_fn)
