@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import checks
 from fixed_replay.dataset import inspection
 from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import CheckpointProblems
@@ -164,7 +165,7 @@ def test_zip_bomb_is_refused_in_bounded_memory(copy):
   tracemalloc.start()
   try:
     with pytest.raises(CheckpointError, match='inflates to more than'):
-      checkpoints.read_episode_end_indices(path, 1000)
+      checks.read_episode_end_indices(path, 1000)
     _, peak = tracemalloc.get_traced_memory()
   finally:
     tracemalloc.stop()

@@ -14,7 +14,6 @@ from typing import Any
 import numpy as np
 
 from fixed_replay.dataset import checks
-from fixed_replay.dataset.episode_ends import read_episode_end_indices
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 from fixed_replay.io import npy_stream
@@ -148,7 +147,7 @@ def bookkeeping(
       files.episode_end_indices_path,
       collector,
       progress,
-      lambda p: read_episode_end_indices(p, rows),
+      lambda p: checks.read_episode_end_indices(p, rows),
     )
   return array, count, invalid_range, episode_ends
 

@@ -3,7 +3,7 @@
 A checkpoint with suffix N is a set of files `{name}_ckpt.N.gz` (see
 file_names.py): the `$store$_` arrays, `add_count`, `invalid_range` and,
 from newer Dopamine, `episode_end_indices` (a pickled set, see
-episode_ends.py). Reading raises the first problem found; audit.py reads
+checks.py). Reading raises the first problem found; audit.py reads
 the same files collecting them all.
 """
 
@@ -17,7 +17,6 @@ import numpy.typing as npt
 from fixed_replay.dataset import checks
 from fixed_replay.dataset import file_names
 from fixed_replay.dataset.audit import check_run  # noqa: F401 - public here
-from fixed_replay.dataset.episode_ends import read_episode_end_indices
 from fixed_replay.dataset.file_names import EPISODE_END_INDICES
 from fixed_replay.dataset.file_names import REQUIRED_EXTRA_FILES
 from fixed_replay.dataset.file_names import REQUIRED_STORE_ELEMENTS
@@ -255,7 +254,7 @@ def read_bookkeeping(
   )
   episode_ends = None
   if files.episode_end_indices_path:
-    episode_ends = read_episode_end_indices(
+    episode_ends = checks.read_episode_end_indices(
       files.episode_end_indices_path, num_rows
     )
   return count, invalid_range, episode_ends

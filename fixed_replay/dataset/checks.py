@@ -7,9 +7,16 @@ lengths and shapes, the type and size of the pickled set, integer ranges.
 Each check raises a `CheckpointError` naming the file; the reader
 (checkpoints.py) lets the first one through, while `convert` and `inspect`
 collect them all with `Collector` (audit.py).
+
+Newer Dopamine saves the rows where episodes were cut (without a terminal)
+as a pickled set of numpy int64 scalars. A dataset may come from anywhere,
+so `read_episode_end_indices` unpickles integers and sets only, and bounds
+the file's inflated size before anything is unpickled.
 """
 
 from collections.abc import Callable
+import io
+import pickle
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -17,6 +24,7 @@ import numpy as np
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import RemoteError
+from fixed_replay.io.gzip_stream import GzipStream
 
 if TYPE_CHECKING:  # Annotations only: checkpoints imports this module.
   from fixed_replay.dataset import checkpoints
@@ -211,6 +219,57 @@ def episode_ends(path: str, values: Any, rows: int | None) -> np.ndarray:
 def _short(value):
   text = str(value)
   return text if len(text) <= 20 else f'{text[:8]}...({len(text)} digits)'
+
+
+class _IndexSetUnpickler(pickle.Unpickler):
+  """Unpickles a set of integers and nothing else.
+
+  Dopamine pickles `episode_end_indices` (a set of numpy int64 scalars); a
+  dataset may come from anywhere, so no other object may be constructed.
+  """
+
+  _ALLOWED = {
+    ('builtins', 'set'),
+    ('builtins', 'frozenset'),
+    ('builtins', 'int'),
+    ('numpy', 'dtype'),
+    ('numpy.core.multiarray', 'scalar'),
+    ('numpy._core.multiarray', 'scalar'),
+    ('numpy', 'int64'),
+  }
+
+  def find_class(self, module, name):
+    if (module, name) in self._ALLOWED:
+      return super().find_class(module, name)
+    raise pickle.UnpicklingError(f'{module}.{name} is not allowed')
+
+
+def read_episode_end_indices(
+  path: str, num_rows: int | None = None
+) -> np.ndarray:
+  """Reads Dopamine's pickled episode_end_indices set as sorted int64 rows.
+
+  Args:
+    path: str.
+    num_rows: int or None, rows of the checkpoint's arrays: bounds what the
+      file may inflate to (checked before unpickling) and the rows it names.
+
+  Raises:
+    CheckpointError: if the file is damaged, too big, or not a set of ints
+      naming rows of the arrays.
+  """
+  limit = episode_ends_byte_limit(MAX_ROWS if num_rows is None else num_rows)
+  with GzipStream(path) as stream:
+    data = stream.read_remaining(limit)
+  try:
+    values = _IndexSetUnpickler(io.BytesIO(data)).load()
+  except Exception as error:  # noqa: BLE001 - any damage in the pickle.
+    raise CheckpointError(
+      path,
+      f'episode_end_indices is not a pickled set of ints: '
+      f'{type(error).__name__}: {error}'[:300],
+    ) from error
+  return episode_ends(path, values, num_rows)
 
 
 def same_layout(
