@@ -15,6 +15,7 @@ from collections.abc import Sequence
 import contextlib
 import dataclasses
 import fcntl
+import itertools
 import os
 import re
 import time
@@ -132,23 +133,23 @@ def plan(
         f'{name}s would train on the same data'
       )
   trials = []
-  for game in games:
-    for run in runs:
-      for agent in agents:
-        for seed in seeds:
-          trials.append(
-            _trial(
-              base_dir,
-              replay_dir,
-              gin_files,
-              gin_bindings,
-              game,
-              run,
-              agent,
-              int(seed),
-              bind_game,
-            )
-          )
+  for game, run, agent, seed in itertools.product(games, runs, agents, seeds):
+    values, seed = dict(game=game, run=run, agent=agent), int(seed)
+    directory = base_dir
+    for part in (game, run, agent, f'seed_{seed}'):
+      directory = storage.join(directory, part)
+    bindings = [GAME_BINDING.format(game=game)] if bind_game else []
+    bindings += [fill(binding, **values) for binding in gin_bindings]
+    trials.append(
+      trial_lib.Trial(
+        **values,
+        seed=seed,
+        base_dir=directory,
+        replay_dir=fill(replay_dir, **values),
+        gin_files=tuple(fill(path, **values) for path in gin_files),
+        gin_bindings=tuple(bindings),
+      )
+    )
   _check_inputs_exist(trials)
   return trials
 
@@ -185,35 +186,6 @@ def _one_dataset(replay_dir, runs):
 def _absolute(path: str):
   path = str(path)
   return path if storage.is_remote(path) else os.path.abspath(path)
-
-
-def _trial(
-  base_dir: str,
-  replay_dir,
-  gin_files,
-  gin_bindings,
-  game: str,
-  run,
-  agent,
-  s,
-  bind_game,
-):
-  values = dict(game=game, run=run, agent=agent)
-  directory = base_dir
-  for part in (game, run, agent, f'seed_{s}'):
-    directory = storage.join(directory, part)
-  bindings = [GAME_BINDING.format(game=game)] if bind_game else []
-  bindings += [fill(binding, **values) for binding in gin_bindings]
-  return trial_lib.Trial(
-    game=game,
-    run=run,
-    agent=agent,
-    seed=s,
-    base_dir=directory,
-    replay_dir=fill(replay_dir, **values),
-    gin_files=tuple(fill(path, **values) for path in gin_files),
-    gin_bindings=tuple(bindings),
-  )
 
 
 def _check_inputs_exist(trials):
