@@ -119,29 +119,24 @@ def cluster(
     ray = stack.enter_context(_loopback_only()) if local else _import_ray()
     if ray.is_initialized():
       raise RuntimeError('Ray is already initialised in this process')
-    yield from _connected(ray, local, address, num_cpus, num_gpus)
-
-
-def _connected(ray, local, address, num_cpus, num_gpus):
-  """Yields the ClusterInfo of a started or joined Ray; shuts it down."""
-  if local:
-    context = ray.init(
-      address='local',
-      num_cpus=num_cpus,
-      num_gpus=num_gpus,
-      include_dashboard=False,
-      object_store_memory=LOCAL_OBJECT_STORE_BYTES,
-      log_to_driver=False,
-      # Only errors: its notices (e.g. that the cluster uses a token, which
-      # it does) mean nothing to someone running a sweep.
-      logging_level=std_logging.ERROR,
-      _node_ip_address=LOCALHOST,
-    )
-  else:
-    context = ray.init(
-      address=address, log_to_driver=False, logging_level=std_logging.WARNING
-    )
-  try:
+    if local:
+      context = ray.init(
+        address='local',
+        num_cpus=num_cpus,
+        num_gpus=num_gpus,
+        include_dashboard=False,
+        object_store_memory=LOCAL_OBJECT_STORE_BYTES,
+        log_to_driver=False,
+        # Only errors: its notices (e.g. that the cluster uses a token,
+        # which it does) mean nothing to someone running a sweep.
+        logging_level=std_logging.ERROR,
+        _node_ip_address=LOCALHOST,
+      )
+    else:
+      context = ray.init(
+        address=address, log_to_driver=False, logging_level=std_logging.WARNING
+      )
+    stack.callback(ray.shutdown)
     resources, addresses = ray.cluster_resources(), context.address_info
     info = ClusterInfo(
       address=addresses.get('gcs_address') or addresses.get('address', ''),
@@ -166,8 +161,6 @@ def _connected(ray, local, address, num_cpus, num_gpus):
       info.session_dir,
     )
     yield info
-  finally:
-    ray.shutdown()
 
 
 @dataclasses.dataclass(frozen=True)
