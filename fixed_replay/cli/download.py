@@ -25,7 +25,6 @@ from fixed_replay.dataset import download
 from fixed_replay.errors import CheckpointError
 from fixed_replay.progress import format_bytes
 from fixed_replay.store import rlu_convert
-from fixed_replay.store import rlu_download
 
 _GAME = flags.DEFINE_string(
   'game', None, 'Atari game, e.g. Pong (as RL Unplugged names it).'
@@ -77,7 +76,7 @@ def main(argv):
       store = _STORE_DIR.value or os.path.join(
         destination, _GAME.value, f'run_{_RUN.value}_{_FORMAT.value}'
       )
-      result = rlu_download.download_and_convert(
+      result = download.download_and_convert(
         _GAME.value,
         _RUN.value,
         destination,

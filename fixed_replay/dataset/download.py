@@ -10,11 +10,17 @@ Each shard is copied to a temporary name in DST/<Game>/, verified (the size
 the bucket lists, then every record read to the end: TF checks each
 record's length and CRC-32C and the gzip CRC, rlu_shards the gzip length)
 and renamed: a shard under its own name is complete. A rerun skips complete
-shards and deletes the temporaries of an interrupted one. With a store
-directory (`--convert`), each shard is converted as it arrives
-(store/rlu_convert.py) and its raw copy deleted once the checkpoints it
-feeds are converted and verified; a shard needed again later (a checkpoint
-whose episodes turn out to span shards) is fetched again.
+shards and deletes the temporaries of an interrupted one.
+
+`download_and_convert` (`--convert`) keeps the raw shards (~1 KB a frame,
+~50 GB a run) off the disk: it fetches one shard at a time, converts it with
+store/rlu_convert.py (checkpoints verified before they are committed) and
+deletes its raw copy once every checkpoint known to draw on it is stored as
+planned. A checkpoint whose episodes turn out to span shards is converted
+again when the later shard arrives, fetching the earlier one again: a rare
+layout pays a second download, the usual one never does. Killed and
+restarted, it skips what is stored and indexed, and fetches only what is
+still needed.
 """
 
 from collections.abc import Iterable
@@ -29,6 +35,9 @@ from fixed_replay import progress
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
+from fixed_replay.store import rlu_convert
+from fixed_replay.store import rlu_plan
+from fixed_replay.store.convert_options import ConvertOptions
 
 DEFAULT_ROOT = 'gs://rl_unplugged/atari_episodes_ordered'
 COPY_CHUNK_BYTES = 16 << 20
@@ -173,6 +182,15 @@ def fetch(shard: 'RemoteShard', directory: str) -> tuple[str, int]:
   return final, copied
 
 
+def _prepare(root, game, run, checkpoints, destination):
+  """(selected shards, destination/<game>/), created, temporaries removed."""
+  shards = select(list_run(root, game, run), checkpoints, root, game)
+  directory = os.path.join(str(destination), game)
+  os.makedirs(directory, exist_ok=True)
+  _remove_temporaries(directory)
+  return shards, directory
+
+
 def download_run(
   game: str,
   run: int,
@@ -193,10 +211,7 @@ def download_run(
     (DownloadResult, list of RemoteShard selected, local directory).
   """
   began = time.perf_counter()
-  shards = select(list_run(root, game, run), checkpoints, root, game)
-  directory = os.path.join(str(destination), game)
-  os.makedirs(directory, exist_ok=True)
-  _remove_temporaries(directory)
+  shards, directory = _prepare(root, game, run, checkpoints, destination)
   result = DownloadResult([], [], 0, 0.0)
   for shard in shards:
     _, copied = fetch(shard, directory)
@@ -227,3 +242,81 @@ def select(
       f'{min(by_number)}..{max(by_number)})',
     )
   return [by_number[n] for n in sorted(set(checkpoints))]
+
+
+def _part(shard: RemoteShard) -> rlu_plan.Part:
+  return rlu_plan.Part(shard.name, shard.number, shard.num_bytes)
+
+
+def download_and_convert(
+  game: str,
+  run: int,
+  destination: str,
+  store_dir: str,
+  checkpoints: Iterable[int] | None = None,
+  root: str = DEFAULT_ROOT,
+  options: ConvertOptions | None = None,
+) -> 'DownloadResult':
+  """Fetches, converts and drops the raw shards of a run one by one.
+
+  Args:
+    game: str.
+    run: int.
+    destination: str, raw shards go to destination/<game>/ (temporarily).
+    store_dir: str, the converted output.
+    checkpoints: optional iterable of shard numbers.
+    root: str, the bucket directory or a local stand-in.
+    options: convert_options.ConvertOptions (rlu_convert.default_options()).
+
+  Returns:
+    DownloadResult with `conversion` set.
+  """
+  began = time.perf_counter()
+  options = options or rlu_convert.default_options()
+  shards, directory = _prepare(root, game, run, checkpoints, destination)
+  by_name = {shard.name: shard for shard in shards}
+  os.makedirs(store_dir, exist_ok=True)
+  result = DownloadResult([], [], 0, 0.0, {'converted': []})
+
+  def fetch_all(names) -> None:
+    for name in sorted(names):
+      _, copied = fetch(by_name[name], directory)
+      if copied:
+        result.downloaded.append(name)
+        result.bytes += copied
+
+  def convert_parts(parts, **kwargs) -> None:
+    converted = rlu_convert.convert_rlu(
+      directory,
+      store_dir,
+      kind='rlu',
+      options=options,
+      workers=0,
+      parts=list(parts),
+      **kwargs,
+    )
+    result.conversion['converted'] += converted.converted
+
+  parts = []
+  for shard in shards:
+    parts.append(_part(shard))
+    unindexed, _ = rlu_convert.unfinished(directory, store_dir, parts, options)
+    if unindexed:  # Converted as its own checkpoint and indexed, one read.
+      fetch_all(p.name for p in unindexed)
+      convert_parts(unindexed, recheck=False, plan=False)
+    _, todo = rlu_convert.unfinished(directory, store_dir, parts, options)
+    if todo:  # Checkpoints drawing on several shards.
+      fetch_all(set().union(*todo.values()))
+      convert_parts(parts, recheck=False)
+    if shard.name not in result.downloaded:
+      result.skipped.append(shard.name)
+    for part in parts:
+      path = os.path.join(directory, part.name)
+      if os.path.exists(path):
+        logging.info('Deleting %s: its checkpoints are converted', part.name)
+        os.remove(path)
+  # Every stored checkpoint checked once more, against the whole plan.
+  convert_parts(parts, recheck=True)
+  result.conversion['converted'] = sorted(set(result.conversion['converted']))
+  result.seconds = time.perf_counter() - began
+  return result
