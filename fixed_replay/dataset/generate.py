@@ -23,11 +23,11 @@ buffers whose rows continue the previous checkpoint's.
 
 Files are written with Dopamine's own `save()`, staged inside output_dir so
 that an interrupted run never leaves a half-written file under a checkpoint
-name. The published
-dataset has no `episode_end_indices` files; `write_episode_end_indices=True`
-keeps the one newer Dopamine writes. save() compresses at gzip level 9: about
-2 s per 10,000 Atari rows (minutes for a 1M-row checkpoint); the time of each
-checkpoint is logged. Rows past add_count of a partial checkpoint are zero.
+name. The published dataset has no `episode_end_indices` files;
+`write_episode_end_indices=True` keeps the one newer Dopamine writes.
+save() compresses at gzip level 9: about 2 s per 10,000 Atari rows (minutes
+for a 1M-row checkpoint); the time of each checkpoint is logged. Rows past
+add_count of a partial checkpoint are zero.
 """
 
 from collections.abc import Sequence
@@ -109,15 +109,9 @@ def make_policy(
   Args:
     policy: str, one of POLICIES.
     env: the Dopamine environment.
-    environment: str, 'atari' or 'cartpole'.
-    game: str, the Atari game.
+    environment, game, epsilon, action_repeat, agent_checkpoint_dir,
+      agent_name, gin_files, gin_bindings: as generate_dataset takes them.
     rng: np.random.Generator for all random choices of the policy.
-    epsilon: float, exploration rate of the scripted and agent policies.
-    action_repeat: int, agent steps each random action is held (random).
-    agent_checkpoint_dir: str, Runner base_dir or checkpoints dir (agent).
-    agent_name: str, Dopamine agent name (agent).
-    gin_files: sequence of gin files the agent was trained with (agent).
-    gin_bindings: sequence of gin bindings (agent).
 
   Returns:
     A policy with begin_episode/step.
