@@ -14,7 +14,6 @@ from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_output
 from fixed_replay.store import convert_runners
 from fixed_replay.store import dopamine_output
-from fixed_replay.store import ray_convert
 from fixed_replay.store import rlu_source
 
 
@@ -44,7 +43,7 @@ def _parameters(function):
     (checkpoint_source.SourceReader, checkpoint_source._StoredReader),
     (convert_runners.ConversionRunner, convert_runners.InProcess),
     (convert_runners.ConversionRunner, convert_runners.ProcessPool),
-    (convert_runners.ConversionRunner, ray_convert.RayRunner),
+    (convert_runners.ConversionRunner, convert_runners.RayRunner),
   ],
 )
 def test_implementation_has_every_method_of_its_protocol(

@@ -19,7 +19,7 @@ import pytest
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import convert
-from fixed_replay.store import ray_convert
+from fixed_replay.store import convert_runners
 from fixed_replay.store import rlu_convert
 
 # One local Ray cluster at a time: these tests share one xdist worker.
@@ -150,12 +150,12 @@ def test_rl_unplugged_through_ray_is_the_local_store(
 
 def test_a_store_no_node_sees_is_named(tmp_path):
   with pytest.raises(CheckpointError, match='does not see the store'):
-    ray_convert.check_shared(str(tmp_path), 'token')
-  (tmp_path / ray_convert.JOB_FILE).write_text('other')
+    convert_runners.check_shared(str(tmp_path), 'token')
+  (tmp_path / convert_runners.JOB_FILE).write_text('other')
   with pytest.raises(CheckpointError, match='another job'):
-    ray_convert.check_shared(str(tmp_path), 'token')
-  (tmp_path / ray_convert.JOB_FILE).write_text('token')
-  ray_convert.check_shared(str(tmp_path), 'token')
+    convert_runners.check_shared(str(tmp_path), 'token')
+  (tmp_path / convert_runners.JOB_FILE).write_text('token')
+  convert_runners.check_shared(str(tmp_path), 'token')
 
 
 def _game_dir(dopamine_dir, directory):

@@ -14,7 +14,7 @@ Where the rows come from is a source (checkpoint_source.py: Dopamine gzip
 files; rlu_source.py: RL Unplugged episodes); what is written is an output
 (compact_output.py, or with `output_format='dopamine'` Dopamine's own files,
 dopamine_output.py); who converts is a runner (convert_runners.py: this
-process, worker processes that die with it, or Ray tasks, ray_convert.py).
+process, worker processes that die with it, or Ray tasks).
 Every combination writes the same bytes.
 
 Before converting anything, every gzip checkpoint's bookkeeping is checked
@@ -66,9 +66,7 @@ def _runner(
     if workers == 0:
       return convert_runners.InProcess()
     return convert_runners.ProcessPool(workers)
-  from fixed_replay.store import ray_convert  # Ray only when asked for.
-
-  return ray_convert.RayRunner(ray, workers)
+  return convert_runners.RayRunner(ray, workers)
 
 
 def _check_not_source(source_dir: str, store_dir: str):
