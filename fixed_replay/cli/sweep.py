@@ -80,10 +80,7 @@ _GPUS_PER_TRIAL = flags.DEFINE_float(
   lower_bound=0.0,
 )
 _MAX_ATTEMPTS = flags.DEFINE_integer(
-  'max_attempts',
-  3,
-  'Attempts per trial before it counts as failed.',
-  lower_bound=1,
+  'max_attempts', 3, 'Attempts per trial before it fails.', lower_bound=1
 )
 _ALLOW_CHANGED_CONFIG = flags.DEFINE_boolean(
   'allow_changed_config',
