@@ -140,7 +140,7 @@ def train(
     params: (online parameters, target parameters).
     optimizer_state: the optimizer's state.
     batch: (states, actions, next_states, rewards, terminals), see
-      `JaxOfflineAgent.minibatch`.
+      `JaxOfflineAgent._minibatch`.
     gamma: float, the n-step discount.
     alpha: float, the weight of the penalty.
 
@@ -203,11 +203,7 @@ class ConservativeAgent:
   def _update(self):
     self.optimizer_state, self.online_params, loss, base, penalty = train(
       self._base_loss(),
-      self.network_def,
-      self.optimizer,
-      (self.online_params, self.target_network_params),
-      self.optimizer_state,
-      self.minibatch(),
+      *self._update_arguments(),
       self.cumulative_gamma,
       self.cql_alpha,
     )

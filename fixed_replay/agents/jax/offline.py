@@ -6,12 +6,10 @@
 * the replay is a `FixedReplayBuffer` over a logged dataset (Dopamine 4.x's
   `sample()` API), read-only: `begin_episode`, `step` and `end_episode` only
   act, nothing is ever added;
-* minibatches are sampled and moved to the accelerator by a background
-  thread (`fixed_replay.replay.prefetch.BatchPrefetcher`), so an update never
-  waits on sampling unless the sampler falls behind, unless the buffer
-  prepares them in its own sampling threads already (then there is one
-  queue, the buffer's); `replay_wait_seconds` says how long the training
-  loop did wait;
+* minibatches are sampled and moved to the accelerator ahead of the update
+  by a background thread (`prefetch.BatchPrefetcher`), unless the buffer's
+  own sampling threads prepare them (then the buffer's is the one queue);
+  `replay_wait_seconds` says how long the training loop waited;
 * the runner drives training through `train_step()` and swaps data with
   `reload_data()`; an update happens every `update_period` train steps, the
   target network is synced every `target_update_period`, as in Dopamine;
@@ -23,7 +21,7 @@
 
 Subclasses implement `_update()`: one gradient step on `self.replay_elements`
 returning {loss name: scalar}, calling their `train` function with
-`self.minibatch()` (Dopamine's own `train` functions take
+`self._update_arguments()` first (Dopamine's own `train` functions take
 `self._train_arguments()`).
 
 The `optimizer` argument takes either a name for Dopamine's gin-configurable
@@ -34,6 +32,7 @@ cannot express.
 """
 
 import collections
+import contextlib
 import time
 
 from absl import logging
@@ -48,32 +47,16 @@ import tensorflow as tf
 from fixed_replay.replay import prefetch
 from fixed_replay.replay.fixed_replay_buffer import replay_buffer_class
 
-
-def _register_optax():
-  """Makes optax's optimizers configurable as `@optax.<name>()`, once."""
-  for optimizer in (optax.adam, optax.rmsprop, optax.sgd):
-    try:
-      gin.external_configurable(optimizer, module='optax')
-    except ValueError:
-      pass  # Already registered in this process.
-
-
-_register_optax()
+# optax's optimizers, configurable as `@optax.<name>()`.
+for _optimizer in (optax.adam, optax.rmsprop, optax.sgd):
+  with contextlib.suppress(ValueError):  # Registered in this process already.
+    gin.external_configurable(_optimizer, module='optax')
 
 
 def make_optimizer(optimizer):
-  """Returns an optax optimizer from a Dopamine name or an optax object.
-
-  Args:
-    optimizer: str (a name for Dopamine's `create_optimizer`) or an optax
-      GradientTransformation.
-
-  Returns:
-    optax.GradientTransformation.
-
-  Raises:
-    TypeError: for anything else.
-  """
+  """The optax optimizer `optimizer` names (for Dopamine's
+  `create_optimizer`) or is (an optax GradientTransformation); else a
+  TypeError."""
   if isinstance(optimizer, str):
     return dqn_agent.create_optimizer(optimizer)
   if isinstance(optimizer, optax.GradientTransformation):
@@ -94,10 +77,6 @@ def gradient_step(loss_fn, optimizer, optimizer_state, params, has_aux=False):
   value, grad = jax.value_and_grad(loss_fn, has_aux=has_aux)(params)
   updates, optimizer_state = optimizer.update(grad, optimizer_state, params)
   return optimizer_state, optax.apply_updates(params, updates), value
-
-
-def _to_device(batch):
-  return jax.device_put(batch)
 
 
 class JaxOfflineAgent:
@@ -158,7 +137,7 @@ class JaxOfflineAgent:
       self._prefetcher = prefetch.BatchPrefetcher(
         self._sample_batch,
         depth=prefetch_batches,
-        transform=_to_device,
+        transform=jax.device_put,
         name=f'{type(self).__name__}_prefetch',
       )
 
@@ -204,7 +183,7 @@ class JaxOfflineAgent:
       self.replay_elements = self._prefetcher.get()
       return
     began = time.perf_counter()
-    self.replay_elements = _to_device(self._sample_batch())
+    self.replay_elements = jax.device_put(self._sample_batch())
     self._sync_wait_seconds += time.perf_counter() - began
     self._sync_batches += 1
 
@@ -322,7 +301,7 @@ class JaxOfflineAgent:
     """One gradient step on self.replay_elements; returns {name: loss}."""
     raise NotImplementedError
 
-  def minibatch(self) -> tuple:
+  def _minibatch(self):
     """(states, actions, next_states, rewards, terminals) of this update."""
     elements = self.replay_elements
     return (
@@ -334,15 +313,25 @@ class JaxOfflineAgent:
     )
 
   def _train_arguments(self):
-    """The arguments Dopamine's `dqn_agent.train` and `quantile_agent.train`
-    take first: the networks, the optimizer and the minibatch."""
+    """What Dopamine's `dqn_agent.train` and `quantile_agent.train` take
+    first: the networks, the optimizer and the minibatch."""
     return (
       self.network_def,
       self.online_params,
       self.target_network_params,
       self.optimizer,
       self.optimizer_state,
-      *self.minibatch(),
+      *self._minibatch(),
+    )
+
+  def _update_arguments(self):
+    """What our updates (cql_agent.train, rem_agent.train) take first."""
+    return (
+      self.network_def,
+      self.optimizer,
+      (self.online_params, self.target_network_params),
+      self.optimizer_state,
+      self._minibatch(),
     )
 
   def _write_losses(self, losses):

@@ -111,13 +111,5 @@ class FixedReplayJaxREMAgent(
       self.online_params,
       loss,
       self.mixing_weights,
-    ) = train(
-      self.network_def,
-      self.optimizer,
-      (self.online_params, self.target_network_params),
-      self.optimizer_state,
-      self.minibatch(),
-      self._rng,
-      self.cumulative_gamma,
-    )
+    ) = train(*self._update_arguments(), self._rng, self.cumulative_gamma)
     return {'HuberLoss': loss}
