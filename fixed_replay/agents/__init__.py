@@ -12,36 +12,24 @@ from typing import Any
 
 from fixed_replay.errors import UsageError
 
-# agent_name -> (module, class). Modules are imported on demand so that TF
-# agents never import JAX and the other way round.
+# agent_name -> 'module:Class' (as `--agent_name` takes your own agent).
+# Modules are imported on demand so that TF agents never import JAX and the
+# other way round. 'c51' is batch_rl's name of the C51 agent.
+_TF, _JAX = 'fixed_replay.agents.tf', 'fixed_replay.agents.jax'
 AGENTS = {
-  'dqn': ('fixed_replay.agents.tf.dqn_agent', 'FixedReplayDQNAgent'),
-  'multi_head_dqn': (
-    'fixed_replay.agents.tf.multi_head_dqn_agent',
-    'FixedReplayMultiHeadDQNAgent',
-  ),
-  'rem': ('fixed_replay.agents.tf.rem_agent', 'FixedReplayREMAgent'),
+  'dqn': f'{_TF}.dqn_agent:FixedReplayDQNAgent',
+  'multi_head_dqn': f'{_TF}.multi_head_dqn_agent:FixedReplayMultiHeadDQNAgent',
+  'rem': f'{_TF}.rem_agent:FixedReplayREMAgent',
   'multi_network_dqn': (
-    'fixed_replay.agents.tf.multi_network_dqn_agent',
-    'FixedReplayMultiNetworkDQNAgent',
+    f'{_TF}.multi_network_dqn_agent:FixedReplayMultiNetworkDQNAgent'
   ),
-  'quantile': (
-    'fixed_replay.agents.tf.quantile_agent',
-    'FixedReplayQuantileAgent',
-  ),
-  # batch_rl's name of the C51 agent, a FixedReplayC51Agent.
-  'c51': ('fixed_replay.agents.tf.c51_agent', 'FixedReplayRainbowAgent'),
-  'jax_dqn': ('fixed_replay.agents.jax.dqn_agent', 'FixedReplayJaxDQNAgent'),
-  'jax_quantile': (
-    'fixed_replay.agents.jax.quantile_agent',
-    'FixedReplayJaxQuantileAgent',
-  ),
-  'jax_rem': ('fixed_replay.agents.jax.rem_agent', 'FixedReplayJaxREMAgent'),
-  'jax_cql': ('fixed_replay.agents.jax.cql_agent', 'FixedReplayJaxCQLAgent'),
-  'jax_quantile_cql': (
-    'fixed_replay.agents.jax.cql_agent',
-    'FixedReplayJaxQuantileCQLAgent',
-  ),
+  'quantile': f'{_TF}.quantile_agent:FixedReplayQuantileAgent',
+  'c51': f'{_TF}.c51_agent:FixedReplayRainbowAgent',
+  'jax_dqn': f'{_JAX}.dqn_agent:FixedReplayJaxDQNAgent',
+  'jax_quantile': f'{_JAX}.quantile_agent:FixedReplayJaxQuantileAgent',
+  'jax_rem': f'{_JAX}.rem_agent:FixedReplayJaxREMAgent',
+  'jax_cql': f'{_JAX}.cql_agent:FixedReplayJaxCQLAgent',
+  'jax_quantile_cql': f'{_JAX}.cql_agent:FixedReplayJaxQuantileCQLAgent',
 }
 
 # Modules whose agents are JAX agents (built without a TF session).
@@ -58,16 +46,13 @@ def agent_class(agent_name: str) -> type:
     UsageError: (a ValueError) for an unknown name, or a path that names no
       module or class.
   """
-  if ':' in agent_name:
-    module_name, _, class_name = agent_name.partition(':')
-  elif agent_name in AGENTS:
-    module_name, class_name = AGENTS[agent_name]
-  else:
+  if ':' not in AGENTS.get(agent_name, agent_name):
     raise UsageError(
       f'unknown agent_name {agent_name!r}: choose one of '
       f'{", ".join(sorted(AGENTS))}, or give your own agent class as '
       "'package.module:Class'"
     )
+  module_name, _, class_name = AGENTS.get(agent_name, agent_name).partition(':')
   try:
     module = importlib.import_module(module_name)
   except ModuleNotFoundError as error:

@@ -272,7 +272,7 @@ def _build_runner(trial):
     f'FixedReplayBuffer.seed = {seed}',
     f'CompactReplayBuffer.seed = {seed}',
   ]
-  _, class_name = agents.AGENTS[trial.agent]
+  class_name = agents.AGENTS[trial.agent].partition(':')[2]
   if trial.agent.startswith('jax_'):
     bindings.append(f'{class_name}.seed = {seed}')
   else:
