@@ -26,6 +26,7 @@ from absl import flags
 from absl import logging
 
 import fixed_replay
+from fixed_replay import gin_files
 from fixed_replay.cli import tables
 from fixed_replay.dataset import generate
 from fixed_replay.dataset import inspection
@@ -73,10 +74,7 @@ _CARTPOLE_TRAINING_STEPS = flags.DEFINE_integer(
   'Training steps per CartPole iteration (an update every step).',
 )
 
-_CONFIGS_DIR = os.path.join(
-  os.path.dirname(os.path.dirname(os.path.abspath(fixed_replay.__file__))),
-  'configs',
-)
+_CONFIGS_DIR = gin_files.PACKAGED_CONFIGS  # Also after `pip install`.
 CARTPOLE_CAP = 200  # Steps (and return) of a CartPole-v0 episode at most.
 
 
