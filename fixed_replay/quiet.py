@@ -16,7 +16,10 @@ parameter dumps. They come from three places, each needing its own remedy:
   raised by anyone else.
 * Python warnings of the deprecation kinds are not shown.
 
-Set FIXED_REPLAY_VERBOSE=1 to see everything again. `import fixed_replay`
+`fixed-replay --verbose COMMAND` (or `--verbose` anywhere after COMMAND),
+or FIXED_REPLAY_VERBOSE=1, shows everything again; the flag sets the
+variable, so the processes a command starts (Ray workers, converters) are
+verbose too. `import fixed_replay`
 only sets TF_CPP_MIN_LOG_LEVEL (`set_environment`); the filters are
 installed by the command-line entry point, since a library must not take
 over its host program's stderr.
@@ -67,6 +70,14 @@ def verbose():
     'true',
     'yes',
   )
+
+
+def set_verbose():
+  """Asks for third-party output in this process and the ones it starts.
+
+  Call before `install()` (and before TensorFlow is imported).
+  """
+  os.environ[VERBOSE_ENV] = '1'
 
 
 def set_environment():

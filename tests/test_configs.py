@@ -156,3 +156,27 @@ def test_config_digest_changes_with_an_included_base(tmp_path):
   assert gin_files.config_digest(pct) == before
   (tmp_path / 'base.gin').write_text('DQNAgent.gamma = 0.9\n')
   assert gin_files.config_digest(pct) != before
+
+
+def test_relative_configs_path_falls_back_to_the_installed_copy(
+  tmp_path, monkeypatch
+):
+  monkeypatch.chdir(tmp_path)  # No configs/ here.
+  located = gin_files.locate('configs/dqn_1pct.gin')
+  assert located == os.path.join(gin_files.PACKAGED_CONFIGS, 'dqn_1pct.gin')
+  with open(located) as f, open(os.path.join(CONFIGS, 'dqn_1pct.gin')) as g:
+    assert f.read() == g.read()
+  # The installed copy parses, with its include, as the repository's does.
+  assert _bindings('configs/dqn_1pct.gin') == _bindings(
+    os.path.join(CONFIGS, 'dqn_1pct.gin')
+  )
+  # A file in the working directory wins over the installed copy.
+  (tmp_path / 'configs').mkdir()
+  (tmp_path / 'configs' / 'dqn.gin').write_text('DQNAgent.gamma = 0.5\n')
+  assert gin_files.locate('configs/dqn.gin') == 'configs/dqn.gin'
+  # Other paths are read as given: batch_rl's layout is not redirected.
+  with pytest.raises(gin_files.UsageError, match='not found') as error:
+    gin_files.locate('batch_rl/fixed_replay/configs/dqn.gin')
+  assert 'installed with fixed_replay' not in str(error.value)
+  with pytest.raises(gin_files.UsageError, match='installed with'):
+    gin_files.locate('configs/nope.gin')

@@ -7,9 +7,12 @@ both the "extras absent" and the "extras present" cases.
 """
 
 import os
+import shutil
 import subprocess
 import sys
+import zipfile
 
+import pytest
 import test_quiet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -38,15 +41,63 @@ WITHOUT_EXTRAS = 'ray,tensorflow_datasets'
 RAY_HINT = "pip install 'fixed_replay[ray]'"
 
 
-def _run(arguments, missing=WITHOUT_EXTRAS, timeout=600):
+def _run(arguments, missing=WITHOUT_EXTRAS, timeout=600, cwd=ROOT, path=ROOT):
+  """`fixed-replay ARGUMENTS` without `missing`, importing from `path`."""
+  environment = test_quiet._environment()
+  environment['PYTHONPATH'] = str(path)
   return subprocess.run(
     [sys.executable, '-c', _WITHOUT, missing] + list(arguments),
-    cwd=ROOT,
-    env=test_quiet._environment(),
+    cwd=cwd,
+    env=environment,
     capture_output=True,
     text=True,
     timeout=timeout,
   )
+
+
+@pytest.fixture(scope='module')
+def installed(tmp_path_factory):
+  """The wheel `pip wheel .` builds, and its files unpacked as pip would.
+
+  Built from a copy of the sources (pip builds in the source tree).
+  """
+  tmp = tmp_path_factory.mktemp('wheel')
+  source = tmp / 'source'
+  source.mkdir()
+  for name in ('pyproject.toml', 'README.md'):
+    shutil.copy(os.path.join(ROOT, name), source)
+  ignore = shutil.ignore_patterns('__pycache__')
+  for name in ('fixed_replay', 'configs'):
+    shutil.copytree(
+      os.path.join(ROOT, name), source / name, symlinks=True, ignore=ignore
+    )
+  subprocess.run(
+    [sys.executable, '-m', 'pip', 'wheel', '--no-deps', '--no-build-isolation']
+    + ['-q', '-w', str(tmp / 'dist'), str(source)],
+    capture_output=True,
+    check=True,
+    timeout=300,
+  )
+  (wheel,) = (tmp / 'dist').glob('fixed_replay-*.whl')
+  site = tmp / 'site'
+  with zipfile.ZipFile(wheel) as archive:
+    archive.extractall(site)
+  return wheel, site
+
+
+def test_the_wheel_holds_the_configs(installed):
+  wheel, _ = installed
+  names = set(zipfile.ZipFile(wheel).namelist())
+  configs = os.path.join(ROOT, 'configs')
+  expected = {
+    'fixed_replay/configs/' + os.path.relpath(os.path.join(d, n), configs)
+    for d, _, files in os.walk(configs)
+    for n in files
+    if n.endswith('.gin')
+  }
+  assert 'fixed_replay/configs/dqn.gin' in expected
+  assert 'fixed_replay/configs/cartpole/dqn.gin' in expected
+  assert expected <= names, sorted(expected - names)
 
 
 def _assert_names_the_extra(completed, hint):
@@ -65,7 +116,10 @@ def test_convert_and_inspect_run_without_the_extras(cartpole_dir, tmp_path):
   assert 'checkpoint' in inspected.stdout.lower() or inspected.stdout.strip()
 
 
-def test_train_runs_without_the_extras(cartpole_dir, tmp_path):
+def test_train_runs_without_the_extras(cartpole_dir, tmp_path, installed):
+  """Installed from the wheel, run outside the repository: the documented
+  `--gin_files=configs/...` is read from the configs installed with it."""
+  _, site = installed
   bindings = (
     'FixedReplayRunner.num_iterations = 1',
     'FixedReplayRunner.training_steps = 50',
@@ -78,12 +132,19 @@ def test_train_runs_without_the_extras(cartpole_dir, tmp_path):
       'train',
       f'--base_dir={tmp_path / "run"}',
       f'--replay_dir={cartpole_dir}',
-      '--gin_files=' + os.path.join(ROOT, 'configs', 'cartpole', 'dqn.gin'),
+      '--gin_files=configs/cartpole/dqn.gin',
     ]
-    + [f'--gin_bindings={binding}' for binding in bindings]
+    + [f'--gin_bindings={binding}' for binding in bindings],
+    cwd=tmp_path,
+    path=site,
   )
   assert completed.returncode == 0, completed.stderr[-3000:]
   assert (tmp_path / 'run' / 'checkpoints').is_dir()
+  packaged = site / 'fixed_replay' / 'configs' / 'cartpole' / 'dqn.gin'
+  assert (
+    f'gin file configs/cartpole/dqn.gin is not in the working directory '
+    f'({tmp_path}): reading the copy installed with fixed_replay, {packaged}'
+  ) in completed.stderr, completed.stderr[-3000:]
   # Quiet by default (test_quiet.py): train's own lines only.
   for marker in test_quiet.TRAIN_NOISE:
     assert marker not in completed.stderr, (marker, completed.stderr[-3000:])

@@ -17,6 +17,7 @@ import sys
 import numpy as np
 import pytest
 
+from fixed_replay import gin_files
 from fixed_replay.dataset import layout
 from fixed_replay.errors import CheckpointError
 from fixed_replay.training import data_game
@@ -300,10 +301,12 @@ def test_train_refuses_mistakes_in_one_line(
     'multi_head_dqn, multi_network_dqn, quantile, rem, or give your own '
     "agent class as 'package.module:Class'"
   )
+  packaged = os.path.join(gin_files.PACKAGED_CONFIGS, 'nope.gin')
   assert _one_line(results['gin'][1]) == (
     f'fixed-replay train: gin file configs/nope.gin not found (looked for '
-    f'{tmp_path / "configs" / "nope.gin"}; relative paths are relative to '
-    f'the working directory, {tmp_path})'
+    f'{tmp_path / "configs" / "nope.gin"} and {packaged}, the configs '
+    'installed with fixed_replay; relative paths are relative to the '
+    f'working directory, {tmp_path})'
   )
   _, stderr = results['actions']
   # dqn.gin binds Pong; the data's path says Breakout, which is played.

@@ -1,4 +1,5 @@
-"""Commands print their own lines only; FIXED_REPLAY_VERBOSE=1 shows all."""
+"""Commands print their own lines only; --verbose or FIXED_REPLAY_VERBOSE=1
+shows all."""
 
 import os
 import subprocess
@@ -31,12 +32,13 @@ def _environment(**extra):
   return environment
 
 
-def _generate(directory, **extra):
+def _generate(directory, *before, **extra):
   return subprocess.run(
     [
       sys.executable,
       '-m',
       'fixed_replay.cli',
+      *before,
       'generate',
       '--environment=cartpole',
       f'--output_dir={directory}',
@@ -66,6 +68,34 @@ def test_generate_prints_no_third_party_noise(tmp_path):
   assert 'Creating a _ReportingReplayBuffer' in loud.stderr
   assert 'Gym has been unmaintained' in loud.stderr
   assert len(loud.stderr.splitlines()) > len(quiet.stderr.splitlines()) + 10
+  # The flag does what the variable does.
+  flagged = _generate(tmp_path / 'flagged', '--verbose')
+  assert flagged.returncode == 0, flagged.stderr[-3000:]
+  assert 'Creating a _ReportingReplayBuffer' in flagged.stderr
+  assert 'Gym has been unmaintained' in flagged.stderr
+  assert 'Wrote 1 checkpoint ' in flagged.stderr
+
+
+def test_verbose_flag_goes_before_or_after_the_command():
+  from fixed_replay import cli
+
+  for argv in (
+    ['fixed-replay', '--verbose', 'inspect', 'DIR'],
+    ['fixed-replay', 'inspect', 'DIR', '--verbose'],
+  ):
+    assert cli._take_verbose_flag(argv) == (
+      ['fixed-replay', 'inspect', 'DIR'],
+      True,
+    )
+  assert cli._take_verbose_flag(['fixed-replay', 'inspect', 'DIR']) == (
+    ['fixed-replay', 'inspect', 'DIR'],
+    False,
+  )
+  # After `--` it is an argument, not the flag.
+  assert cli._take_verbose_flag(['fixed-replay', 'x', '--', '--verbose']) == (
+    ['fixed-replay', 'x', '--', '--verbose'],
+    False,
+  )
 
 
 def test_import_prints_nothing():

@@ -3,6 +3,9 @@
 Each subcommand is a module of this package that defines its own
 absl flags and a `main(argv)`; only the chosen one is imported, so flags of
 different subcommands never meet and `--help` shows just the relevant ones.
+`--verbose`, before or after the command, is the dispatcher's own flag:
+third-party output must be let through (or not) before the subcommand
+imports TensorFlow, that is before absl parses the subcommand's flags.
 """
 
 import functools
@@ -72,16 +75,36 @@ def take_flags_only(argv):
   logging.set_verbosity(logging.INFO)
 
 
+VERBOSE_FLAG = '--verbose'
+_VERBOSE_HELP = (
+  'Shows third-party output too (TensorFlow, JAX, absl, Gym and Dopamine '
+  'logs and warnings), which is filtered out by default; the same as '
+  'FIXED_REPLAY_VERBOSE=1. May come before or after the command.'
+)
+
+
+def _take_verbose_flag(argv):
+  """argv without --verbose (before any `--`), and whether it was there."""
+  end = argv.index('--') if '--' in argv else len(argv)
+  kept = [a for a in argv[:end] if a != VERBOSE_FLAG] + argv[end:]
+  return kept, len(kept) != len(argv)
+
+
 def _usage():
-  lines = ['usage: fixed-replay COMMAND [--flags]', '', 'commands:']
+  lines = ['usage: fixed-replay [--verbose] COMMAND [--flags]', '', 'commands:']
   lines += [f'  {name:<10} {text}' for name, text in SUBCOMMANDS.items()]
-  lines += ['', 'fixed-replay COMMAND --help lists the flags of a command.']
+  lines += [
+    '',
+    'fixed-replay COMMAND --help lists the flags of a command.',
+    f'{VERBOSE_FLAG}: {_VERBOSE_HELP}',
+  ]
   return '\n'.join(lines)
 
 
 def main(argv=None):
   """Runs `fixed-replay COMMAND ...`."""
   argv = list(sys.argv if argv is None else argv)
+  argv, verbose = _take_verbose_flag(argv)
   if len(argv) < 2 or argv[1] in ('-h', '--help', 'help'):
     print(_usage())
     return 0 if len(argv) >= 2 else 2
@@ -94,8 +117,15 @@ def main(argv=None):
     return 2
   from fixed_replay import quiet
 
+  if verbose:
+    quiet.set_verbose()
   quiet.install()  # Before the subcommand imports TensorFlow.
   module = importlib.import_module(f'fixed_replay.cli.{command}')
+  # Taken out of argv above; defined so that the command's --help lists it.
+  if VERBOSE_FLAG[2:] not in flags.FLAGS:
+    flags.DEFINE_boolean(
+      VERBOSE_FLAG[2:], verbose, _VERBOSE_HELP, module_name=module.__name__
+    )
   # absl's --help prints __main__'s docstring and the flags defined by the
   # module named sys.argv[0]: point both at the subcommand.
   sys.argv[0] = module.__name__

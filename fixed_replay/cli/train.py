@@ -62,10 +62,33 @@ _REMOTE_TIMEOUT = cli.define_remote_timeout_flag(__name__)
 REQUIRED_FLAGS = ('base_dir', 'replay_dir')
 
 
+def _refuse_early_mistakes():
+  """Raises what create_runner would raise first, before TensorFlow loads.
+
+  The wrong data, an unknown agent or a missing gin file then cost a user a
+  fraction of a second, not the seconds TensorFlow and JAX take to import.
+  The checks are create_runner's own, in its order; a remote replay_dir is
+  left to it (listing a bucket twice costs more than it saves).
+  """
+  from fixed_replay import agents
+  from fixed_replay import gin_files
+  from fixed_replay.dataset import layout
+  from fixed_replay.io import files
+
+  if files.is_remote(_REPLAY_DIR.value):
+    return
+  layout.detect(_REPLAY_DIR.value).require_trainable()
+  if _AGENT_NAME.value not in agents.AGENTS:  # Ours load in create_runner.
+    agents.agent_class(_AGENT_NAME.value)
+  for gin_file in _GIN_FILES.value:
+    gin_files.locate(gin_file)
+
+
 def main(argv):
   """Creates the runner from the flags and runs the experiment."""
   cli.take_flags_only(argv)
   cli.apply_remote_timeout(_REMOTE_TIMEOUT)
+  _refuse_early_mistakes()
   # Imported here so that --help does not wait for TensorFlow and JAX.
   from fixed_replay.training import run_experiment
 
