@@ -35,6 +35,7 @@ def episodes():
     episode.frames = episode.frames[:_STEPS]
     episode.actions = episode.actions[:_STEPS]
     episode.rewards = episode.rewards[:_STEPS]
+    episode.game_rewards = episode.game_rewards[:_STEPS]
     result.append(episode)
   return result
 

@@ -288,8 +288,8 @@ def read_checkpoint(
       file); a window reaching past the file ends with it.
     observation_shape: optional tuple, expected shape of one observation.
     observation_dtype: optional expected observation dtype.
-    elements: optional iterable of store element names to read (default all;
-      the four required ones are always read).
+    elements: optional iterable of the other store elements to read (None:
+      all of them; the four required ones are always read).
     verify: bool; False skips inflating what follows a window that ends
       before its file does (data verified once). Whole files are always
       checked: that costs nothing.
@@ -331,7 +331,8 @@ def read_checkpoint(
       start + rows,
     )
   count = rows
-  wanted = set(REQUIRED_STORE_ELEMENTS) | set(elements or files.store_paths)
+  wanted = set(files.store_paths if elements is None else elements)
+  wanted |= set(REQUIRED_STORE_ELEMENTS)
   unknown = wanted - set(files.store_paths)
   if unknown:
     raise CheckpointError(

@@ -9,9 +9,10 @@ goes into `episode_end_indices`, an episode cut without terminal included
 
 Two more per-row arrays, which Dopamine would hold as extra storage
 elements, keep what RL Unplugged records beyond those: `episode_idx`
-(int64, the row's episode; -1 on padding rows) and, when every episode of
-the checkpoint records it, `unclipped_reward` (float32, the game's reward;
-0 on padding rows, like the reward).
+(int64, the row's episode) and, when every episode of the checkpoint
+records it, `unclipped_reward` (float32, the game's reward). Padding rows
+hold 0 in both, as Dopamine's `add` writes zeros into every element of
+them (after an episode cut without terminal they can be sampled).
 
 EpisodeRows builds exactly those rows from validated episodes
 (rlu_episodes.Episode), decoding frames into one reused slice buffer, and
@@ -30,13 +31,11 @@ import numpy as np
 
 from fixed_replay.dataset import rlu_episodes
 from fixed_replay.dataset import validity
+from fixed_replay.dataset.file_names import EPISODE_IDX
+from fixed_replay.dataset.file_names import UNCLIPPED_REWARD
 from fixed_replay.errors import CheckpointError
 
 _MIN_FRAMES_PER_THREAD = 64
-# The extra storage elements' names, as a Dopamine agent asks for them:
-# `extra_storage_types=[ReplayElement('unclipped_reward', (), np.float32)]`.
-UNCLIPPED_REWARD = 'unclipped_reward'
-EPISODE_IDX = 'episode_idx'
 
 
 class EpisodeRows:
@@ -128,7 +127,7 @@ class EpisodeRows:
     self._rewards += [np.zeros(pad, np.float32), episode.rewards]
     self._terminals += [np.zeros(pad, np.uint8), terminals]
     self._episode_rows += [
-      np.full(pad, -1, np.int64),
+      np.zeros(pad, np.int64),
       np.full(steps, episode.episode_idx, np.int64),
     ]
     if episode.unclipped_rewards is None:
@@ -166,7 +165,7 @@ class EpisodeRows:
       'reward': np.concatenate(self._rewards + [np.zeros(1, np.float32)]),
       'terminal': np.concatenate(self._terminals + [np.zeros(1, np.uint8)]),
       EPISODE_IDX: np.concatenate(
-        self._episode_rows + [np.full(1, -1, np.int64)]
+        self._episode_rows + [np.zeros(1, np.int64)]
       ),
     }
     if self._all_unclipped:
