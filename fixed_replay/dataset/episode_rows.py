@@ -164,9 +164,7 @@ class EpisodeRows:
       'action': np.concatenate(self._actions + [np.zeros(1, np.int32)]),
       'reward': np.concatenate(self._rewards + [np.zeros(1, np.float32)]),
       'terminal': np.concatenate(self._terminals + [np.zeros(1, np.uint8)]),
-      EPISODE_IDX: np.concatenate(
-        self._episode_rows + [np.zeros(1, np.int64)]
-      ),
+      EPISODE_IDX: np.concatenate(self._episode_rows + [np.zeros(1, np.int64)]),
     }
     if self._all_unclipped:
       arrays[UNCLIPPED_REWARD] = np.concatenate(
