@@ -92,11 +92,7 @@ def _report(summary, table):
 
 
 def _inspect_run(directory, kind):
-  try:
-    location, parts = rlu_convert.discover(directory, kind, _RUN.value)
-  except CheckpointError as error:
-    print(f'fixed-replay inspect: {error}', file=sys.stderr)
-    return 1
+  location, parts = rlu_convert.discover(directory, kind, _RUN.value)
   summary = rlu_inspection.summarize_run(
     kind,
     location,
@@ -117,19 +113,15 @@ def main(argv):
   directory = argv[1]
   try:
     found = layout.detect(directory)
-  except CheckpointError as error:  # Remote storage did not answer.
-    print(f'fixed-replay inspect: {error}', file=sys.stderr)
-    return 1
-  if found.kind in (layout.Kind.RLU, layout.Kind.TFDS):
-    return _inspect_run(directory, found.kind.name.lower())
-  try:
+    if found.kind in (layout.Kind.RLU, layout.Kind.TFDS):
+      return _inspect_run(directory, found.kind.name.lower())
     summary = store_inspection.summarize_data(
       found,
       stack_size=_STACK_SIZE.value,
       update_horizon=_UPDATE_HORIZON.value,
       verify=_VERIFY.value,
     )
-  except CheckpointError as error:
+  except CheckpointError as error:  # No data there, or no answer from it.
     print(f'fixed-replay inspect: {error}', file=sys.stderr)
     return 1
   return _report(summary, tables.format_table)

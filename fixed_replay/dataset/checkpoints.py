@@ -317,22 +317,11 @@ def read_checkpoint(
       f'but checkpoint {files.suffix} has {num_file_rows} rows',
     )
   # A window reaching past the file is clipped to it, as the buffers clip
-  # a replay_capacity larger than a checkpoint.
-  rows = window_rows(num_file_rows, start, count)
-  if count is not None and rows < count:
-    logging.info(
-      'rows [%d, %d) reach past the %d rows of checkpoint %d: reading rows '
-      '[%d, %d)',
-      start,
-      start + count,
-      num_file_rows,
-      files.suffix,
-      start,
-      start + rows,
-    )
-  count = rows
-  wanted = set(files.store_paths if elements is None else elements)
-  wanted |= set(REQUIRED_STORE_ELEMENTS)
+  # a replay_capacity larger than a checkpoint (and log it, once).
+  count = window_rows(num_file_rows, start, count)
+  wanted = set(REQUIRED_STORE_ELEMENTS).union(
+    files.store_paths if elements is None else elements
+  )
   unknown = wanted - set(files.store_paths)
   if unknown:
     raise CheckpointError(
