@@ -201,10 +201,7 @@ class _EpisodeReader:
     if description is None:
       sizes = {part.name: part.num_bytes for part in source.parts}
       description = rlu_plan.describe(self._taken, sizes)
+    # Positional, in SourceRows' field order.
     return checkpoint_source.SourceRows(
-      arrays=arrays,
-      add_count=add_count,
-      invalid_range=invalid_range,
-      episode_end_indices=ends,
-      description=description,
+      arrays, add_count, invalid_range, ends, description
     )
