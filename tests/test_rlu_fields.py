@@ -142,6 +142,36 @@ def test_buffers_return_it_when_asked(converted, output_format):
     plain.close()
 
 
+def test_tf_agents_get_it_in_graph(converted):
+  """WrappedFixedReplayBuffer, as Dopamine's TF agents sample."""
+  import tensorflow as tf
+
+  from fixed_replay.replay.wrapped_fixed_replay_buffer import (
+    WrappedFixedReplayBuffer,
+  )
+
+  _, outputs, episodes = converted
+  asked = [rlu_data.UNCLIPPED_REWARD]
+  with tf.Graph().as_default(), tf.compat.v1.Session() as session:
+    replay = WrappedFixedReplayBuffer(
+      str(outputs['compact']),
+      batch_size=64,
+      extra_storage_types=asked,
+      prefetch=False,
+      seed=0,
+    )
+    batch = session.run(replay.transition)
+    replay.memory.close()
+  for checkpoint in CHECKPOINTS:
+    members = batch['suffix'] == checkpoint
+    _assert_same(
+      {name: array[members] for name, array in batch.items()},
+      rlu_data.oracle(episodes[checkpoint], extras=asked),
+      batch['indices'][members],
+    )
+  assert batch['unclipped_reward'].dtype == np.float32
+
+
 @pytest.mark.parametrize('source', ['dopamine', 'store'])
 def test_a_field_the_data_lacks_is_refused(dopamine_dir, store, source):
   """Pong checkpoints written by Dopamine have no unclipped_reward."""
