@@ -157,7 +157,7 @@ def rows_of(episodes, stack_size=4):
 UNCLIPPED_REWARD = circular_replay_buffer.ReplayElement(
   'unclipped_reward', (), np.float32
 )
-EPISODE_IDX = circular_replay_buffer.ReplayElement('episode_idx', (), np.int64)
+EPISODE_IDX = circular_replay_buffer.ReplayElement('episode_idx', (), np.int32)
 
 
 def make_buffer(

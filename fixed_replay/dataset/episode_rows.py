@@ -9,7 +9,7 @@ goes into `episode_end_indices`, an episode cut without terminal included
 
 Two more per-row arrays, which Dopamine would hold as extra storage
 elements, keep what RL Unplugged records beyond those: `episode_idx`
-(int64, the row's episode) and, when every episode of the checkpoint
+(int32, the row's episode) and, when every episode of the checkpoint
 records it, `unclipped_reward` (float32, the game's reward). Padding rows
 hold 0 in both, as Dopamine's `add` writes zeros into every element of
 them (after an episode cut without terminal they can be sampled).
@@ -127,8 +127,8 @@ class EpisodeRows:
     self._rewards += [np.zeros(pad, np.float32), episode.rewards]
     self._terminals += [np.zeros(pad, np.uint8), terminals]
     self._episode_rows += [
-      np.zeros(pad, np.int64),
-      np.full(steps, episode.episode_idx, np.int64),
+      np.zeros(pad, np.int32),
+      np.full(steps, episode.episode_idx, np.int32),
     ]
     if episode.unclipped_rewards is None:
       self._all_unclipped = False
@@ -154,7 +154,7 @@ class EpisodeRows:
     Returns:
       (arrays, add_count, invalid_range, episode_end_indices): arrays maps
       'action' (int32), 'reward' (float32), 'terminal' (uint8),
-      'episode_idx' (int64) and, if every episode had it, 'unclipped_reward'
+      'episode_idx' (int32) and, if every episode had it, 'unclipped_reward'
       (float32) to one value per row; invalid_range and
       episode_end_indices are int64 rows.
     """
@@ -164,7 +164,7 @@ class EpisodeRows:
       'action': np.concatenate(self._actions + [np.zeros(1, np.int32)]),
       'reward': np.concatenate(self._rewards + [np.zeros(1, np.float32)]),
       'terminal': np.concatenate(self._terminals + [np.zeros(1, np.uint8)]),
-      EPISODE_IDX: np.concatenate(self._episode_rows + [np.zeros(1, np.int64)]),
+      EPISODE_IDX: np.concatenate(self._episode_rows + [np.zeros(1, np.int32)]),
     }
     if self._all_unclipped:
       arrays[UNCLIPPED_REWARD] = np.concatenate(

@@ -31,7 +31,8 @@ REQUIRED_KEYS = {
 _STEP_KEYS = ('observations', 'actions', 'clipped_rewards', 'discounts')
 # Per-step, kept when present: the game score before clipping.
 UNCLIPPED_KEY = 'unclipped_rewards'
-_MAX_ACTION = 2**31 - 1  # Dopamine stores actions as int32.
+# Dopamine stores actions as int32, and the conversion episode ids.
+_MAX_ACTION = 2**31 - 1
 
 
 @dataclasses.dataclass
@@ -85,6 +86,10 @@ def check_checkpoint_idx(
       path,
       f'episode {episode_idx} (record {record}): checkpoint_idx '
       f'{checkpoint_idx} is outside 0..{NUM_CHECKPOINTS - 1}',
+    )
+  if not -(2**31) <= episode_idx <= _MAX_ACTION:  # Stored as int32.
+    raise CheckpointError(
+      path, f'record {record}: episode_idx {episode_idx} is outside int32'
     )
 
 
