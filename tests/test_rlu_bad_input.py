@@ -102,6 +102,12 @@ def _bad_records(case, episodes):
     'early terminal': lambda: rlu_data.example_bytes(
       victim, discounts=_floats([1.0] * 3 + [0.0] + [1.0] * (_STEPS - 4))
     ),
+    'episode_idx past int32': lambda: rlu_data.example_bytes(
+      victim, episode_idx=_ints([2**31])
+    ),
+    'unclipped_rewards short': lambda: rlu_data.example_bytes(
+      victim, unclipped_rewards=_floats([0.0] * (_STEPS - 1))
+    ),
   }
   return [rlu_data.example_bytes(good), damaged[case]()]
 
@@ -120,6 +126,10 @@ _EXPECTED = {
   r'duplicates episode_idx 2 of record 0',
   'early terminal': r'episode 3 of checkpoint 1 \(record 1\): step 3 of 24 '
   'ends the episode',
+  'episode_idx past int32': r'record 1: episode_idx 2147483648 is outside '
+  'int32',
+  'unclipped_rewards short': r'episode 3 of checkpoint 1 \(record 1\): '
+  r'per-step lists of unequal length .*unclipped_rewards',
 }
 
 
