@@ -32,6 +32,7 @@ class PlayedEpisode:
   terminal: bool  # whether the last step ended the game (discount 0)
   checkpoint_idx: int = 0
   episode_idx: int = 0
+  game_rewards: np.ndarray = None  # float32, the game's own (unclipped)
 
   @property
   def discounts(self):
@@ -42,14 +43,14 @@ class PlayedEpisode:
 
 
 @functools.lru_cache(maxsize=4)
-def _play(num_episodes, max_steps, seed):
-  env = atari_lib.create_atari_environment('Breakout', sticky_actions=True)
+def _play(num_episodes, max_steps, seed, game):
+  env = atari_lib.create_atari_environment(game, sticky_actions=True)
   env.environment.reset(seed=seed)
   rng = np.random.default_rng(seed)
   episodes = []
   for _ in range(num_episodes):
     observation = env.reset()
-    frames, actions, rewards = [], [], []
+    frames, actions, rewards, game_rewards = [], [], [], []
     terminal = False
     while len(actions) < max_steps and not terminal:
       frames.append(observation[..., 0].copy())
@@ -57,20 +58,23 @@ def _play(num_episodes, max_steps, seed):
       observation, reward, terminal, _ = env.step(action)
       actions.append(action)
       rewards.append(np.clip(reward, -1, 1))
+      game_rewards.append(reward)
     episodes.append(
       PlayedEpisode(
         np.stack(frames),
         np.array(actions, np.int64),
         np.array(rewards, np.float32),
         bool(terminal),
+        game_rewards=np.array(game_rewards, np.float32),
       )
     )
   return tuple(episodes)
 
 
-def play(num_episodes, max_steps=400, seed=0):
-  """Plays real Breakout episodes (copies, so callers may relabel them)."""
-  return [dataclasses.replace(e) for e in _play(num_episodes, max_steps, seed)]
+def play(num_episodes, max_steps=400, seed=0, game='Breakout'):
+  """Plays real episodes (copies, so callers may relabel them)."""
+  played = _play(num_episodes, max_steps, seed, game)
+  return [dataclasses.replace(e) for e in played]
 
 
 def encode_png(frame):
@@ -106,8 +110,8 @@ def example_bytes(episode, **overrides):
       )
     ),
     'actions': ints(episode.actions.tolist()),
-    # As in the published data, both reward lists hold clipped rewards.
-    'unclipped_rewards': floats(episode.rewards.tolist()),
+    # The game's rewards (in Breakout's random play mostly 1, as clipped).
+    'unclipped_rewards': floats(episode.game_rewards.tolist()),
     'clipped_rewards': floats(episode.rewards.tolist()),
     'discounts': floats(episode.discounts.tolist()),
   }
@@ -148,7 +152,17 @@ def rows_of(episodes, stack_size=4):
   return sum(len(e.actions) + stack_size - 1 for e in episodes)
 
 
-def make_buffer(capacity, stack_size=4, update_horizon=1, gamma=0.99):
+# The extra storage elements an RL Unplugged conversion writes, as Dopamine
+# declares them.
+UNCLIPPED_REWARD = circular_replay_buffer.ReplayElement(
+  'unclipped_reward', (), np.float32
+)
+EPISODE_IDX = circular_replay_buffer.ReplayElement('episode_idx', (), np.int32)
+
+
+def make_buffer(
+  capacity, stack_size=4, update_horizon=1, gamma=0.99, extras=None
+):
   return circular_replay_buffer.OutOfGraphReplayBuffer(
     observation_shape=FRAME_SHAPE,
     stack_size=stack_size,
@@ -156,19 +170,34 @@ def make_buffer(capacity, stack_size=4, update_horizon=1, gamma=0.99):
     batch_size=32,
     update_horizon=update_horizon,
     gamma=gamma,
+    extra_storage_types=extras,
     checkpoint_duration=10**9,
   )
 
 
-def oracle(episodes, stack_size=4, update_horizon=1, gamma=0.99, spare=100):
+def _extra_values(episode, step, extras):
+  values = {'unclipped_reward': episode.game_rewards[step]}
+  values['episode_idx'] = episode.episode_idx
+  return [values[e.name] for e in extras or ()]
+
+
+def oracle(
+  episodes, stack_size=4, update_horizon=1, gamma=0.99, spare=100, extras=None
+):
   """A Dopamine buffer that `add`ed the episodes in episode_idx order.
 
   terminal = (discount == 0); an episode without a terminal step is ended
-  with `episode_end=True` on its last step (see the README).
+  with `episode_end=True` on its last step (see the README). `extras`:
+  Dopamine ReplayElements among UNCLIPPED_REWARD and EPISODE_IDX, added
+  with each step as Dopamine's `add` takes extra elements.
   """
   ordered = sorted(episodes, key=lambda e: e.episode_idx)
   buffer = make_buffer(
-    rows_of(ordered, stack_size) + spare, stack_size, update_horizon, gamma
+    rows_of(ordered, stack_size) + spare,
+    stack_size,
+    update_horizon,
+    gamma,
+    extras,
   )
   for episode in ordered:
     last = len(episode.actions) - 1
@@ -178,6 +207,7 @@ def oracle(episodes, stack_size=4, update_horizon=1, gamma=0.99, spare=100):
         int(episode.actions[step]),
         float(episode.rewards[step]),
         int(episode.discounts[step] == 0),
+        *_extra_values(episode, step, extras),
         episode_end=step == last,
       )
   return buffer

@@ -270,29 +270,68 @@ def test_dataset_is_read_only(make, tmp_path):
   assert os.listdir(tmp_path) == []
 
 
-@pytest.mark.parametrize('source', ['replay_logs', 'store'])
-def test_extra_storage_types_are_returned(source, tmp_path):
+@pytest.fixture(scope='module')
+def extra_sources(tmp_path_factory):
+  """{source: directory} of a checkpoint Dopamine saved with two extras.
+
+  `unclipped_reward` (the game's reward, as a conversion of RL Unplugged
+  data keeps it) and a vector element, written by Dopamine's own `add` and
+  `save`; and the extras and the oracle (Dopamine's `load` of the files).
+  """
   from dopamine.tf.replay_memory import circular_replay_buffer
 
-  extra = [circular_replay_buffer.ReplayElement('logits', (3,), np.float32)]
-  writer = dopamine_data.make_buffer(300, extra_storage_types=extra)
-  frames, _ = dopamine_data.pong_frames(280)
+  element = circular_replay_buffer.ReplayElement
+  extras = [
+    element('unclipped_reward', (), np.float32),
+    element('logits', (3,), np.float32),
+  ]
+  parent = tmp_path_factory.mktemp('extras')
+  writer = dopamine_data.make_buffer(300, extra_storage_types=extras)
+  frames, rewards = dopamine_data.pong_frames(280)
   rng = np.random.default_rng(0)
   for i in range(280):
+    game_reward = np.float32(rewards[i] * 10 + rng.integers(3))
     writer.add(
-      frames[i], 1, 0.5, i % 50 == 49, rng.random(3).astype(np.float32)
+      frames[i],
+      1,
+      float(np.clip(game_reward, -1, 1)),
+      i % 50 == 49,
+      game_reward,
+      rng.random(3).astype(np.float32),
     )
-  os.mkdir(tmp_path / 'gzip')
-  writer.save(str(tmp_path / 'gzip'), 0)
-  directory = tmp_path / 'gzip'
-  if source == 'store':
-    convert.convert(tmp_path / 'gzip', tmp_path / 'store', workers=0)
-    directory = tmp_path / 'store'
-  buffer = _make(source, directory, extra_storage_types=extra)
-  batch = as_dict(buffer, buffer.sample_transition_batch(64))
+  os.mkdir(parent / 'gzip')
+  writer.save(str(parent / 'gzip'), 0)
+  convert.convert(parent / 'gzip', parent / 'store', workers=0)
+  directories = {
+    'replay_logs': parent / 'gzip',
+    'run': _run_dir(parent / 'gzip', parent),
+    'store': parent / 'store',
+  }
   oracle = dopamine_data.load_oracle(
-    tmp_path / 'gzip', 0, 300, extra_storage_types=extra
+    parent / 'gzip', 0, 300, extra_storage_types=extras
   )
-  assert_equals_oracle(batch, lambda s: oracle)
-  assert 'logits' in batch
-  buffer.close()
+  return directories, extras, oracle
+
+
+@pytest.mark.parametrize('source', SOURCES)
+def test_extra_storage_types_are_returned(source, extra_sources):
+  """Each extra element at the transition's own row, as Dopamine reads it."""
+  directories, extras, oracle = extra_sources
+  buffer = _make(source, directories[source], extra_storage_types=extras)
+  try:
+    batch = as_dict(buffer, buffer.sample_transition_batch(64))
+    assert_equals_oracle(batch, lambda s: oracle)
+    valid = buffer.shard(0).valid_rows
+    every = as_dict(
+      buffer, buffer.sample_transition_batch(indices=valid, suffixes=0)
+    )
+    assert_equals_oracle(every, lambda s: oracle)
+    assert (every['unclipped_reward'] != every['reward']).any()
+    assert every['logits'].shape == (len(valid), 3)
+  finally:
+    buffer.close()
+  plain = _make(source, directories[source])
+  assert 'unclipped_reward' not in as_dict(
+    plain, plain.sample_transition_batch(4)
+  )
+  plain.close()

@@ -35,6 +35,7 @@ def episodes():
     episode.frames = episode.frames[:_STEPS]
     episode.actions = episode.actions[:_STEPS]
     episode.rewards = episode.rewards[:_STEPS]
+    episode.game_rewards = episode.game_rewards[:_STEPS]
     result.append(episode)
   return result
 
@@ -101,6 +102,12 @@ def _bad_records(case, episodes):
     'early terminal': lambda: rlu_data.example_bytes(
       victim, discounts=_floats([1.0] * 3 + [0.0] + [1.0] * (_STEPS - 4))
     ),
+    'episode_idx past int32': lambda: rlu_data.example_bytes(
+      victim, episode_idx=_ints([2**31])
+    ),
+    'unclipped_rewards short': lambda: rlu_data.example_bytes(
+      victim, unclipped_rewards=_floats([0.0] * (_STEPS - 1))
+    ),
   }
   return [rlu_data.example_bytes(good), damaged[case]()]
 
@@ -119,6 +126,10 @@ _EXPECTED = {
   r'duplicates episode_idx 2 of record 0',
   'early terminal': r'episode 3 of checkpoint 1 \(record 1\): step 3 of 24 '
   'ends the episode',
+  'episode_idx past int32': r'record 1: episode_idx 2147483648 is outside '
+  'int32',
+  'unclipped_rewards short': r'episode 3 of checkpoint 1 \(record 1\): '
+  r'per-step lists of unequal length .*unclipped_rewards',
 }
 
 
@@ -205,7 +216,8 @@ def test_damage_leaves_no_dopamine_files(episodes, tmp_path):
     rlu_convert.convert_rlu(directory, store, options=options, workers=0)
   names = sorted(os.listdir(store))
   assert not [n for n in names if '_ckpt.1.gz' in n or 'partial' in n]
-  assert len([n for n in names if n.endswith('_ckpt.0.gz')]) == 7
+  # Dopamine's seven files and the two extra elements.
+  assert len([n for n in names if n.endswith('_ckpt.0.gz')]) == 9
 
 
 def test_duplicate_across_shards_is_refused(episodes, tmp_path):

@@ -194,7 +194,11 @@ def test_checkpoints_spread_over_shards_are_assembled(rlu_dir, stores):
     assert source['first_episode'] == played[0].episode_idx
   # Nothing but the checkpoints' files and our bookkeeping in DST.
   names = sorted(n for n in os.listdir(store) if not n.startswith('.'))
-  assert len(names) == 7 * len(CHECKPOINTS), names
+  # Dopamine's seven, plus the two extra elements RL Unplugged records.
+  assert len(names) == 9 * len(CHECKPOINTS), names
+  for c in CHECKPOINTS:
+    assert f'$store$_unclipped_reward_ckpt.{c}.gz' in names
+    assert f'$store$_episode_idx_ckpt.{c}.gz' in names
 
 
 def test_rerun_checks_and_skips(rlu_dir, stores):

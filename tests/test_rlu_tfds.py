@@ -100,6 +100,7 @@ def test_tfds_directory_converts_to_the_shards_rows(
     name = manifest_lib.checkpoint_dirname(checkpoint)
     ours, theirs = from_tfds / name, from_shards / name
     assert sorted(os.listdir(ours)) == sorted(os.listdir(theirs))
+    assert {'unclipped_reward.npy', 'episode_idx.npy'} <= set(os.listdir(ours))
     for file_name in os.listdir(ours):
       if file_name != manifest_lib.MANIFEST:
         assert (ours / file_name).read_bytes() == (
@@ -123,6 +124,8 @@ def test_tfds_split_episodes_match_the_shards(rlu_dir, prepared):
       assert ours.terminal == theirs.terminal
       assert ours.actions.tolist() == theirs.actions.tolist()
       assert ours.rewards.tolist() == theirs.rewards.tolist()
+      # TFDS' reward is RL Unplugged's unclipped_rewards, kept as such.
+      assert ours.unclipped_rewards.tolist() == theirs.game_rewards.tolist()
 
 
 def test_layout_knows_a_prepared_dataset_and_train_says_convert(prepared):

@@ -4,15 +4,17 @@ DIR is one of:
 
   a Dopamine replay directory (`*_ckpt.N.gz`, local or gs://): one line per
     checkpoint suffix (completeness, rows, add_count, cursor, valid
-    transitions, complete episodes and their returns, observation shape,
-    sizes); --verify decompresses everything;
+    transitions, complete episodes and their returns, and their game-score
+    returns where an `unclipped_reward` element records the game's reward,
+    observation shape, sizes); --verify decompresses everything;
   a compact store (`fixed-replay convert` output): the same table from the
     manifests and small arrays; --verify checks every file's CRC-32 and
     decodes every frame block;
   RL Unplugged shards (`run_<r>-NNNNN-of-MMMMM`, --run picks a run) or a
     TFDS-prepared rlu_atari_checkpoints_ordered: one line per checkpoint
-    (episodes, steps, terminal episodes, return range, shards), reading every
-    record; --verify also decodes every frame.
+    (episodes, steps, terminal episodes, return range, game-score range
+    from `unclipped_rewards`, shards), reading every record; --verify also
+    decodes every frame.
 
 Then every problem found, each naming its file. Exits with status 1 when
 anything is damaged or incomplete, or nothing usable was found.
@@ -32,7 +34,6 @@ from absl import flags
 
 from fixed_replay import cli
 from fixed_replay.cli import tables
-from fixed_replay.dataset import inspection
 from fixed_replay.dataset import layout
 from fixed_replay.dataset import rlu_inspection
 from fixed_replay.errors import CheckpointError
@@ -91,11 +92,7 @@ def _report(summary, table):
 
 
 def _inspect_run(directory, kind):
-  try:
-    location, parts = rlu_convert.discover(directory, kind, _RUN.value)
-  except CheckpointError as error:
-    print(f'fixed-replay inspect: {error}', file=sys.stderr)
-    return 1
+  location, parts = rlu_convert.discover(directory, kind, _RUN.value)
   summary = rlu_inspection.summarize_run(
     kind,
     location,
@@ -116,29 +113,16 @@ def main(argv):
   directory = argv[1]
   try:
     found = layout.detect(directory)
-  except CheckpointError as error:  # Remote storage did not answer.
+    if found.kind in (layout.Kind.RLU, layout.Kind.TFDS):
+      return _inspect_run(directory, found.kind.name.lower())
+    summary = store_inspection.summarize_data(
+      found,
+      stack_size=_STACK_SIZE.value,
+      update_horizon=_UPDATE_HORIZON.value,
+      verify=_VERIFY.value,
+    )
+  except CheckpointError as error:  # No data there, or no answer from it.
     print(f'fixed-replay inspect: {error}', file=sys.stderr)
-    return 1
-  if layout.Kind.STORE in (found.kind, found.partial_of):
-    summary = store_inspection.summarize_store(
-      found.data_dir,
-      stack_size=_STACK_SIZE.value,
-      update_horizon=_UPDATE_HORIZON.value,
-      verify=_VERIFY.value,
-    )
-  elif found.kind in (layout.Kind.RLU, layout.Kind.TFDS):
-    return _inspect_run(directory, found.kind.name.lower())
-  elif found.kind in (layout.Kind.DOPAMINE, layout.Kind.DOPAMINE_RUN) or (
-    found.partial_of is layout.Kind.DOPAMINE
-  ):
-    summary = inspection.summarize_directory(
-      found.data_dir,
-      stack_size=_STACK_SIZE.value,
-      update_horizon=_UPDATE_HORIZON.value,
-      verify=_VERIFY.value,
-    )
-  else:
-    print(f'fixed-replay inspect: {found.error()}', file=sys.stderr)
     return 1
   return _report(summary, tables.format_table)
 

@@ -89,6 +89,34 @@ def _checkpoint_row(summary):
   )
 
 
+_GAME_COLUMN = 'game score min / mean / max'
+_NO_GAME_SCORE = (
+  '; game score: not recorded (no unclipped_reward element; conversions of '
+  'RL Unplugged data keep it)'
+)
+
+
+def _with_game_scores(columns, rows, stats, total):
+  """Inserts the game-score column after the returns, or says it is absent.
+
+  Args:
+    columns: the table's column names.
+    rows: its rows, the totals last.
+    stats: EpisodeStats (or None) of each row but the totals.
+    total: the totals' EpisodeStats, or None when nothing records it.
+
+  Returns:
+    (columns, rows, note): note is '' or what the title says of its
+    absence.
+  """
+  if total is None:
+    return columns, rows, _NO_GAME_SCORE
+  at = columns.index('return min / mean / max') + 1
+  cells = [_returns(s) for s in stats] + [_returns(total)]
+  rows = [r[:at] + (c,) + r[at:] for r, c in zip(rows, cells, strict=True)]
+  return columns[:at] + (_GAME_COLUMN,) + columns[at:], rows, ''
+
+
 def format_table(summary):
   """A DirectorySummary: one line per suffix, then the totals."""
   rows = [_checkpoint_row(s) for s in summary.checkpoints]
@@ -115,13 +143,19 @@ def format_table(summary):
   )
   if versions:
     mode += ', compact store format version ' + ', '.join(map(str, versions))
+  columns, rows, note = _with_game_scores(
+    _DIRECTORY_COLUMNS,
+    rows,
+    [s.game_episodes for s in summary.checkpoints],
+    summary.game_episodes,
+  )
   title = (
     f'{summary.directory} (stack_size={summary.stack_size}, '
     f'update_horizon={summary.update_horizon}, {mode}; episodes: the '
-    "complete ones within each checkpoint's rows)"
+    f"complete ones within each checkpoint's rows{note})"
   )
-  left = {1} | set(range(8, len(_DIRECTORY_COLUMNS)))
-  return '\n'.join([title] + _aligned(_DIRECTORY_COLUMNS, rows, left))
+  left = {1} | set(range(8, len(columns)))
+  return '\n'.join([title] + _aligned(columns, rows, left))
 
 
 def format_run_table(summary):
@@ -149,14 +183,21 @@ def format_run_table(summary):
       f'{sum(not p.ok for p in summary.parts)} damaged',
     )
   )
+  game = [e.game_returns for e in checkpoints]
+  columns, rows, note = _with_game_scores(
+    _RUN_COLUMNS,
+    rows,
+    game,
+    None if None in game or not game else summaries.EpisodeStats.combine(game),
+  )
   mode = 'every frame decoded' if summary.verified else 'frames not decoded'
   size = format_bytes(sum(p.num_bytes for p in summary.parts))
   title = (
     f'{summary.location} (RL Unplugged {summary.kind}, {size}, {mode}; '
-    'terminal: episodes ending with discount 0)'
+    f'terminal: episodes ending with discount 0{note})'
   )
-  left = set(range(4, len(_RUN_COLUMNS)))
-  return '\n'.join([title] + _aligned(_RUN_COLUMNS, rows, left))
+  left = set(range(4, len(columns)))
+  return '\n'.join([title] + _aligned(columns, rows, left))
 
 
 def format_problems(summary):

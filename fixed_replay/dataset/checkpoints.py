@@ -287,8 +287,8 @@ def read_checkpoint(
       file); a window reaching past the file ends with it.
     observation_shape: optional tuple, expected shape of one observation.
     observation_dtype: optional expected observation dtype.
-    elements: optional iterable of store element names to read (default all;
-      the four required ones are always read).
+    elements: optional iterable of the other store elements to read (None:
+      all of them; the four required ones are always read).
     verify: bool; False skips inflating what follows a window that ends
       before its file does (data verified once). Whole files are always
       checked: that costs nothing.
@@ -316,21 +316,11 @@ def read_checkpoint(
       f'but checkpoint {files.suffix} has {num_file_rows} rows',
     )
   # A window reaching past the file is clipped to it, as the buffers clip
-  # a replay_capacity larger than a checkpoint.
-  rows = window_rows(num_file_rows, start, count)
-  if count is not None and rows < count:
-    logging.info(
-      'rows [%d, %d) reach past the %d rows of checkpoint %d: reading rows '
-      '[%d, %d)',
-      start,
-      start + count,
-      num_file_rows,
-      files.suffix,
-      start,
-      start + rows,
-    )
-  count = rows
-  wanted = set(REQUIRED_STORE_ELEMENTS) | set(elements or files.store_paths)
+  # a replay_capacity larger than a checkpoint (and log it, once).
+  count = window_rows(num_file_rows, start, count)
+  wanted = set(REQUIRED_STORE_ELEMENTS).union(
+    files.store_paths if elements is None else elements
+  )
   unknown = wanted - set(files.store_paths)
   if unknown:
     raise CheckpointError(

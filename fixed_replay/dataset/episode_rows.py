@@ -7,6 +7,13 @@ action, the clipped reward and the terminal flag. Every episode's last row
 goes into `episode_end_indices`, an episode cut without terminal included
 (`add(..., episode_end=True)`), so that no n-step transition crosses it.
 
+Two more per-row arrays, which Dopamine would hold as extra storage
+elements, keep what RL Unplugged records beyond those: `episode_idx`
+(int32, the row's episode) and, when every episode of the checkpoint
+records it, `unclipped_reward` (float32, the game's reward). Padding rows
+hold 0 in both, as Dopamine's `add` writes zeros into every element of
+them (after an episode cut without terminal they can be sampled).
+
 EpisodeRows builds exactly those rows from validated episodes
 (rlu_episodes.Episode), decoding frames into one reused slice buffer, and
 chooses the bookkeeping so that Dopamine's own `load` of the result samples
@@ -24,6 +31,8 @@ import numpy as np
 
 from fixed_replay.dataset import rlu_episodes
 from fixed_replay.dataset import validity
+from fixed_replay.dataset.file_names import EPISODE_IDX
+from fixed_replay.dataset.file_names import UNCLIPPED_REWARD
 from fixed_replay.errors import CheckpointError
 
 _MIN_FRAMES_PER_THREAD = 64
@@ -58,6 +67,8 @@ class EpisodeRows:
     if self._threads > 1:
       self._pool = concurrent.futures.ThreadPoolExecutor(self._threads)
     self._actions, self._rewards, self._terminals = [], [], []
+    self._unclipped, self._episode_rows = [], []
+    self._all_unclipped = True
     self._ends = []
     self.num_rows = 0
     self.steps = 0
@@ -115,6 +126,14 @@ class EpisodeRows:
     self._actions += [np.zeros(pad, np.int32), episode.actions]
     self._rewards += [np.zeros(pad, np.float32), episode.rewards]
     self._terminals += [np.zeros(pad, np.uint8), terminals]
+    self._episode_rows += [
+      np.zeros(pad, np.int32),
+      np.full(steps, episode.episode_idx, np.int32),
+    ]
+    if episode.unclipped_rewards is None:
+      self._all_unclipped = False
+    elif self._all_unclipped:
+      self._unclipped += [np.zeros(pad, np.float32), episode.unclipped_rewards]
     self.num_rows += pad + steps
     self.steps += steps
     self._ends.append(self.num_rows - 1)
@@ -134,8 +153,10 @@ class EpisodeRows:
 
     Returns:
       (arrays, add_count, invalid_range, episode_end_indices): arrays maps
-      'action' (int32), 'reward' (float32) and 'terminal' (uint8) to one
-      value per row; invalid_range and episode_end_indices are int64 rows.
+      'action' (int32), 'reward' (float32), 'terminal' (uint8),
+      'episode_idx' (int32) and, if every episode had it, 'unclipped_reward'
+      (float32) to one value per row; invalid_range and
+      episode_end_indices are int64 rows.
     """
     added = self.num_rows
     capacity = added + 1
@@ -143,7 +164,12 @@ class EpisodeRows:
       'action': np.concatenate(self._actions + [np.zeros(1, np.int32)]),
       'reward': np.concatenate(self._rewards + [np.zeros(1, np.float32)]),
       'terminal': np.concatenate(self._terminals + [np.zeros(1, np.uint8)]),
+      EPISODE_IDX: np.concatenate(self._episode_rows + [np.zeros(1, np.int32)]),
     }
+    if self._all_unclipped:
+      arrays[UNCLIPPED_REWARD] = np.concatenate(
+        self._unclipped + [np.zeros(1, np.float32)]
+      )
     invalid_range = validity.cursor_invalid_rows(
       added, capacity, self._stack_size, self._update_horizon
     ).astype(np.int64)

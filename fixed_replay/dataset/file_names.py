@@ -15,6 +15,12 @@ STORE_PREFIX = '$store$_'
 REQUIRED_STORE_ELEMENTS = ('observation', 'action', 'reward', 'terminal')
 REQUIRED_EXTRA_FILES = ('add_count', 'invalid_range')
 EPISODE_END_INDICES = 'episode_end_indices'
+# Extra storage elements that conversions of RL Unplugged data write
+# (episode_rows.py): the game's reward before clipping, and the episode of
+# each row. An agent asks for one as Dopamine does, with
+# `extra_storage_types=[ReplayElement('unclipped_reward', (), np.float32)]`.
+UNCLIPPED_REWARD = 'unclipped_reward'
+EPISODE_IDX = 'episode_idx'
 # `name` is the array ('$store$_observation', 'add_count', ...).
 FILE_PATTERN = re.compile(r'^(?P<name>.+)_ckpt\.(?P<suffix>\d+)\.gz$')
 

@@ -2,11 +2,13 @@
 
 For every checkpoint suffix we report what a user needs before training on it:
 whether all files are there, how many rows the writer held and how many of
-them Dopamine would sample, the complete episodes and their returns, and how
-big the files are. Only headers and the small arrays (terminal, reward,
-add_count, invalid_range, episode_end_indices) are read, so summarising the
-50 x 7 GB of a DQN Replay Dataset run takes seconds. `verify=True` also
-decompresses every file to the end, which checks every gzip CRC.
+them Dopamine would sample, the complete episodes and their returns (and
+their game-score returns, where an `unclipped_reward` element records the
+game's reward), and how big the files are. Only headers and the small
+arrays (terminal, reward, add_count, invalid_range, episode_end_indices) are
+read, so summarising the 50 x 7 GB of a DQN Replay Dataset run takes
+seconds. `verify=True` also decompresses every file to the end, which checks
+every gzip CRC.
 
 Every problem is collected (naming its file, see audit.py) instead of
 stopping at the first, so one run tells the user everything that is wrong
@@ -148,11 +150,18 @@ def _fill_summary(summary, files, collector, sampling, other_paths, progress):
         update_horizon,
       )
     )
-  reward = audit.column(files, 'reward', rows, collector)
-  if reward is not None:
-    summary.episodes = EpisodeStats.from_returns(
-      episode_returns(terminal, reward, add_count, episode_ends)
-    )
+  for name in ('reward', file_names.UNCLIPPED_REWARD):
+    if name not in files.store_paths:  # No game score recorded.
+      continue
+    reward = audit.column(files, name, rows, collector)
+    if reward is not None:
+      stats = EpisodeStats.from_returns(
+        episode_returns(terminal, reward, add_count, episode_ends)
+      )
+      if name == 'reward':
+        summary.episodes = stats
+      else:
+        summary.game_episodes = stats
   return headers
 
 

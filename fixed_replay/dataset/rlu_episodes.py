@@ -2,9 +2,11 @@
 
 Each record of a shard is a whole episode: `checkpoint_idx`, `episode_idx`,
 per-step `observations` (84x84 grayscale PNGs), `actions`,
-`clipped_rewards` and `discounts`. Parsing checks what Dopamine's layout
-needs of them; frames are decoded in slices, on demand. Every problem is a
-CheckpointError naming the shard and the episode.
+`clipped_rewards` and `discounts`, and usually `unclipped_rewards` (the
+game's own reward, kept as the extra element `unclipped_reward`). Parsing
+checks what Dopamine's layout needs of them; frames are decoded in slices,
+on demand. Every problem is a CheckpointError naming the shard and the
+episode.
 """
 
 import dataclasses
@@ -27,7 +29,10 @@ REQUIRED_KEYS = {
   'discounts': 'float_list',
 }
 _STEP_KEYS = ('observations', 'actions', 'clipped_rewards', 'discounts')
-_MAX_ACTION = 2**31 - 1  # Dopamine stores actions as int32.
+# Per-step, kept when present: the game score before clipping.
+UNCLIPPED_KEY = 'unclipped_rewards'
+# Dopamine stores actions as int32, and the conversion episode ids.
+_MAX_ACTION = 2**31 - 1
 
 
 @dataclasses.dataclass
@@ -43,6 +48,8 @@ class Episode:
     actions: int32 array.
     rewards: float32 array, the clipped rewards.
     terminal: bool, whether the last step ended the episode (discount 0).
+    unclipped_rewards: float32 array, the game's rewards as recorded, or
+      None when the record has none.
   """
 
   shard: str
@@ -53,6 +60,7 @@ class Episode:
   actions: np.ndarray
   rewards: np.ndarray
   terminal: bool
+  unclipped_rewards: np.ndarray | None = None
 
   @property
   def num_steps(self) -> int:
@@ -78,6 +86,10 @@ def check_checkpoint_idx(
       path,
       f'episode {episode_idx} (record {record}): checkpoint_idx '
       f'{checkpoint_idx} is outside 0..{NUM_CHECKPOINTS - 1}',
+    )
+  if not -(2**31) <= episode_idx <= _MAX_ACTION:  # Stored as int32.
+    raise CheckpointError(
+      path, f'record {record}: episode_idx {episode_idx} is outside int32'
     )
 
 
@@ -166,7 +178,12 @@ def parse_episode(data: bytes, path: str, record: int) -> 'Episode':
   where = f'episode {episode_idx} of checkpoint {checkpoint_idx} (record '
   where += f'{record})'
   check_checkpoint_idx(path, record, checkpoint_idx, episode_idx)
-  lengths = {key: len(values[key]) for key in _STEP_KEYS}
+  if UNCLIPPED_KEY in features:
+    values[UNCLIPPED_KEY] = _values(
+      features[UNCLIPPED_KEY], UNCLIPPED_KEY, 'float_list', path, record
+    )
+  lengths = {key: len(values[key]) for key in _STEP_KEYS + (UNCLIPPED_KEY,)}
+  lengths = {key: n for key, n in lengths.items() if key in values}
   if len(set(lengths.values())) > 1:
     raise CheckpointError(
       path, f'{where}: per-step lists of unequal length {lengths}'
@@ -183,6 +200,8 @@ def parse_episode(data: bytes, path: str, record: int) -> 'Episode':
     rewards=np.asarray(values['clipped_rewards'], dtype=np.float32),
     terminal=bool(len(discounts)) and bool(discounts[-1] == 0),
   )
+  if UNCLIPPED_KEY in values:
+    episode.unclipped_rewards = np.asarray(values[UNCLIPPED_KEY], np.float32)
   check_steps(episode, discounts == 0)
   return episode
 

@@ -45,6 +45,8 @@ class CheckpointEpisodes:
   steps: int = 0
   terminal: int = 0
   returns: summaries.EpisodeStats = None
+  # Sums of `unclipped_rewards`; None if an episode does not record them.
+  game_returns: summaries.EpisodeStats = None
 
 
 @dataclasses.dataclass
@@ -106,6 +108,9 @@ def _read_part(open_part, part, verify, scratch, found, summary):
       episode.num_steps,
       episode.terminal,
       episode.episode_return,
+      None
+      if episode.unclipped_rewards is None
+      else float(np.sum(episode.unclipped_rewards, dtype=np.float64)),
     )
 
 
@@ -147,9 +152,11 @@ def summarize_run(
       bar.update(part.num_bytes)
   finally:
     bar.close()
-  by_checkpoint = {}
+  by_checkpoint, game_returns = {}, {}
   for episode_idx in sorted(found):
-    name, _, checkpoint, steps, terminal, episode_return = found[episode_idx]
+    name, _, checkpoint, steps, terminal, episode_return, game = found[
+      episode_idx
+    ]
     entry = by_checkpoint.setdefault(checkpoint, CheckpointEpisodes(checkpoint))
     if name not in entry.parts:
       entry.parts.append(name)
@@ -158,8 +165,13 @@ def summarize_run(
     entry.terminal += terminal
     entry.returns = entry.returns or []
     entry.returns.append(episode_return)
-  for entry in by_checkpoint.values():
+    game_returns.setdefault(checkpoint, []).append(game)
+  for checkpoint, entry in by_checkpoint.items():
     entry.returns = summaries.EpisodeStats.from_returns(entry.returns)
+    if None not in game_returns[checkpoint]:
+      entry.game_returns = summaries.EpisodeStats.from_returns(
+        game_returns[checkpoint]
+      )
   summary.checkpoints = [by_checkpoint[c] for c in sorted(by_checkpoint)]
   if not found and not summary.problems:
     summary.problems.append(summaries.Problem(location, 'holds no episode'))

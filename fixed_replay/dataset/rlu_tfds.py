@@ -12,8 +12,9 @@ TFDS' preparation (`atari_utils.atari_example_to_rlds`) keeps every action
 and reward as stored, sets `is_terminal` on the last step when its raw
 discount was 0, and shifts the discounts; so terminal = is_terminal and
 the rows are the raw shards' (rlu_shards.py). `reward` is read from the raw
-`unclipped_rewards`, which hold clipped values in the published data; we
-clip it to [-1, 1] all the same, as Dopamine's logger did.
+`unclipped_rewards`: kept as it is as the episode's unclipped rewards (the
+extra element `unclipped_reward`), and clipped to [-1, 1] as the reward,
+as Dopamine's logger did.
 """
 
 from collections.abc import Collection
@@ -210,6 +211,7 @@ def episode_from_example(
   if len(set(lengths.values())) > 1:
     raise CheckpointError(label, f'{where}: steps of unequal length {lengths}')
   is_terminal = np.asarray(steps['is_terminal'], bool)
+  unclipped = np.asarray(steps['reward'], np.float32)
   episode = rlu_episodes.Episode(
     shard=label,
     record=record,
@@ -217,8 +219,9 @@ def episode_from_example(
     episode_idx=episode_idx,
     frames=steps['observation'],
     actions=rlu_episodes.check_actions(label, where, steps['action']),
-    rewards=np.clip(np.asarray(steps['reward'], np.float32), -1, 1),
+    rewards=np.clip(unclipped, -1, 1),
     terminal=bool(len(is_terminal)) and bool(is_terminal[-1]),
+    unclipped_rewards=unclipped,
   )
   rlu_episodes.check_steps(episode, is_terminal)
   return episode

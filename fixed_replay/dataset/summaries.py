@@ -100,6 +100,9 @@ class CheckpointSummary:
     verified: bool, whether every file was decompressed and checked.
     problems: list of Problem.
     format_version: int, a compact store's format version, else None.
+    game_episodes: EpisodeStats of the same episodes' game-score returns
+      (sums of the `unclipped_reward` element), or None when the data does
+      not record the game's reward.
   """
 
   suffix: int
@@ -119,6 +122,7 @@ class CheckpointSummary:
   problems: list = dataclasses.field(default_factory=list)
   # A compact store's format version (manifest.py); None for other data.
   format_version: int = None
+  game_episodes: EpisodeStats = None
 
   @property
   def status(self) -> str:
@@ -179,6 +183,14 @@ class DirectorySummary:
   def episodes(self) -> 'EpisodeStats':
     return EpisodeStats.combine(s.episodes for s in self.checkpoints)
 
+  @property
+  def game_episodes(self) -> 'EpisodeStats | None':
+    """Pooled game-score returns; None when no checkpoint records them."""
+    stats = [s.game_episodes for s in self.checkpoints]
+    if all(s is None for s in stats):
+      return None
+    return EpisodeStats.combine(stats)
+
   def to_dict(self) -> dict:
     """Returns plain JSON-serialisable data."""
     return {
@@ -194,11 +206,54 @@ class DirectorySummary:
         'rows': self.total('rows'),
         'num_valid': self.total('num_valid'),
         'episodes': dataclasses.asdict(self.episodes),
+        'game_episodes': (
+          None
+          if self.game_episodes is None
+          else dataclasses.asdict(self.game_episodes)
+        ),
         'disk_bytes': self.total('disk_bytes'),
         'data_bytes': self.total('data_bytes'),
       },
       'problems': [dataclasses.asdict(p) for p in self.all_problems],
     }
+
+
+def format_game_scores(summary: 'DirectorySummary') -> list[str]:
+  """Markdown rows of the data's own game score per checkpoint.
+
+  One row per checkpoint: its complete episodes, their mean game-score
+  return (sums of `unclipped_reward`) and mean clipped return; one row
+  saying so where the data does not record the game's reward.
+
+  Args:
+    summary: DirectorySummary of a store or of Dopamine's files.
+
+  Returns:
+    list of str, rows of the table whose header is GAME_SCORE_HEADER.
+  """
+  if summary.game_episodes is None:
+    return [
+      f'| {summary.directory} | - | - | not recorded (no unclipped_reward) '
+      '| - |'
+    ]
+
+  def mean(stats):
+    if stats is None or not stats.count:
+      return '-'
+    return f'{stats.mean_return:.1f}'
+
+  return [
+    f'| {summary.directory} | {s.suffix} | '
+    f'{s.episodes.count if s.episodes else 0} | {mean(s.game_episodes)} | '
+    f'{mean(s.episodes)} |'
+    for s in summary.checkpoints
+  ]
+
+
+GAME_SCORE_HEADER = [
+  '| data | checkpoint | episodes | mean game score | mean clipped return |',
+  '|---|---:|---:|---:|---:|',
+]
 
 
 def episode_returns(

@@ -10,6 +10,8 @@ reads them by streaming. With `verify` a window reaches the samplers only
 after every one of its files passed its gzip CRC-32 and length check.
 """
 
+from collections.abc import Collection
+from collections.abc import Sequence
 import concurrent.futures
 import dataclasses
 import os
@@ -21,12 +23,16 @@ import psutil
 
 from fixed_replay import progress
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import file_names
 from fixed_replay.dataset import subsample as subsample_lib
 from fixed_replay.dataset import validity
+from fixed_replay.errors import CheckpointError
 from fixed_replay.progress import format_bytes
 from fixed_replay.replay import transitions
 
 _SMALL = ['observation', 'action', 'reward', 'terminal']
+# Extra elements only conversions of RL Unplugged data hold (for the hint).
+_RLU_ELEMENTS = (file_names.UNCLIPPED_REWARD, file_names.EPISODE_IDX)
 
 
 # Bytes per row beyond the stored arrays: the table of valid rows (int64).
@@ -117,6 +123,53 @@ def check_fits(needed: int, budget: int, what: str) -> None:
 
 def total(values) -> int:
   return int(np.sum(values, dtype=np.int64))
+
+
+def check_extra_elements(
+  path: str, suffix: int, stored: Collection[str], names: Sequence[str]
+) -> None:
+  """Raises CheckpointError if a checkpoint lacks an asked-for element.
+
+  Args:
+    path: str, the checkpoint's file the error names (where the element
+      would be listed or stored).
+    suffix: int, the checkpoint.
+    stored: names of the elements it holds.
+    names: the extra_storage_types' names.
+  """
+  for name in names:
+    if name not in stored:
+      hint = ''
+      if name in _RLU_ELEMENTS:
+        hint = (
+          f'; {name} is recorded only by conversions of RL Unplugged data '
+          '(`fixed-replay convert` of its shards or TFDS form)'
+        )
+      raise CheckpointError(
+        path,
+        f'checkpoint {suffix} has no element {name!r}, which '
+        f'extra_storage_types asks for (it holds {sorted(stored)}){hint}',
+      )
+
+
+def check_gzip_extras(files: dict, names: Sequence[str]) -> None:
+  """check_extra_elements over Dopamine checkpoints, from their file names.
+
+  Args:
+    files: dict of suffix to checkpoints.CheckpointFiles.
+    names: the extra_storage_types' names.
+  """
+  for suffix, checkpoint in files.items():
+    missing = [n for n in names if n not in checkpoint.store_paths]
+    if missing:
+      check_extra_elements(
+        file_names.checkpoint_filename(
+          checkpoint.directory, file_names.STORE_PREFIX + missing[0], suffix
+        ),
+        suffix,
+        checkpoint.store_paths,
+        names,
+      )
 
 
 @dataclasses.dataclass(frozen=True)

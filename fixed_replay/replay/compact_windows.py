@@ -8,6 +8,8 @@ builds the valid-row table (int32, precomputed in the store for whole files)
 and sizes the block cache with what the budget leaves.
 """
 
+import os
+
 from absl import logging
 import numpy as np
 
@@ -28,9 +30,8 @@ def check_matches(
   stored: compact_store.StoredCheckpoint,
   observation_shape: tuple,
   observation_dtype: np.dtype,
-  extra_names,
 ) -> None:
-  """Raises CheckpointError unless the store holds what was asked for."""
+  """Raises CheckpointError unless the frames are those asked for."""
   frames = stored.frames
   if frames.row_shape != observation_shape:
     raise CheckpointError(
@@ -42,34 +43,32 @@ def check_matches(
       frames.path,
       f'frames of dtype {frames.dtype}, expected {observation_dtype}',
     )
-  missing = set(extra_names) - set(stored.arrays)
-  if missing:
-    raise CheckpointError(
-      stored.directory, f'no stored element(s) {sorted(missing)}'
-    )
 
 
-def check_same_observations(
-  directories: dict, observation_shape: tuple, observation_dtype
+def check_selection(
+  directories: dict, settings: checkpoint_loading.WindowSettings
 ) -> None:
-  """Raises CheckpointError unless every checkpoint holds the frames asked for.
+  """Raises CheckpointError unless every checkpoint holds what is asked for.
 
   Reads only the manifests, so a store sampled a few checkpoints at a time
-  is checked whole before anything is sampled.
+  is checked whole before anything is sampled: the frames' shape and dtype
+  (alike in every checkpoint and as configured), the stack_size a store
+  made from episodes was padded for, and the extra storage elements.
 
   Args:
     directories: dict of suffix to the selected checkpoints' directories.
-    observation_shape: tuple, the configured shape of one observation.
-    observation_dtype: np.dtype, the configured dtype.
+    settings: checkpoint_loading.WindowSettings of the buffer.
 
   Raises:
     CheckpointError: naming the first checkpoint that differs from another
       checkpoint or from the configuration, and both values.
   """
+  s = settings
   first = None
   for suffix in sorted(directories):
     directory = directories[suffix]
-    spec = manifest_lib.read_manifest(directory)['observation']
+    manifest = manifest_lib.read_manifest(directory)
+    spec = manifest['observation']
     ours = (tuple(spec['row_shape']), np.dtype(spec['dtype']))
     if first is None:
       first = (suffix, ours)
@@ -79,18 +78,35 @@ def check_same_observations(
         f'frames of shape {ours[0]} and dtype {ours[1]}, but checkpoint '
         f'{first[0]} has shape {first[1][0]} and dtype {first[1][1]}',
       )
-    if ours[0] != tuple(observation_shape):
+    if ours[0] != tuple(s.observation_shape):
       raise CheckpointError(
         directory,
         f'frames of shape {ours[0]}, but observation_shape='
-        f'{tuple(observation_shape)}',
+        f'{tuple(s.observation_shape)}',
       )
-    if ours[1] != np.dtype(observation_dtype):
+    if ours[1] != np.dtype(s.observation_dtype):
       raise CheckpointError(
         directory,
         f'frames of dtype {ours[1]}, but observation_dtype='
-        f'{np.dtype(observation_dtype)}',
+        f'{np.dtype(s.observation_dtype)}',
       )
+    stored_stack = manifest['valid_rows']['stack_size']
+    # Rows made from episodes (RL Unplugged) hold stack_size - 1 padding
+    # rows per episode: another stack would sample them as states. Rows
+    # of Dopamine's files are the logger's; only their table is redone.
+    if stored_stack != s.stack_size and 'episodes' in manifest['source']:
+      raise CheckpointError(
+        directory,
+        f'converted from episodes for stack_size={stored_stack}, but the '
+        f'buffer has stack_size={s.stack_size}: bind the same, or convert '
+        f'again with --stack_size={s.stack_size}',
+      )
+    checkpoint_loading.check_extra_elements(
+      os.path.join(directory, manifest_lib.MANIFEST),
+      suffix,
+      manifest['arrays'],
+      s.extra_names,
+    )
 
 
 def open_store(
@@ -118,13 +134,12 @@ def open_store(
   try:
     windows = []
     for directory in directories:
-      stored.append(compact_store.StoredCheckpoint(directory, verify=s.verify))
-      check_matches(
-        stored[-1],
-        s.observation_shape,
-        s.observation_dtype,
-        s.extra_names,
+      stored.append(
+        compact_store.StoredCheckpoint(
+          directory, verify=s.verify, elements=s.extra_names
+        )
       )
+      check_matches(stored[-1], s.observation_shape, s.observation_dtype)
       windows.append(_plan_window(stored[-1], s))
     return open_windows(s, stored, windows, budget, cache)
   except BaseException:

@@ -126,7 +126,11 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       max_sample_attempts: int, kept for Dopamine compatibility; sampling
         draws only valid rows, so it never retries.
       extra_storage_types: list of ReplayElements stored beside the four
-        standard arrays (read from `$store$_<name>` files).
+        standard arrays (Dopamine's `$store$_<name>` files, a store's
+        `<name>.npy`), each added to every batch at the transition's own
+        row, as Dopamine does: e.g. `ReplayElement('unclipped_reward', (),
+        np.float32)`, the game's reward, which conversions of RL Unplugged
+        data keep. Every selected checkpoint must hold them.
       observation_dtype: dtype of observations.
       terminal_dtype: dtype of the returned terminal flags.
       action_shape: tuple, shape of one action.
@@ -176,8 +180,10 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
 
     Raises:
       CheckpointError: if the directory holds no usable checkpoint, or a
-        file of the first set is damaged, or a store's checkpoints disagree
-        with each other or with the observation shape or dtype asked for.
+        file of the first set is damaged, a selected checkpoint lacks an
+        element of extra_storage_types (naming it and the checkpoint's
+        file), or a store's checkpoints disagree with each other or with
+        the observation shape, dtype or stack_size asked for.
       ValueError: on inconsistent arguments.
       MemoryError: if the configuration cannot fit, before allocating.
     """
@@ -249,6 +255,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
         settings, selected, sets, num_buffers, budget, cache_bytes
       )
       return
+    checkpoint_loading.check_gzip_extras(selected, settings.extra_names)
     num_buffers = 5 if num_buffers is None else num_buffers
     self._start_sets(
       checkpoint_loading.WindowLoader(selected, settings),
@@ -260,9 +267,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
 
   def _open_store(self, settings, selected, sets, num_buffers, budget, cache):
     """Opens a store: every checkpoint, or num_buffers at a time."""
-    compact_windows.check_same_observations(
-      selected, self._observation_shape, self._observation_dtype
-    )
+    compact_windows.check_selection(selected, settings)
 
     def open_set(suffixes):
       return compact_windows.open_store(

@@ -12,6 +12,7 @@ be skipped. The layout is compact_store.py's.
 """
 
 import concurrent.futures
+import contextlib
 import itertools
 import os
 import shutil
@@ -116,12 +117,18 @@ def check_same_conversion(
     )
 
 
-def _write_npy(directory: str, name, array):
-  path = os.path.join(directory, name)
-  with open(path, 'wb') as stream:
-    np.save(stream, array, allow_pickle=False)
+@contextlib.contextmanager
+def _synced(directory: str, name: str):
+  """A new file, flushed and fsynced once written (then it may commit)."""
+  with open(os.path.join(directory, name), 'wb') as stream:
+    yield stream
     stream.flush()
     os.fsync(stream.fileno())
+
+
+def _write_npy(directory: str, name, array):
+  with _synced(directory, name) as stream:
+    np.save(stream, array, allow_pickle=False)
   return name
 
 
@@ -200,12 +207,9 @@ def _units_compressor(directory: str, spec: dict, options: ConvertOptions):
     dictionary = frame_units.train_dictionary(first)
     spec['dictionary'] = None
     if dictionary:
-      name = manifest_lib.DICTIONARY_FILE
-      with open(os.path.join(directory, name), 'wb') as stream:
+      with _synced(directory, manifest_lib.DICTIONARY_FILE) as stream:
         stream.write(dictionary)
-        stream.flush()
-        os.fsync(stream.fileno())
-      spec['dictionary'] = name
+      spec['dictionary'] = manifest_lib.DICTIONARY_FILE
     local = threading.local()
 
     def compress(frames):
@@ -235,12 +239,10 @@ def _write_frames(reader, directory: str, options, threads):
   slices = reader.frame_slices(
     slice_rows(reader.row_shape, reader.dtype, options)
   )
-  with open(os.path.join(directory, name), 'wb') as out:
+  with _synced(directory, name) as out:
     offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
       slices, out, compressor, options, threads
     )
-    out.flush()
-    os.fsync(out.fileno())
   _write_npy(
     directory, manifest_lib.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
   )
@@ -308,17 +310,12 @@ def _write_checkpoint(source, directory: str, options, threads):
     manifest_lib.VALID_MASK_FILE,
     compact_store.pack_valid_rows(valid, num_rows),
   )
-  names = [
-    manifest_lib.OFFSETS_FILE,
-    manifest_lib.CRC_FILE,
-    manifest_lib.INVALID_RANGE_FILE,
-    manifest_lib.VALID_MASK_FILE,
-  ] + list(written.values())
-  if episode_ends:
-    names.append(episode_ends)
+  # Every file written so far (the directory is this checkpoint's own);
+  # the frames' entries were taken while they were written.
   file_entries = {
     name: manifest_lib.file_entry(os.path.join(directory, name))
-    for name in names
+    for name in sorted(os.listdir(directory))
+    if name not in blocks_entry
   }
   file_entries.update(blocks_entry)
   manifest = {

@@ -34,6 +34,7 @@ Reading a row decodes only its unit: a frame costs a `pread` of a few
 hundred bytes, a CRC-32 and a zstd decompression against the dictionary.
 """
 
+from collections.abc import Collection
 import dataclasses
 import os
 
@@ -44,6 +45,9 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.store import frame_blocks
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
+
+# The arrays every sampler reads (the frames are opened apart).
+_ALWAYS_OPENED = ('action', 'reward', 'terminal')
 
 
 def open_frames(directory: str, manifest: dict) -> frame_blocks.StoredFrameFile:
@@ -79,39 +83,53 @@ class StoredCheckpoint:
     suffix: int.
     num_rows: int, rows of the file (the writer's capacity).
     add_count: int.
-    arrays: dict of element name to read-only memory-mapped array (all
-      `$store$_` elements but observation).
+    arrays: dict of element name to read-only memory-mapped array (the
+      `$store$_` elements but observation: all, or those asked for).
     frames: frame_blocks.StoredFrames.
     invalid_range: int64 array.
     episode_end_indices: int64 array or None.
   """
 
-  def __init__(self, directory: str, verify: bool = True) -> None:
+  def __init__(
+    self,
+    directory: str,
+    verify: bool = True,
+    elements: Collection[str] | None = None,
+  ) -> None:
     """Opens a stored checkpoint.
 
     Args:
       directory: str, a checkpoint_<suffix> directory.
       verify: bool, check every file but the frame blocks against the
         manifest's CRC-32 (blocks are checked as they are decoded).
+      elements: optional names of the arrays to open beyond action, reward
+        and terminal (None: every array); the others are neither opened
+        nor read, so a buffer that does not ask for an extra element never
+        pays for it.
 
     Raises:
       CheckpointError: on a bad manifest or a damaged file.
     """
     self.directory = str(directory)
-    self.manifest = manifest_lib.read_manifest(self.directory)
+    self.manifest = manifest = manifest_lib.read_manifest(self.directory)
+    specs = manifest['arrays']
+    if elements is not None:
+      wanted = set(elements) | set(_ALWAYS_OPENED)
+      specs = {name: spec for name, spec in specs.items() if name in wanted}
     if verify:
+      unused = {spec['file'] for spec in manifest['arrays'].values()}
+      unused -= {spec['file'] for spec in specs.values()}
       manifest_lib.verify_files(
         self.directory,
-        self.manifest,
-        skip=(self.manifest['observation']['file'],),
+        manifest,
+        skip={manifest['observation']['file']} | unused,
       )
-    manifest = self.manifest
     self.suffix = manifest['suffix']
     self.num_rows = manifest['num_rows']
     self.add_count = manifest['add_count']
     self.arrays = {
       name: np.load(os.path.join(self.directory, spec['file']), mmap_mode='r')
-      for name, spec in manifest['arrays'].items()
+      for name, spec in specs.items()
     }
     for name, array in self.arrays.items():
       if len(array) != self.num_rows:

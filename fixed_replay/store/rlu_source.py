@@ -130,7 +130,9 @@ class _EpisodeReader:
       episodes = self._planned()
     for episode in episodes:
       yield from self._rows.add(episode)
-      self._taken.append(_Taken(episode))  # Not its frames.
+      # Its index entry only (not its frames), for a first pass's
+      # description (a planned source has it already).
+      self._taken.append(rlu_plan.entry_of(source.parts[0], episode))
     yield from self._rows.finish()
 
   def _first_pass(self):
@@ -197,23 +199,9 @@ class _EpisodeReader:
       raise AssertionError(f'{num_rows} rows written, {add_count + 1} made')
     description = source.planned
     if description is None:
-      taken = [rlu_plan.entry_of(source.parts[0], e) for e in self._taken]
       sizes = {part.name: part.num_bytes for part in source.parts}
-      description = rlu_plan.describe(taken, sizes)
+      description = rlu_plan.describe(self._taken, sizes)
+    # Positional, in SourceRows' field order.
     return checkpoint_source.SourceRows(
-      arrays=arrays,
-      add_count=add_count,
-      invalid_range=invalid_range,
-      episode_end_indices=ends,
-      description=description,
+      arrays, add_count, invalid_range, ends, description
     )
-
-
-class _Taken:
-  """What the description needs of an episode once its frames are gone."""
-
-  def __init__(self, episode: rlu_episodes.Episode) -> None:
-    self.record = episode.record
-    self.checkpoint_idx = episode.checkpoint_idx
-    self.episode_idx = episode.episode_idx
-    self.num_steps = episode.num_steps

@@ -1,7 +1,8 @@
 """Summarises (and verifies) a compact store, like `inspect` does gzip runs.
 
 For every checkpoint_<N>/ directory: rows, add_count, cursor, valid rows,
-complete episodes and their returns, frame shape, bytes on disk and
+complete episodes and their returns (and game-score returns, where the
+store keeps `unclipped_reward`), frame shape, bytes on disk and
 uncompressed, from the manifest and the small arrays only (seconds for a
 run). `verify=True` also checks the size and CRC-32 of every file the
 manifest lists, decodes every frame block against its CRC-32 and the CRC-32
@@ -16,6 +17,9 @@ import os
 
 import numpy as np
 
+from fixed_replay.dataset import file_names
+from fixed_replay.dataset import inspection
+from fixed_replay.dataset import layout
 from fixed_replay.dataset import summaries
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
@@ -76,14 +80,21 @@ def summarize_checkpoint(
     summary.observation_dtype = str(np.dtype(manifest['observation']['dtype']))
     summary.data_bytes = _data_bytes(manifest, stored)
     summary.num_valid = _valid_count(stored, stack_size, update_horizon)
-    summary.episodes = summaries.EpisodeStats.from_returns(
-      summaries.episode_returns(
-        np.asarray(stored.arrays['terminal']),
-        np.asarray(stored.arrays['reward']),
-        stored.add_count,
-        stored.episode_end_indices,
+    terminal = np.asarray(stored.arrays['terminal'])
+
+    def returns(name):
+      return summaries.EpisodeStats.from_returns(
+        summaries.episode_returns(
+          terminal,
+          np.asarray(stored.arrays[name]),
+          stored.add_count,
+          stored.episode_end_indices,
+        )
       )
-    )
+
+    summary.episodes = returns('reward')
+    if file_names.UNCLIPPED_REWARD in stored.arrays:
+      summary.game_episodes = returns(file_names.UNCLIPPED_REWARD)
   except (CheckpointError, KeyError, ValueError) as error:
     path = getattr(error, 'path', directory)
     summary.problems.append(summaries.Problem(path, f'unreadable: {error}'))
@@ -161,3 +172,52 @@ def summarize_store(
   if verify:
     _check_shapes(summary.checkpoints)
   return summary
+
+
+def summarize_data(
+  data: 'str | layout.Layout',
+  stack_size: int = 4,
+  update_horizon: int = 1,
+  verify: bool = False,
+) -> summaries.DirectorySummary:
+  """Summarises a compact store or Dopamine's files, whichever is there.
+
+  Args:
+    data: a directory, or what layout.detect found there.
+    stack_size, update_horizon, verify: as for summarize_store.
+
+  Raises:
+    CheckpointError: if it holds neither (layout's error, naming what it
+      found), or remote storage does not answer.
+  """
+  found = data if isinstance(data, layout.Layout) else layout.detect(data)
+  if layout.Kind.STORE in (found.kind, found.partial_of):
+    return summarize_store(found.data_dir, stack_size, update_horizon, verify)
+  if found.kind in (layout.Kind.DOPAMINE, layout.Kind.DOPAMINE_RUN) or (
+    found.partial_of is layout.Kind.DOPAMINE
+  ):
+    return inspection.summarize_directory(
+      found.data_dir, stack_size, update_horizon, verify
+    )
+  raise found.error()
+
+
+def data_scores(data_dirs: list[str]) -> str:
+  """Markdown of the data's own game score per checkpoint of each dataset.
+
+  Args:
+    data_dirs: compact stores or directories of Dopamine's files.
+
+  Raises:
+    CheckpointError: if one holds neither.
+  """
+  lines = [
+    '',
+    "The data's own game score: the mean game-score return (sum of the "
+    '`unclipped_reward` element) and the mean clipped return of the '
+    'complete episodes in each checkpoint.',
+    '',
+  ] + summaries.GAME_SCORE_HEADER
+  for directory in data_dirs:
+    lines += summaries.format_game_scores(summarize_data(directory))
+  return '\n'.join(lines) + '\n'

@@ -29,6 +29,7 @@ import numpy as np
 from fixed_replay import compat
 from fixed_replay import progress
 from fixed_replay.io import files as storage
+from fixed_replay.store import store_inspection
 from fixed_replay.training import plotting
 from fixed_replay.training import reference_scores
 
@@ -338,15 +339,20 @@ def make_game_figure(game: str, curves: Sequence[Any]) -> Any:
 
 
 def write_report(
-  directories: Sequence[str], output: str | None = None, overwrite: bool = False
+  directories: Sequence[str],
+  output: str | None = None,
+  overwrite: bool = False,
+  data_dirs: Sequence[str] = (),
 ) -> tuple[str, list[str]]:
   """Reads sweeps, returns the Markdown table; writes files under output.
 
   Args:
-    directories: list of sweep directories.
+    directories: list of sweep directories (may be empty with data_dirs).
     output: str or None, prefix of the files to write: PREFIX.md,
       PREFIX.csv and PREFIX_<game>.png. None writes nothing.
     overwrite: bool, replace existing files.
+    data_dirs: datasets whose own game score per checkpoint the report
+      states (store_inspection.data_scores).
 
   Returns:
     (markdown text, list of paths written).
@@ -354,7 +360,11 @@ def write_report(
   Raises:
     ValueError: if no trial has an evaluation yet.
     FileExistsError: if an output file exists and overwrite is False.
+    CheckpointError: if a data_dirs entry is not a dataset.
   """
+  scores = store_inspection.data_scores(data_dirs) if data_dirs else ''
+  if not directories:
+    return scores.lstrip('\n'), []
   curves, skipped = load_curves(directories)
   if not curves:
     raise ValueError(
@@ -362,7 +372,7 @@ def write_report(
       + '; '.join(f'{p}: {r}' for p, r in skipped)
     )
   rows = summarize(curves)
-  markdown = format_markdown(rows, skipped)
+  markdown = format_markdown(rows, skipped) + scores
   if not output:
     return markdown, []
   games = sorted({c.game for c in curves})
