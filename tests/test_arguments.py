@@ -5,7 +5,7 @@ import re
 import numpy as np
 import pytest
 
-from fixed_replay.replay import core
+from fixed_replay import arguments as arguments_lib
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 
@@ -80,7 +80,7 @@ def test_runner_checks_its_step_counts(tmp_path, name, value, words):
 
 
 def test_valid_values_pass():
-  core.check_arguments(
+  arguments_lib.check_arguments(
     dict(
       batch_size=np.int64(32),
       replay_suffix=np.int32(0),

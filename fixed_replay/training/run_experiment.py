@@ -32,9 +32,9 @@ from dopamine.discrete_domains import run_experiment
 import gin
 
 from fixed_replay import agents
+from fixed_replay import arguments as arguments_lib
 from fixed_replay import progress
 from fixed_replay.dataset import layout
-from fixed_replay.replay import core as replay_core
 from fixed_replay.training import agent_contract
 from fixed_replay.training import data_game
 from fixed_replay.training import reporting
@@ -94,7 +94,7 @@ class FixedReplayRunner(run_experiment.Runner):
     self._eval_bar = None
     # What was passed fails before the agent loads its data; Runner.*
     # bindings are checked as Dopamine's Runner took them, below.
-    replay_core.check_arguments(given)
+    arguments_lib.check_arguments(given)
     super().__init__(
       base_dir,
       agent_contract.graph_mode_hint(create_agent_fn),
@@ -103,7 +103,7 @@ class FixedReplayRunner(run_experiment.Runner):
       fine_grained_print_to_console=False,
       **given,
     )
-    replay_core.check_arguments(
+    arguments_lib.check_arguments(
       dict(
         num_iterations=self._num_iterations,
         training_steps=self._training_steps,
