@@ -124,7 +124,7 @@ def convert_checkpoint(
       if not worker_processes.parent_alive():
         os._exit(1)  # The conversion was killed: leave nothing behind.
       output.commit(partial, store_dir, source.suffix)
-      compact_output.fsync_directory(store_dir)
+      destination.fsync_directory(store_dir)
     finally:
       if os.path.exists(partial):
         shutil.rmtree(partial, ignore_errors=True)

@@ -12,7 +12,6 @@ be skipped. The layout is compact_store.py's.
 """
 
 import concurrent.futures
-import contextlib
 import itertools
 import os
 import shutil
@@ -29,6 +28,8 @@ from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_store
+from fixed_replay.store import convert_options
+from fixed_replay.store import destination
 from fixed_replay.store import frame_blocks
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
@@ -71,7 +72,7 @@ def check_existing(
   """
   source = checkpoint_source.as_source(files)
   manifest = compact_store.verify_checkpoint(directory).manifest
-  check_same_conversion(
+  convert_options.check_same_conversion(
     directory,
     source,
     manifest['source'],
@@ -79,57 +80,6 @@ def check_existing(
     options.stored(),
   )
   return manifest
-
-
-def check_same_conversion(
-  path: str,
-  source: CheckpointSource,
-  stored_source: dict | None,
-  stored: dict,
-  wanted: dict,
-) -> None:
-  """Refuses to skip a checkpoint converted from other files or options.
-
-  Shared by both outputs (compact store and Dopamine files).
-
-  Args:
-    path: str, what the error names (the stored checkpoint or its manifest).
-    source: the source of the checkpoint now (checkpoint_source.py).
-    stored_source: dict, the source description recorded at conversion.
-    stored: the options recorded at conversion.
-    wanted: the options asked for now, in the same form.
-
-  Raises:
-    CheckpointError: if either differs.
-  """
-  if stored_source != source.description():
-    raise CheckpointError(
-      path,
-      f'converted from other source files than those of checkpoint '
-      f'{source.suffix} now ({stored_source["files"]}): '
-      'convert into a new directory',
-    )
-  if stored != wanted:
-    raise CheckpointError(
-      path,
-      f'converted with {stored}, now asked for {wanted}: use the same '
-      'options or a new directory',
-    )
-
-
-@contextlib.contextmanager
-def _synced(directory: str, name: str):
-  """A new file, flushed and fsynced once written (then it may commit)."""
-  with open(os.path.join(directory, name), 'wb') as stream:
-    yield stream
-    stream.flush()
-    os.fsync(stream.fileno())
-
-
-def _write_npy(directory: str, name, array):
-  with _synced(directory, name) as stream:
-    np.save(stream, array, allow_pickle=False)
-  return name
 
 
 def slice_rows(
@@ -207,7 +157,9 @@ def _units_compressor(directory: str, spec: dict, options: ConvertOptions):
     dictionary = frame_units.train_dictionary(first)
     spec['dictionary'] = None
     if dictionary:
-      with _synced(directory, manifest_lib.DICTIONARY_FILE) as stream:
+      with destination.synced_file(
+        directory, manifest_lib.DICTIONARY_FILE
+      ) as stream:
         stream.write(dictionary)
       spec['dictionary'] = manifest_lib.DICTIONARY_FILE
     local = threading.local()
@@ -239,14 +191,16 @@ def _write_frames(reader, directory: str, options, threads):
   slices = reader.frame_slices(
     slice_rows(reader.row_shape, reader.dtype, options)
   )
-  with _synced(directory, name) as out:
+  with destination.synced_file(directory, name) as out:
     offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
       slices, out, compressor, options, threads
     )
-  _write_npy(
+  destination.write_npy(
     directory, manifest_lib.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
   )
-  _write_npy(directory, manifest_lib.CRC_FILE, np.array(crcs, dtype=np.uint32))
+  destination.write_npy(
+    directory, manifest_lib.CRC_FILE, np.array(crcs, dtype=np.uint32)
+  )
   dtype = np.dtype(reader.dtype)
   spec.update(
     {
@@ -284,13 +238,15 @@ def _write_checkpoint(source, directory: str, options, threads):
     meta = reader.finish(num_rows)
   arrays = meta.arrays
   written = {
-    name: _write_npy(directory, f'{name}.npy', array)
+    name: destination.write_npy(directory, f'{name}.npy', array)
     for name, array in arrays.items()
   }
-  _write_npy(directory, manifest_lib.INVALID_RANGE_FILE, meta.invalid_range)
+  destination.write_npy(
+    directory, manifest_lib.INVALID_RANGE_FILE, meta.invalid_range
+  )
   episode_ends = None
   if meta.episode_end_indices is not None:
-    episode_ends = _write_npy(
+    episode_ends = destination.write_npy(
       directory, manifest_lib.EPISODE_ENDS_FILE, meta.episode_end_indices
     )
   if num_rows >= 2**31:
@@ -305,7 +261,7 @@ def _write_checkpoint(source, directory: str, options, threads):
     options.stack_size,
     options.update_horizon,
   ).astype(np.int32)
-  _write_npy(
+  destination.write_npy(
     directory,
     manifest_lib.VALID_MASK_FILE,
     compact_store.pack_valid_rows(valid, num_rows),
@@ -373,14 +329,6 @@ def _verify_written(directory: str, arrays, valid):
     opened.close()
 
 
-def fsync_directory(path: str) -> None:
-  descriptor = os.open(path, os.O_RDONLY)
-  try:
-    os.fsync(descriptor)
-  finally:
-    os.close(descriptor)
-
-
 class CompactOutput:
   """The compact store: checkpoint_<suffix>/ directories (compact_store.py).
 
@@ -426,7 +374,7 @@ class CompactOutput:
     """Deletes a stored checkpoint (renamed away first: never half there)."""
     doomed = os.path.join(store_dir, manifest_lib.partial_dirname(suffix))
     os.rename(self.final_path(store_dir, suffix), doomed)
-    fsync_directory(store_dir)
+    destination.fsync_directory(store_dir)
     shutil.rmtree(doomed)
 
   def stored_bytes(self, store_dir: str, suffix: int) -> int:

@@ -2,6 +2,8 @@
 
 import dataclasses
 
+from fixed_replay.errors import CheckpointError
+
 
 @dataclasses.dataclass(frozen=True)
 class ConvertOptions:
@@ -88,3 +90,39 @@ class ConversionResult:
   source_bytes: int
   store_bytes: int
   seconds: float
+
+
+def check_same_conversion(
+  path: str,
+  source,
+  stored_source: dict | None,
+  stored: dict,
+  wanted: dict,
+) -> None:
+  """Refuses to skip a checkpoint converted from other files or options.
+
+  Shared by both outputs (compact store and Dopamine files).
+
+  Args:
+    path: str, what the error names (the stored checkpoint or its manifest).
+    source: the source of the checkpoint now (checkpoint_source.py).
+    stored_source: dict, the source description recorded at conversion.
+    stored: the options recorded at conversion.
+    wanted: the options asked for now, in the same form.
+
+  Raises:
+    CheckpointError: if either differs.
+  """
+  if stored_source != source.description():
+    raise CheckpointError(
+      path,
+      f'converted from other source files than those of checkpoint '
+      f'{source.suffix} now ({stored_source["files"]}): '
+      'convert into a new directory',
+    )
+  if stored != wanted:
+    raise CheckpointError(
+      path,
+      f'converted with {stored}, now asked for {wanted}: use the same '
+      'options or a new directory',
+    )

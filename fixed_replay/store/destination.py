@@ -14,11 +14,14 @@ Every failure to write is a CheckpointError naming the path and the cause
 (no permission, read-only file system, a file in the way, disk full).
 """
 
+import contextlib
 import errno
 import fcntl
 import os
 import time
 from typing import IO
+
+import numpy as np
 
 from fixed_replay.errors import CheckpointError
 
@@ -140,3 +143,26 @@ def hold_workers_lock(store_dir: str) -> IO:
   handle = _open_lock(store_dir, WORKERS_LOCK_FILE)
   fcntl.flock(handle, fcntl.LOCK_SH)
   return handle
+
+
+@contextlib.contextmanager
+def synced_file(directory: str, name: str):
+  """A new file, flushed and fsynced once written (then it may commit)."""
+  with open(os.path.join(directory, name), 'wb') as stream:
+    yield stream
+    stream.flush()
+    os.fsync(stream.fileno())
+
+
+def write_npy(directory: str, name, array):
+  with synced_file(directory, name) as stream:
+    np.save(stream, array, allow_pickle=False)
+  return name
+
+
+def fsync_directory(path: str) -> None:
+  descriptor = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(descriptor)
+  finally:
+    os.close(descriptor)

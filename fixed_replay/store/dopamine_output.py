@@ -33,6 +33,8 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.io.gzip_stream import GzipStream
 from fixed_replay.store import compact_output
+from fixed_replay.store import convert_options
+from fixed_replay.store import destination
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
 from fixed_replay.store.checkpoint_source import CheckpointSource
@@ -117,7 +119,7 @@ class DopamineOutput:
     self, store_dir: str, source: CheckpointSource, options: ConvertOptions
   ) -> None:
     manifest = self.verify_stored(store_dir, source.suffix)
-    compact_output.check_same_conversion(
+    convert_options.check_same_conversion(
       self.manifest_path(store_dir, source.suffix),
       source,
       manifest['source'],
@@ -235,17 +237,17 @@ class DopamineOutput:
     last = file_names.file_name('add_count', suffix)
     for name in [n for n in names if n != last] + [last]:
       os.replace(os.path.join(partial, name), os.path.join(store_dir, name))
-    compact_output.fsync_directory(store_dir)
+    destination.fsync_directory(store_dir)
     os.replace(
       os.path.join(partial, MANIFEST), self.manifest_path(store_dir, suffix)
     )
-    compact_output.fsync_directory(os.path.join(store_dir, META_DIR))
+    destination.fsync_directory(os.path.join(store_dir, META_DIR))
 
   def remove(self, store_dir: str, suffix: int) -> None:
     """Deletes a committed checkpoint: its manifest first, then its files."""
     manifest = self.read_manifest(store_dir, suffix)
     os.remove(self.manifest_path(store_dir, suffix))
-    compact_output.fsync_directory(os.path.join(store_dir, META_DIR))
+    destination.fsync_directory(os.path.join(store_dir, META_DIR))
     for name in manifest['files']:
       if name != MANIFEST and os.path.exists(os.path.join(store_dir, name)):
         os.remove(os.path.join(store_dir, name))
