@@ -151,14 +151,6 @@ def require(module_name, pip_name=None, purpose='', extra=None):
     ) from error
 
 
-def check_installed(module_name, pip_name, purpose, extra):
-  """Raises MissingExtraError now if a module a feature needs is absent.
-
-  For checking flags before any work starts (the module is imported).
-  """
-  require(module_name, pip_name, purpose, extra)
-
-
 def install():
   """Applies the three fixes; safe to call more than once."""
   _use_legacy_keras()

@@ -34,19 +34,10 @@ Several Dopamine runs at once, each into its own store under DST:
       SRC or SRC/replay_logs) to DST/<SRC's name>/ (the name of its parent
       for a SRC named replay_logs).
 
-On Ray, each checkpoint is a Ray task (retried if it fails or is lost, one
-progress display for the whole job):
-
-  --ray                 a private Ray on this machine, bound to 127.0.0.1,
-                        with --workers CPUs (default all), stopped at the end;
-  --ray_address=ADDR    a running Ray cluster (auto, HOST:PORT or
-                        ray://HOST:PORT; implies --ray). Its nodes write
-                        into DST themselves: DST must be a directory every
-                        node mounts at the same path (checked: a task on a
-                        node that does not see it fails, naming the node),
-                        and fixed_replay must be installed on every node.
-
-The stores are the same, byte for byte, with or without Ray.
+On Ray (`--ray` for a private Ray on this machine bound to 127.0.0.1,
+`--ray_address=ADDR` for a running cluster whose nodes all mount DST at the
+same path), each checkpoint is a retried Ray task, and the stores are the
+same, byte for byte; see docs/guides/ray.md.
 
 Then train on DST, either format, with `fixed-replay train --replay_dir=DST
 ...`: FixedReplayBuffer reads a store as it reads Dopamine's files.
@@ -216,7 +207,7 @@ def _game():
 def _ray():
   """What --ray and --ray_address ask for (convert.convert's `ray`)."""
   if _RAY_ADDRESS.value or _RAY.value:
-    compat.check_installed('ray', 'ray', 'convert --ray', extra='ray')
+    compat.require('ray', 'ray', 'convert --ray', extra='ray')  # Fail now.
   if _RAY_ADDRESS.value:
     if _WORKERS.value is not None:
       raise app.UsageError(
@@ -291,9 +282,7 @@ def _convert_runs(runs, options):
       )
   _check_dopamine_flags(options)
   options = dataclasses.replace(
-    options,
-    clevel=_clevel('dopamine'),
-    game=_game(),
+    options, clevel=_clevel('dopamine'), game=_game()
   )
   results = convert.convert_runs(runs, options, _WORKERS.value, _ray())
   return 'dopamine', results
