@@ -37,7 +37,9 @@ _PUBLIC = {
   'CheckpointError': 'fixed_replay.errors',
   'FixedReplayBuffer': 'fixed_replay.replay.fixed_replay_buffer',
   'CompactReplayBuffer': 'fixed_replay.replay.fixed_replay_buffer',
-  'WrappedFixedReplayBuffer': 'fixed_replay.replay.wrapped_fixed_replay_buffer',
+  'WrappedFixedReplayBuffer': (
+    'fixed_replay.agents.tf.wrapped_fixed_replay_buffer'
+  ),
   'FixedReplayRunner': 'fixed_replay.training.run_experiment',
 }
 __all__ = sorted(_PUBLIC)

@@ -42,7 +42,7 @@ ALIASES = {
   # batch_rl kept FixedReplayBuffer and WrappedFixedReplayBuffer in one
   # module; the wrapper's module holds both names.
   'batch_rl.fixed_replay.replay_memory.fixed_replay_buffer': (
-    'fixed_replay.replay.wrapped_fixed_replay_buffer'
+    'fixed_replay.agents.tf.wrapped_fixed_replay_buffer'
   ),
   'batch_rl.fixed_replay.agents.dqn_agent': 'fixed_replay.agents.tf.dqn_agent',
   'batch_rl.fixed_replay.agents.multi_head_dqn_agent': (

@@ -15,13 +15,13 @@ from replay_oracle import as_dict
 from replay_oracle import assert_equals_oracle
 import tensorflow as tf
 
+from fixed_replay.agents.tf.wrapped_fixed_replay_buffer import (
+  WrappedFixedReplayBuffer,
+)
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
-from fixed_replay.replay.wrapped_fixed_replay_buffer import (
-  WrappedFixedReplayBuffer,
-)
 from fixed_replay.store import compact_store
 from fixed_replay.store import convert
 from fixed_replay.store import frame_units

@@ -17,7 +17,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PUBLIC = {
   'FixedReplayBuffer': 'fixed_replay.replay.fixed_replay_buffer',
   'CompactReplayBuffer': 'fixed_replay.replay.compact_replay_buffer',
-  'WrappedFixedReplayBuffer': 'fixed_replay.replay.wrapped_fixed_replay_buffer',
+  'WrappedFixedReplayBuffer': (
+    'fixed_replay.agents.tf.wrapped_fixed_replay_buffer'
+  ),
   'FixedReplayRunner': 'fixed_replay.training.run_experiment',
   'CheckpointError': 'fixed_replay.errors',
 }

@@ -128,7 +128,7 @@ def test_a_damaged_background_load_fails_the_reload(dopamine_dir, tmp_path):
 
 
 def test_tf_wrapper_refuses_damaged_data(dopamine_dir, tmp_path):
-  from fixed_replay.replay.wrapped_fixed_replay_buffer import (
+  from fixed_replay.agents.tf.wrapped_fixed_replay_buffer import (
     WrappedFixedReplayBuffer,
   )
 

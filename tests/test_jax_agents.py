@@ -29,7 +29,7 @@ import pytest
 from fixed_replay import agents
 from fixed_replay import gin_files
 from fixed_replay.errors import CheckpointError
-from fixed_replay.replay import prefetch
+from fixed_replay import prefetch
 from fixed_replay.training import run_experiment
 from fixed_replay.agents.jax import cql_agent as jax_cql_agent
 from fixed_replay.agents.jax import offline as jax_offline

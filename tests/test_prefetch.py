@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from fixed_replay.replay import prefetch
+from fixed_replay import prefetch
 
 
 def test_every_thread_fills_the_one_queue():

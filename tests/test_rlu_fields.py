@@ -146,7 +146,7 @@ def test_tf_agents_get_it_in_graph(converted):
   """WrappedFixedReplayBuffer, as Dopamine's TF agents sample."""
   import tensorflow as tf
 
-  from fixed_replay.replay.wrapped_fixed_replay_buffer import (
+  from fixed_replay.agents.tf.wrapped_fixed_replay_buffer import (
     WrappedFixedReplayBuffer,
   )
 

@@ -5,7 +5,7 @@ import gin
 import numpy as np
 import tensorflow as tf
 
-from fixed_replay.replay.wrapped_fixed_replay_buffer import (
+from fixed_replay.agents.tf.wrapped_fixed_replay_buffer import (
   WrappedFixedReplayBuffer,
 )
 

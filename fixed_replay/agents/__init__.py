@@ -76,7 +76,7 @@ def agent_class(agent_name: str) -> type:
 # would refuse "a new configurable after the config was locked".
 _GIN_MODULES = (
   'fixed_replay.replay.fixed_replay_buffer',
-  'fixed_replay.replay.wrapped_fixed_replay_buffer',
+  'fixed_replay.agents.tf.wrapped_fixed_replay_buffer',
   'fixed_replay.replay.compact_replay_buffer',
   'fixed_replay.training.run_experiment',
 )

@@ -44,7 +44,7 @@ import numpy as np
 import optax
 import tensorflow as tf
 
-from fixed_replay.replay import prefetch
+from fixed_replay import prefetch
 from fixed_replay.replay.fixed_replay_buffer import replay_buffer_class
 
 # optax's optimizers, configurable as `@optax.<name>()`.

@@ -10,7 +10,7 @@ the last to continue from another run, as batch_rl's does).
 """
 
 from fixed_replay.agents.tf import runtime
-from fixed_replay.replay.wrapped_fixed_replay_buffer import (
+from fixed_replay.agents.tf.wrapped_fixed_replay_buffer import (
   WrappedFixedReplayBuffer,
 )
 
