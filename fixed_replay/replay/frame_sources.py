@@ -20,14 +20,84 @@ offering the same few members: the `FrameSource` protocol.
 from typing import Protocol
 from typing import runtime_checkable
 
+import numba
 import numpy as np
 
 from fixed_replay.replay import stacking
 from fixed_replay.replay import transitions
 from fixed_replay.store import frame_units
+from fixed_replay.store import unit_decoding
 
 # Transitions whose blocks are pinned together; bounds a batch's cache use.
 CHUNK = 32
+
+
+@numba.njit(nogil=True, cache=True)
+def _decode_stacks(
+  functions,
+  table,
+  context,
+  key_stride,
+  which,
+  state_rows,
+  next_rows,
+  frame_bytes,
+  states,
+  next_states,
+  units,
+  status,
+):
+  """Decodes the distinct frames of a batch's states and packs the stacks.
+
+  Frames are keyed (checkpoint, file row) and decoded once each, in key
+  order (unit_decoding.decode_units reads runs of consecutive units at
+  once); states[b] and next_states[b] (uint32 pixels, 4 frames each) are
+  then packed from them. units[0], units[1] get the decoded units' table
+  rows and file rows, status[4] their count (-1: a table row or file row
+  out of range), status[:4] the decoder's status.
+  """
+  batch, stack = state_rows.shape
+  keys = np.empty(2 * batch * stack, np.int64)
+  for b in range(batch):
+    for k in range(stack):
+      row, next_row = state_rows[b, k], next_rows[b, k]
+      if not (
+        0 <= which[b] < table.shape[0]
+        and 0 <= row < key_stride
+        and 0 <= next_row < key_stride
+      ):
+        status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
+        return
+      keys[b * stack + k] = which[b] * key_stride + row
+      keys[(batch + b) * stack + k] = which[b] * key_stride + next_row
+  order = np.argsort(keys)
+  slots = np.empty(keys.size, np.int64)
+  count = 0
+  for m in range(keys.size):
+    key = keys[order[m]]
+    if m == 0 or key != keys[order[m - 1]]:
+      units[0, count] = key // key_stride
+      units[1, count] = key % key_stride
+      count += 1
+    slots[order[m]] = count - 1
+  status[4] = count
+  frames = np.empty((count, frame_bytes), np.uint8)
+  unit_decoding.decode_units(
+    functions,
+    table,
+    units[0, :count],
+    units[1, :count],
+    np.int64(frames.ctypes.data),
+    frame_bytes,
+    context,
+    status,
+  )
+  if status[1] != unit_decoding.OK:
+    return
+  slots = slots.reshape(2 * batch, stack)
+  for b in range(batch):
+    stacking.pack_stack4(frames, slots[b], states[b])
+    stacking.pack_stack4(frames, slots[batch + b], next_states[b])
 
 
 @runtime_checkable
@@ -131,7 +201,12 @@ class BlockFrames:
       isinstance(s.frames, frame_units.StoredUnits) and s.frames.block_rows == 1
       for s in stored
     )
-    self._units = [s.frames for s in stored]
+    # Units (or blocks) decoded so far, for benchmarks; not exact while
+    # several threads sample.
+    self.units_decoded = 0
+    self.frame_reader = None
+    if self._per_frame:
+      self.frame_reader = frame_units.FrameReader([s.frames for s in stored])
 
   @property
   def num_rows(self):
@@ -169,22 +244,45 @@ class BlockFrames:
     state, next_state = self._writer.write_parts(
       which, rows, batch, destinations
     )
+    layout = self._writer.layout
+    state_rows = layout.file_rows_of(which, state)
+    next_rows = layout.file_rows_of(which, next_state)
+    first = self._stored[0].frames
+    if stacking.packable(first.dtype, state.shape[1]):
+      # Frames, checks and stacks in one compiled call, outside the GIL.
+      status = np.zeros(5, np.int64)
+      units = np.empty((2, state_rows.size * 2), np.int64)
+      _decode_stacks(
+        unit_decoding.FUNCTIONS,
+        self.frame_reader.table,
+        unit_decoding.context(),
+        self._key_stride,
+        which,
+        state_rows,
+        next_rows,
+        first.frame_bytes,
+        batch['state'].reshape(count, -1).view(np.uint32),
+        batch['next_state'].reshape(count, -1).view(np.uint32),
+        units,
+        status,
+      )
+      if status[4] < 0:
+        raise IndexError('checkpoint or frame rows outside the store')
+      self.units_decoded += int(status[4])
+      if status[1] != unit_decoding.OK:
+        self.frame_reader.raise_for(status[:4], units[0], units[1])
+      return
     both = np.concatenate([which, which])
-    frame_rows = self._writer.layout.file_rows_of(
-      both, np.concatenate([state, next_state])
-    )
+    frame_rows = np.concatenate([state_rows, next_rows])
     keys = both[:, None] * self._key_stride + frame_rows
     unique, inverse = np.unique(keys, return_inverse=True)
     inverse = inverse.reshape(keys.shape)
-    first = self._stored[0].frames
     frames = np.empty((len(unique),) + first.row_shape, first.dtype)
     checkpoint = unique // self._key_stride
-    frame_units.read_frames_of(
-      self._units,
-      checkpoint,
-      unique - checkpoint * self._key_stride,
-      frames,
+    self.frame_reader.read(
+      checkpoint, unique - checkpoint * self._key_stride, frames
     )
+    self.units_decoded += len(unique)
     stacking.gather_state_pairs(
       frames,
       inverse[:count],
@@ -196,6 +294,7 @@ class BlockFrames:
 
   def _load_block(self, key, out):
     i, block = divmod(key, self._key_stride)
+    self.units_decoded += 1
     self._stored[i].frames.read_block(block, out)
 
   def _write_chunk(self, batch, which, rows, offset):
@@ -229,5 +328,7 @@ class BlockFrames:
 
   def close(self):
     """Closes the store's files."""
+    if self.frame_reader is not None:
+      self.frame_reader.close()
     for stored in self._stored:
       stored.close()
