@@ -113,6 +113,11 @@ class UnitCompressor:
     return self._compressor.compress(np.ascontiguousarray(frames))
 
 
+def _read_bytes(path):
+  with open(path, 'rb') as stream:
+    return stream.read()
+
+
 class StoredUnits(frame_blocks.StoredFrameFile):
   """The compressed frames of one stored checkpoint, decoded per unit.
 
@@ -140,9 +145,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     crcs = self._load_checked(manifest_lib.CRC_FILE, files, np.load)
     dictionary = b''
     if spec.get('dictionary'):
-      dictionary = self._load_checked(
-        spec['dictionary'], files, lambda path: open(path, 'rb').read()
-      )
+      dictionary = self._load_checked(spec['dictionary'], files, _read_bytes)
     self._check_index(offsets, crcs)
     # The compiled decoder reads these two through their addresses.
     self.offsets = np.ascontiguousarray(offsets, np.int64)
