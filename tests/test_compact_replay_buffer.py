@@ -30,6 +30,15 @@ from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
 
 
+@pytest.fixture(scope='module')
+def units8_store(dopamine_dir, tmp_path_factory):
+  """Format 2 with 8 frames a unit: batches decode through the cache."""
+  directory = tmp_path_factory.mktemp('compact_units8')
+  options = convert.ConvertOptions(block_rows=8)
+  convert.convert(dopamine_dir[0], directory, options, workers=0)
+  return directory
+
+
 def _buffer(store, **kwargs):
   kwargs.setdefault('seed', 0)
   kwargs.setdefault('sampling_threads', 0)
@@ -148,6 +157,7 @@ def test_one_frame_units_hold_no_cache(store):
   [
     ('blocks_store', 490, r'checkpoint 1: block 30 \(rows 480-495\)'),
     ('store', 490, r'checkpoint 1: unit 490 \(rows 490-490\)'),
+    ('units8_store', 490, r'checkpoint 1: unit 61 \(rows 488-495\)'),
   ],
 )
 def test_damaged_block_error_names_checkpoint_and_rows(
@@ -182,6 +192,19 @@ def _skippable_frame(size):
     + (size - 8).to_bytes(4, 'little')
     + bytes(size - 8)
   )
+
+
+@pytest.mark.parametrize('threads', [0, 2])
+def test_units_of_several_frames_sample_dopamines_transitions(
+  units8_store, oracles, threads
+):
+  buffer = _buffer(units8_store, sampling_threads=threads, batch_size=64)
+  for _ in range(3):
+    batch = as_dict(buffer, buffer.sample_transition_batch())
+    assert len(np.unique(batch['suffix'])) > 1
+    assert_equals_oracle(batch, oracles)
+  assert buffer.cache.misses > 0
+  buffer.close()
 
 
 @pytest.mark.parametrize(

@@ -89,6 +89,7 @@ def _decode_stacks(
     units[1, :count],
     np.int64(frames.ctypes.data),
     frame_bytes,
+    np.empty(0, np.int64),
     context,
     status,
   )
@@ -197,15 +198,13 @@ class BlockFrames:
     self._key_stride = max(s.frames.num_blocks for s in stored) + 1
     # Uniform sampling over a run's frames almost never hits a cache: frames
     # stored one per unit are decoded for each batch, cache bypassed.
-    self._per_frame = all(
-      isinstance(s.frames, frame_units.StoredUnits) and s.frames.block_rows == 1
-      for s in stored
-    )
+    units = all(isinstance(s.frames, frame_units.StoredUnits) for s in stored)
+    self._per_frame = units and all(s.frames.block_rows == 1 for s in stored)
     # Units (or blocks) decoded so far, for benchmarks; not exact while
     # several threads sample.
     self.units_decoded = 0
     self.frame_reader = None
-    if self._per_frame:
+    if units:  # Format 2: batches decode in compiled code.
       self.frame_reader = frame_units.FrameReader([s.frames for s in stored])
 
   @property
@@ -292,10 +291,17 @@ class BlockFrames:
       destinations,
     )
 
-  def _load_block(self, key, out):
-    i, block = divmod(key, self._key_stride)
-    self.units_decoded += 1
-    self._stored[i].frames.read_block(block, out)
+  def _load_blocks(self, keys, slots, arena):
+    """Decodes blocks `keys` into arena[slots] (BlockCache's loader)."""
+    self.units_decoded += len(keys)
+    which, blocks = np.divmod(keys, self._key_stride)
+    if self.frame_reader is not None:  # One compiled call for them all.
+      self.frame_reader.read(which, blocks, arena, slots)
+      return
+    for i, block, slot in zip(
+      which.tolist(), blocks.tolist(), slots.tolist(), strict=True
+    ):
+      self._stored[i].frames.read_block(block, arena[slot])
 
   def _write_chunk(self, batch, which, rows, offset):
     count = len(rows)
@@ -311,7 +317,7 @@ class BlockFrames:
     blocks = frame_rows // self._block_rows
     keys = both[:, None] * self._key_stride + blocks
     unique, inverse = np.unique(keys, return_inverse=True)
-    slots = self.cache.acquire(unique, self._load_block)
+    slots = self.cache.acquire(unique, self._load_blocks)
     try:
       arena_rows = slots[inverse.reshape(keys.shape)] * self._block_rows + (
         frame_rows - blocks * self._block_rows

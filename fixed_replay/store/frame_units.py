@@ -304,7 +304,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
 
 
 class FrameReader:
-  """Decodes the frames of several checkpoints of one-frame units at once.
+  """Decodes units of several checkpoints at once.
 
   The batch-wide form of StoredUnits.read_frames: one compiled call a
   batch, outside the GIL. `table` describes the sources to
@@ -312,18 +312,21 @@ class FrameReader:
   """
 
   def __init__(self, sources):
-    """Args: sources: sequence of StoredUnits, block_rows 1, alike frames."""
+    """Args: sources: sequence of StoredUnits of alike frames and units."""
     self._sources = tuple(sources)
     self.table = np.stack([s.table_row() for s in self._sources])
 
-  def read(self, which, rows, out):
-    """Decodes frames `rows` of sources `which` into `out`.
+  def read(self, which, rows, out, slots=None):
+    """Decodes units `rows` of sources `which` into `out`.
 
     Args:
-      which: int64 array (n,), index in `sources` of each frame.
-      rows: int64 array (n,), file rows, increasing within a run of one
-        source.
-      out: C-contiguous array (n, *row_shape) of the frames' dtype.
+      which: int64 array (n,), index in `sources` of each unit.
+      rows: int64 array (n,), unit numbers (file rows of one-frame units),
+        increasing within a run of one source.
+      out: C-contiguous array (m, block_rows, *row_shape) or, for one-frame
+        units, (m, *row_shape) of the frames' dtype.
+      slots: optional int64 array (n,): unit k goes to out[slots[k]]
+        (default out[k]).
 
     Raises:
       CheckpointError: naming checkpoint, unit and rows of a unit whose bytes
@@ -332,7 +335,7 @@ class FrameReader:
     if not len(rows):
       return
     status = unit_decoding.decode(
-      self.table, which, rows, out.reshape(len(out), -1).view(np.uint8)
+      self.table, which, rows, out.reshape(len(out), -1).view(np.uint8), slots
     )
     if status[1] != unit_decoding.OK:
       self.raise_for(status, which, rows)

@@ -137,10 +137,13 @@ _load_int64, _load_uint32 = _load(64), _load(32)
 
 
 @numba.njit(nogil=True, cache=True)
-def decode_units(functions, table, which, units, out_at, stride, dctx, status):
+def decode_units(
+  functions, table, which, units, out_at, stride, slots, dctx, status
+):
   """Reads, checks and decodes units[k] of table row which[k].
 
-  Unit k decodes to address out_at + k * stride; see `decode` for the rest.
+  Unit k decodes to address out_at + slots[k] * stride (slots empty: k);
+  see `decode` for the rest.
   Compiled code may call this; it checks the units, not the table rows.
   """
   count = len(units)
@@ -187,7 +190,7 @@ def decode_units(functions, table, which, units, out_at, stride, dctx, status):
       decoded = _call_zstd(
         functions[0],
         dctx,
-        out_at + j * stride,
+        out_at + (slots[j] if slots.size else j) * stride,
         expected,
         data,
         length,
@@ -249,7 +252,7 @@ def error_name(code):
   return _zstd.ZSTD_getErrorName(code & 0xFFFFFFFFFFFFFFFF).decode()
 
 
-def decode(table, which, units, out):
+def decode(table, which, units, out, slots=None):
   """Reads, checks and decodes units into `out`, outside the GIL.
 
   Args:
@@ -260,7 +263,9 @@ def decode(table, which, units, out):
     which: int64 array (n,), the table row of each unit.
     units: int64 array (n,), unit numbers, increasing within a run of one
       source (any order otherwise).
-    out: C-contiguous uint8 array (n, stride): unit k decodes to out[k].
+    out: C-contiguous uint8 array (rows, stride): unit k decodes to
+      out[slots[k]] (out[k] without `slots`).
+    slots: optional int64 array (n,) of rows of `out`.
 
   Returns:
     int64 array [position, status, value, run end]: status OK, or what
@@ -272,8 +277,13 @@ def decode(table, which, units, out):
     raise ValueError('`out` must be a C-contiguous 2-D uint8 array')
   if table[:, UNIT_BYTES].max(initial=0) > out.shape[1]:
     raise ValueError('a unit decodes to more bytes than a row of `out`')
-  if len(units) > len(out) or len(which) != len(units):
-    raise ValueError('`which`, `units` and `out` disagree in length')
+  if slots is None:
+    slots = np.arange(len(units))
+  slots = np.ascontiguousarray(slots, np.int64)
+  if len(which) != len(units) or len(slots) != len(units):
+    raise ValueError('`which`, `units` and `slots` disagree in length')
+  if slots.size and (slots.min() < 0 or slots.max() >= len(out)):
+    raise IndexError(f'slots outside the {len(out)} rows of `out`')
   which = np.ascontiguousarray(which, np.int64)
   # The kernel does no bounds checks on the table (units it checks).
   if which.size and (which.min() < 0 or which.max() >= len(table)):
@@ -286,6 +296,7 @@ def decode(table, which, units, out):
     np.ascontiguousarray(units, np.int64),
     out.ctypes.data,
     out.shape[1],
+    slots,
     context(),
     status,
   )
