@@ -18,11 +18,13 @@ and format 1's 16-frame blosc2 blocks, the default when issue 18 was filed):
   (hard links of the converted one, each with its own manifest and so its
   own decoding dictionary in memory), batch 32: transitions per CPU-second
   in the calling thread, beside the decode limit (1 / (units decoded per
-  transition x seconds to decode one unit with the bare decoder, here
-  python-zstandard or blosc2, on random units spread over the 50
-  checkpoints' dictionaries)) and the ratio to it; peak RSS increase; then 1
-  and 2 background threads (per wall second and per CPU-second of the
-  process: the machine may be shared);
+  transition x CPU-seconds to decode one unit with the bare decoder: zstd
+  alone in compiled code, or blosc2, on transitions' units at random rows
+  of random checkpoints, each with its own dictionary, from memory) and the
+  ratio to it; peak RSS increase; then 1 and 2 background threads (per wall
+  second and per CPU-second of the process: the machine may be shared),
+  beside what two threads of the bare decoder get over one at that moment
+  (the ceiling the machine leaves);
 * Dopamine's OutOfGraphReplayBuffer on the same rows (one checkpoint in RAM,
   uncompressed) and Dopamine 4.x's JAX ReplayBuffer (uniform sampling,
   uncompressed, holding every stacked transition: filled with the first
@@ -42,12 +44,16 @@ Usage:
 
 import os
 import shutil
+import threading
 import time
 
 from absl import app
 from absl import flags
 import common
+import numba
 import numpy as np
+
+from fixed_replay.store import unit_decoding
 
 _GAMES = flags.DEFINE_list(
   'games', ['MsPacman', 'Asterix', 'Seaquest', 'Breakout'], 'Games to run.'
@@ -137,57 +143,113 @@ def _replicate(store, num_checkpoints):
     manifest_lib.write_manifest(target, copy)
 
 
-def _unit_decode_seconds(store, num_checkpoints, num_units=3000):
-  """CPU-seconds of the bare decoder for one unit.
-
-  Random units of random checkpoints, each checkpoint decoded with its own
-  dictionary (as sampling does), in a Python loop over python-zstandard's
-  (or blosc2's) call: its per-call cost makes this a slight underestimate
-  of the limit.
-  """
-  import blosc2
-  import zstandard
-
-  from fixed_replay.store import compact_store
-
-  rng = np.random.default_rng(1)
-  stored = [
-    compact_store.StoredCheckpoint(
-      os.path.join(store, f'checkpoint_{i}'), verify=False
+@numba.njit(nogil=True, cache=True)
+def _zstd_only(function, context, data_at, positions, lengths, ddicts, out):
+  """zstd on in-memory units, nothing else: the decoder's own speed."""
+  for k in range(len(positions)):
+    unit_decoding._call_zstd(
+      function,
+      context,
+      np.int64(out.ctypes.data),
+      out.size,
+      data_at + positions[k],
+      lengths[k],
+      ddicts[k],
     )
-    for i in range(num_checkpoints)
-  ]
-  frames = stored[0].frames
-  which = rng.integers(0, num_checkpoints, num_units)
-  units = rng.integers(0, frames.num_blocks, num_units)
-  datas = []
-  for unit in units.tolist():
-    start, stop = frames.offsets[unit : unit + 2].tolist()
-    datas.append(os.pread(frames._fd, stop - start, start))
-  if hasattr(frames, 'frame_bytes'):  # Format 2: zstd units.
-    size = frames.block_rows * frames.frame_bytes
-    decompressors = []
-    for checkpoint in stored:
-      spec = checkpoint.manifest['observation']
-      with open(
-        os.path.join(checkpoint.directory, spec['dictionary']), 'rb'
-      ) as f:
-        dictionary = zstandard.ZstdCompressionDict(f.read())
-      decompressors.append(zstandard.ZstdDecompressor(dict_data=dictionary))
-      decompressors[-1].decompress(datas[0], max_output_size=size)  # Digest.
-    calls = [decompressors[i].decompress for i in which.tolist()]
-    began = time.process_time()
-    for call, data in zip(calls, datas, strict=True):
-      call(data, max_output_size=size)
-  else:
-    out = np.empty((frames.block_rows,) + frames.row_shape, frames.dtype)
-    began = time.process_time()
-    for data in datas:
-      blosc2.decompress2(data, dst=out, nthreads=1)
-  seconds = (time.process_time() - began) / len(datas)
-  for checkpoint in stored:
-    checkpoint.close()
-  return seconds
+
+
+class _BareDecoder:
+  """The bare decoder on a sampling-like draw of a stored layout's units.
+
+  Runs of a transition's units (5 one-frame units, or 1 larger unit) at
+  random rows of random checkpoints, each checkpoint with its own
+  dictionary as sampling has them, from memory: zstd alone in compiled code
+  (format 2) or blosc2's calls in a loop (format 1, which drops the GIL).
+  """
+
+  def __init__(self, store, num_checkpoints, num_transitions=1000):
+    from fixed_replay.store import compact_store
+
+    self._stored = [
+      compact_store.StoredCheckpoint(
+        os.path.join(store, f'checkpoint_{i}'), verify=False
+      )
+      for i in range(num_checkpoints)
+    ]
+    frames = self._stored[0].frames
+    rng = np.random.default_rng(1)
+    per = 5 if frames.block_rows == 1 else 1
+    starts = rng.integers(0, frames.num_blocks - per - 1, num_transitions)
+    which = np.repeat(rng.integers(0, num_checkpoints, num_transitions), per)
+    units = (starts[:, None] + np.arange(per)).ravel()
+    self.num_units = len(units)
+    self._positions = frames.offsets[units]
+    self._lengths = frames.offsets[units + 1] - self._positions
+    self._data = np.fromfile(frames.path, np.uint8)
+    self._zstd = hasattr(frames, 'frame_bytes')
+    if self._zstd:
+      rows = np.stack([s.frames.table_row() for s in self._stored])
+      self._ddicts = rows[which, unit_decoding.DDICT]
+      self._unit_bytes = frames.block_rows * frames.frame_bytes
+    else:
+      self._shape = (frames.block_rows,) + frames.row_shape
+      self._dtype = frames.dtype
+    self.run()  # Compiles; digests every dictionary.
+
+  def run(self):
+    """Decodes every drawn unit once (in the calling thread)."""
+    if self._zstd:
+      _zstd_only(
+        unit_decoding.FUNCTIONS[0],
+        unit_decoding.context(),
+        np.int64(self._data.ctypes.data),
+        self._positions,
+        self._lengths,
+        self._ddicts,
+        np.empty(self._unit_bytes, np.uint8),
+      )
+      return
+    import blosc2
+
+    out = np.empty(self._shape, self._dtype)
+    data = self._data
+    for position, length in zip(
+      self._positions.tolist(), self._lengths.tolist(), strict=True
+    ):
+      blosc2.decompress2(data[position : position + length], dst=out)
+
+  def unit_seconds(self, repeats=3):
+    """CPU-seconds for one unit (best of `repeats`)."""
+    best = float('inf')
+    for _ in range(repeats):
+      began = time.thread_time()
+      self.run()
+      best = min(best, time.thread_time() - began)
+    return best / self.num_units
+
+  def two_thread_scaling(self, repeats=3):
+    """Wall rate of 2 threads each decoding everything, over 1 thread's.
+
+    What this machine gives GIL-free work right now: the ceiling for the
+    buffer's two sampling threads.
+    """
+    ratios = []
+    for _ in range(repeats):
+      began = time.perf_counter()
+      self.run()
+      one = time.perf_counter() - began
+      threads = [threading.Thread(target=self.run) for _ in range(2)]
+      began = time.perf_counter()
+      for thread in threads:
+        thread.start()
+      for thread in threads:
+        thread.join()
+      ratios.append(2 * one / (time.perf_counter() - began))
+    return float(np.median(ratios))
+
+  def close(self):
+    for stored in self._stored:
+      stored.close()
 
 
 def _warm_up(buffer):
@@ -229,8 +291,8 @@ def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
   )
   digest = common.array_digest(dict(enumerate(batch)))
   buffer.close()
-  unit_seconds = _unit_decode_seconds(store, num_checkpoints)
-  limit = 1 / (per_transition * unit_seconds)
+  decoder = _BareDecoder(store, num_checkpoints)
+  limit = 1 / (per_transition * decoder.unit_seconds())
   background = {}
   for workers in (1, 2):
     buffer = CompactReplayBuffer(
@@ -240,7 +302,9 @@ def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
       f'{os.getloadavg()[0]:.1f}',
     )
     buffer.close()
-  return rate, per_transition, limit, digest, background
+  machine = decoder.two_thread_scaling()
+  decoder.close()
+  return rate, per_transition, limit, digest, background, machine
 
 
 def sample_dopamine(source, rows, seconds):
@@ -353,7 +417,7 @@ def _measure_layout(game, source, layout, check):
     (store, _SAMPLE_SECONDS.value, _CHECKPOINTS.value, check[0], check[1]),
     digest=_identity,
   )
-  rate, per_transition, limit, digest, background = sampled.digest
+  rate, per_transition, limit, digest, background, machine = sampled.digest
   return (
     check,
     digest,
@@ -367,6 +431,7 @@ def _measure_layout(game, source, layout, check):
       'limit': limit,
       'rss': sampled.peak_increase,
       'background': background,
+      'machine': machine,
     },
   )
 
@@ -381,7 +446,7 @@ def run_game(game):
   png, png_decodes = common.measure(
     _setup, png_figures, (source,), digest=_identity
   ).digest
-  print(f'\n== {game}: gzip {gzip_bytes:,} bytes, load {common.load_average()}')
+  print(f'\n== {game}: gzip {gzip_bytes:,} bytes, {common.load_average()}')
   rows, check, reference = [], None, None
   for layout in _LAYOUTS.value:
     check, digest, row = _measure_layout(game, source, layout, check)
@@ -414,9 +479,10 @@ def run_game(game):
     'decoding) | CPU-h per 50M frames | transitions/CPU-s | vs '
     f'{baseline["layout"]} | vs OutOfGraph | vs JAX | units/transition | '
     'decode limit | of limit | peak RSS | 1 thread /wall-s (/CPU-s) | '
-    '2 threads /wall-s (/CPU-s) | 2 vs 1 (wall) | load |'
+    '2 threads /wall-s (/CPU-s) | 2 vs 1 (wall) | bare decoder 2 vs 1 | '
+    'load |'
   )
-  print('|' + '---|' * 17)
+  print('|' + '---|' * 18)
   for row in rows:
     (w1, c1, _), (w2, c2, load) = row['background'][1], row['background'][2]
     per_frame = row['bytes'] / row['frames']
@@ -430,7 +496,8 @@ def run_game(game):
       f'{row["rate"] / jax.digest:.2f}x | {row["units"]:.2f} | '
       f'{row["limit"]:,.0f} | {row["rate"] / row["limit"]:.2f} | '
       f'{common.format_bytes(row["rss"])} | {w1:,.0f} ({c1:,.0f}) | '
-      f'{w2:,.0f} ({c2:,.0f}) | {w2 / w1:.2f}x | {load} |'
+      f'{w2:,.0f} ({c2:,.0f}) | {w2 / w1:.2f}x | {row["machine"]:.2f}x | '
+      f'{load} |'
     )
   return rows
 
@@ -439,7 +506,7 @@ def main(argv):
   del argv
   print(
     f'busy_store_benchmark {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}'
-    f', {os.cpu_count()} cores, load {common.load_average()}; '
+    f', {os.cpu_count()} cores, {common.load_average()}; '
     f'{_CHECKPOINTS.value} checkpoints, batch {BATCH}, target '
     f'{TARGET_RATE:,} transitions/CPU-s'
   )
