@@ -271,7 +271,7 @@ def _rate(buffer, seconds):
 
 
 def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
-  """Rates, units per transition, decode limit, digest, thread scaling."""
+  """Rate, units per transition, digest, background threads' rates."""
   from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 
   buffer = CompactReplayBuffer(
@@ -291,8 +291,6 @@ def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
   )
   digest = common.array_digest(dict(enumerate(batch)))
   buffer.close()
-  decoder = _BareDecoder(store, num_checkpoints)
-  limit = 1 / (per_transition * decoder.unit_seconds())
   background = {}
   for workers in (1, 2):
     buffer = CompactReplayBuffer(
@@ -302,9 +300,15 @@ def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
       f'{os.getloadavg()[0]:.1f}',
     )
     buffer.close()
-  machine = decoder.two_thread_scaling()
+  return rate, per_transition, digest, background
+
+
+def bare_decoder(store, num_checkpoints):
+  """(CPU-seconds a unit, 2-thread scaling) of the bare decoder."""
+  decoder = _BareDecoder(store, num_checkpoints)
+  result = decoder.unit_seconds(), decoder.two_thread_scaling()
   decoder.close()
-  return rate, per_transition, limit, digest, background, machine
+  return result
 
 
 def sample_dopamine(source, rows, seconds):
@@ -417,7 +421,12 @@ def _measure_layout(game, source, layout, check):
     (store, _SAMPLE_SECONDS.value, _CHECKPOINTS.value, check[0], check[1]),
     digest=_identity,
   )
-  rate, per_transition, limit, digest, background, machine = sampled.digest
+  rate, per_transition, digest, background = sampled.digest
+  # Its own process: the peak RSS above is the buffer's alone.
+  unit_seconds, machine = common.measure(
+    _setup, bare_decoder, (store, _CHECKPOINTS.value), digest=_identity
+  ).digest
+  limit = 1 / (per_transition * unit_seconds)
   return (
     check,
     digest,

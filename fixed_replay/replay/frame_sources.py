@@ -32,6 +32,8 @@ from fixed_replay.store import unit_decoding
 CHUNK = 32
 
 
+# numba's cache checks this file only: after changing the compiled functions
+# this calls (unit_decoding.decode_units, stacking.pack_stack4), touch it.
 @numba.njit(nogil=True, cache=True)
 def _decode_stacks(
   functions,
