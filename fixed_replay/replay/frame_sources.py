@@ -17,6 +17,7 @@ Another source (say, frames decoded from RL Unplugged records) plugs in by
 offering the same few members: the `FrameSource` protocol.
 """
 
+import threading
 from typing import Protocol
 from typing import runtime_checkable
 
@@ -43,7 +44,7 @@ def _decode_stacks(
   which,
   state_rows,
   next_rows,
-  frame_bytes,
+  frames,
   states,
   next_states,
   units,
@@ -54,7 +55,9 @@ def _decode_stacks(
   Frames are keyed (checkpoint, file row) and decoded once each, in key
   order (unit_decoding.decode_units reads runs of consecutive units at
   once); states[b] and next_states[b] (uint32 pixels, 4 frames each) are
-  then packed from them. units[0], units[1] get the decoded units' table
+  then packed from them. `frames` (rows >= 2 * batch * stack, one frame's
+  bytes each) is scratch for the decoded frames. units[0], units[1] get the
+  decoded units' table
   rows and file rows, status[4] their count (-1: a table row or file row
   out of range), status[:4] the decoder's status.
   """
@@ -83,14 +86,13 @@ def _decode_stacks(
       count += 1
     slots[order[m]] = count - 1
   status[4] = count
-  frames = np.empty((count, frame_bytes), np.uint8)
   unit_decoding.decode_units(
     functions,
     table,
     units[0, :count],
     units[1, :count],
     np.int64(frames.ctypes.data),
-    frame_bytes,
+    frames.shape[1],
     np.empty(0, np.int64),
     context,
     status,
@@ -205,6 +207,7 @@ class BlockFrames:
     # Units (or blocks) decoded so far, for benchmarks; not exact while
     # several threads sample.
     self.units_decoded = 0
+    self._local = threading.local()
     self.frame_reader = None
     if units:  # Format 2: batches decode in compiled code.
       self.frame_reader = frame_units.FrameReader([s.frames for s in stored])
@@ -261,7 +264,7 @@ class BlockFrames:
         which,
         state_rows,
         next_rows,
-        first.frame_bytes,
+        self._scratch(state_rows.size * 2, first.frame_bytes),
         batch['state'].reshape(count, -1).view(np.uint32),
         batch['next_state'].reshape(count, -1).view(np.uint32),
         units,
@@ -292,6 +295,17 @@ class BlockFrames:
       batch['next_state'],
       destinations,
     )
+
+  def _scratch(self, rows, row_bytes):
+    """This thread's scratch for decoded frames, reused batch after batch.
+
+    A fresh megabyte each batch is mapped and faulted in anew (and
+    unmapped, which stalls the other threads); reused, its pages stay.
+    """
+    scratch = getattr(self._local, 'scratch', None)
+    if scratch is None or scratch.shape[0] < rows:
+      scratch = self._local.scratch = np.empty((rows, row_bytes), np.uint8)
+    return scratch
 
   def _load_blocks(self, keys, slots, arena):
     """Decodes blocks `keys` into arena[slots] (BlockCache's loader)."""
