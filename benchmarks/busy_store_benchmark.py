@@ -270,8 +270,50 @@ def _rate(buffer, seconds):
   return count * BATCH / wall, count * BATCH / (time.process_time() - cpu)
 
 
+class _GilFreeClock:
+  """CPU time this thread spends in the calls that release the GIL.
+
+  Wraps the compiled decode and stacking calls and blosc2's decompression
+  for the timed window: their share of a batch's CPU time bounds what a
+  second sampling thread can add (Amdahl), whatever the machine's load.
+  """
+
+  def __init__(self):
+    import blosc2
+
+    from fixed_replay.replay import frame_sources
+    from fixed_replay.replay import stacking
+
+    self.seconds = 0.0
+    self._wrapped = []
+    for module, name in (
+      (frame_sources, '_decode_stacks'),
+      (unit_decoding, 'decode_units'),
+      (stacking, '_gather_uint8_stack4'),
+      (stacking, '_gather_pairs_uint8_stack4'),
+      (blosc2, 'decompress2'),
+    ):
+      original = getattr(module, name)
+      self._wrapped.append((module, name, original))
+      setattr(module, name, self._timed(original))
+
+  def _timed(self, function):
+    def timed(*args, **kwargs):
+      began = time.thread_time()
+      try:
+        return function(*args, **kwargs)
+      finally:
+        self.seconds += time.thread_time() - began
+
+    return timed
+
+  def restore(self):
+    for module, name, original in self._wrapped:
+      setattr(module, name, original)
+
+
 def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
-  """Rate, units per transition, digest, background threads' rates."""
+  """Rate, units per transition, GIL-free share, digest, threads' rates."""
   from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 
   buffer = CompactReplayBuffer(
@@ -280,11 +322,15 @@ def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
   _warm_up(buffer)
   source = buffer._source  # noqa: SLF001  (its decode counter)
   decoded_before = source.units_decoded
+  clock = _GilFreeClock()
   count, began, cpu = 0, time.perf_counter(), time.process_time()
+  thread_cpu = time.thread_time()
   while time.perf_counter() - began < seconds:
     buffer.sample_transition_batch()
     count += 1
   rate = count * BATCH / (time.process_time() - cpu)
+  gil_free = clock.seconds / (time.thread_time() - thread_cpu)
+  clock.restore()
   per_transition = (source.units_decoded - decoded_before) / (count * BATCH)
   batch = buffer.sample_transition_batch(
     indices=check_rows, suffixes=check_suffixes
@@ -300,7 +346,7 @@ def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
       f'{os.getloadavg()[0]:.1f}',
     )
     buffer.close()
-  return rate, per_transition, digest, background
+  return rate, per_transition, gil_free, digest, background
 
 
 def bare_decoder(store, num_checkpoints):
@@ -421,7 +467,7 @@ def _measure_layout(game, source, layout, check):
     (store, _SAMPLE_SECONDS.value, _CHECKPOINTS.value, check[0], check[1]),
     digest=_identity,
   )
-  rate, per_transition, digest, background = sampled.digest
+  rate, per_transition, gil_free, digest, background = sampled.digest
   # Its own process: the peak RSS above is the buffer's alone.
   unit_seconds, machine = common.measure(
     _setup, bare_decoder, (store, _CHECKPOINTS.value), digest=_identity
@@ -441,6 +487,7 @@ def _measure_layout(game, source, layout, check):
       'rss': sampled.peak_increase,
       'background': background,
       'machine': machine,
+      'gil_free': gil_free,
     },
   )
 
@@ -489,9 +536,9 @@ def run_game(game):
     f'{baseline["layout"]} | vs OutOfGraph | vs JAX | units/transition | '
     'decode limit | of limit | peak RSS | 1 thread /wall-s (/CPU-s) | '
     '2 threads /wall-s (/CPU-s) | 2 vs 1 (wall) | bare decoder 2 vs 1 | '
-    'load |'
+    'load | GIL-free share (2-thread ceiling) |'
   )
-  print('|' + '---|' * 18)
+  print('|' + '---|' * 19)
   for row in rows:
     (w1, c1, _), (w2, c2, load) = row['background'][1], row['background'][2]
     per_frame = row['bytes'] / row['frames']
@@ -506,7 +553,8 @@ def run_game(game):
       f'{row["limit"]:,.0f} | {row["rate"] / row["limit"]:.2f} | '
       f'{common.format_bytes(row["rss"])} | {w1:,.0f} ({c1:,.0f}) | '
       f'{w2:,.0f} ({c2:,.0f}) | {w2 / w1:.2f}x | {row["machine"]:.2f}x | '
-      f'{load} |'
+      f'{load} | {row["gil_free"]:.2f} '
+      f'({1 / (1 - row["gil_free"] / 2):.2f}x) |'
     )
   return rows
 
