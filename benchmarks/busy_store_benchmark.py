@@ -4,25 +4,34 @@ Random-policy Breakout frames are nearly static; busier games compress and
 sample differently. On checkpoints written by Dopamine's own writer with
 `fixed-replay generate --environment=atari --game=G --policy=random`
 (benchmarks/data/busy_<G>/, one checkpoint each; generate them first, see
-Usage), for each layout:
+Usage), for each layout (by default format 2 with one and 32 frames a unit,
+and format 1's 16-frame blosc2 blocks, the default when issue 18 was filed):
 
 * size of a stored checkpoint against Dopamine's gzip files, and the PNGs
   RL Unplugged would store (the frames encoded with zlib level 6, as
   TensorFlow's encode_png does by default);
-* conversion: frames per CPU-second (all threads of the converting process)
-  and the CPU-hours of a 50M-frame run (a game's 50 checkpoints);
+* conversion: frames per CPU-second (all threads of the converting process),
+  against decoding those PNGs alone (what converting RL Unplugged's shards
+  cannot go below), and the CPU-hours of a 50M-frame run (a game's 50
+  checkpoints);
 * sampling uniformly over `--checkpoints` (default 50) stored checkpoints
-  (hard links of the converted one, each with its own manifest), batch 32:
-  transitions per CPU-second in the calling thread, beside the decode limit
-  (1 / (units decoded per transition x seconds to decode one unit, measured
-  on the same units with the bare decoder)) and the ratio to it; peak RSS
-  increase; then 1 and 2 background threads (per wall second and per
-  CPU-second of the process: the machine may be shared);
+  (hard links of the converted one, each with its own manifest and so its
+  own decoding dictionary in memory), batch 32: transitions per CPU-second
+  in the calling thread, beside the decode limit (1 / (units decoded per
+  transition x CPU-seconds to decode one unit with the bare decoder: zstd
+  alone in compiled code, or blosc2, on transitions' units at random rows
+  of random checkpoints, each with its own dictionary, from memory) and the
+  ratio to it; peak RSS increase; then 1 and 2 background threads (per wall
+  second and per CPU-second of the process: the machine may be shared),
+  beside what two threads of the bare decoder get over one at that moment
+  (the ceiling the machine leaves);
 * Dopamine's OutOfGraphReplayBuffer on the same rows (one checkpoint in RAM,
-  uncompressed), per CPU-second.
+  uncompressed) and Dopamine 4.x's JAX ReplayBuffer (uniform sampling,
+  uncompressed, holding every stacked transition: filled with the first
+  `--jax_rows` transitions of the same checkpoint), per CPU-second.
 
 Every measurement runs in a fresh process. Every layout's batch at the same
-(checkpoint, row) indices is checked equal to the default layout's.
+(checkpoint, row) indices is checked equal to the first layout's.
 
 Usage:
   for G in MsPacman Asterix Seaquest Breakout; do
@@ -35,29 +44,39 @@ Usage:
 
 import os
 import shutil
+import threading
 import time
 
 from absl import app
 from absl import flags
 import common
+import numba
 import numpy as np
+
+from fixed_replay.store import unit_decoding
 
 _GAMES = flags.DEFINE_list(
   'games', ['MsPacman', 'Asterix', 'Seaquest', 'Breakout'], 'Games to run.'
 )
 _CHECKPOINTS = flags.DEFINE_integer('checkpoints', 50, 'Stored checkpoints.')
 _SAMPLE_SECONDS = flags.DEFINE_float(
-  'sample_seconds', 8.0, 'Seconds of sampling per measurement.'
+  'sample_seconds', 3.0, 'Seconds of sampling per measurement.'
 )
 _LAYOUTS = flags.DEFINE_list(
   'layouts',
-  ['units1', 'units32', 'blocks16', 'blocks32'],
+  ['units1', 'units32', 'blocks16'],
   'Layouts: unitsN (format 2, N frames a unit) or blocksN (format 1).',
+)
+_JAX_ROWS = flags.DEFINE_integer(
+  'jax_rows', 20_000, 'Transitions in Dopamine 4.x JAX ReplayBuffer.'
 )
 
 BATCH = 32
 TARGET_RATE = 20_000
 PNG_FRAMES = 5000
+# Sampling before each timed window: a block cache's arena fills in well
+# under a second (first touches of fresh memory are slow), threads start.
+WARM_UP_S = 1.0
 
 
 def _options(layout):
@@ -76,20 +95,22 @@ def _files_bytes(directory, suffix=0):
   )
 
 
-def _png_bytes(source):
-  """Mean bytes of a frame as a PNG (zlib level 6), on PNG_FRAMES frames."""
+def png_figures(source):
+  """Mean bytes of a frame as a PNG (zlib level 6) and PNG decodes/CPU-s."""
   import cv2
 
   from fixed_replay.io import npy_stream
 
   path = os.path.join(source, '$store$_observation_ckpt.0.gz')
   frames = npy_stream.read_rows(path, 0, PNG_FRAMES)
-  return np.mean(
-    [
-      len(cv2.imencode('.png', f, [cv2.IMWRITE_PNG_COMPRESSION, 6])[1])
-      for f in frames
-    ]
-  )
+  encoded = [
+    cv2.imencode('.png', f, [cv2.IMWRITE_PNG_COMPRESSION, 6])[1] for f in frames
+  ]
+  began = time.process_time()
+  for data in encoded:
+    cv2.imdecode(data, cv2.IMREAD_UNCHANGED)
+  decodes = len(encoded) / (time.process_time() - began)
+  return float(np.mean([len(e) for e in encoded])), decodes
 
 
 def convert_one(source, store, layout):
@@ -122,89 +143,218 @@ def _replicate(store, num_checkpoints):
     manifest_lib.write_manifest(target, copy)
 
 
-def _unit_decode_seconds(stored, num_units=3000):
-  """Seconds the bare decoder takes for one unit (random units)."""
-  frames = stored.frames
-  rng = np.random.default_rng(1)
-  units = np.sort(rng.choice(frames.num_blocks, num_units, replace=False))
-  datas = []
-  for unit in units.tolist():
-    start, stop = frames.offsets[unit : unit + 2].tolist()
-    datas.append(os.pread(frames._fd, stop - start, start))
-  size = (
-    frames.block_rows * frames.frame_bytes
-    if hasattr(frames, 'frame_bytes')
-    else None
-  )
-  began = time.process_time()
-  if size is not None:
-    decompress = frames._decompressor().decompress
-    for data in datas:
-      decompress(data, max_output_size=size)
-  else:
+@numba.njit(nogil=True, cache=True)
+def _zstd_only(function, context, data_at, positions, lengths, ddicts, out):
+  """zstd on in-memory units, nothing else: the decoder's own speed."""
+  for k in range(len(positions)):
+    unit_decoding._call_zstd(
+      function,
+      context,
+      np.int64(out.ctypes.data),
+      out.size,
+      data_at + positions[k],
+      lengths[k],
+      ddicts[k],
+    )
+
+
+class _BareDecoder:
+  """The bare decoder on a sampling-like draw of a stored layout's units.
+
+  Runs of a transition's units (5 one-frame units, or 1 larger unit) at
+  random rows of random checkpoints, each checkpoint with its own
+  dictionary as sampling has them, from memory: zstd alone in compiled code
+  (format 2) or blosc2's calls in a loop (format 1, which drops the GIL).
+  """
+
+  def __init__(self, store, num_checkpoints, num_transitions=1000):
+    from fixed_replay.store import compact_store
+
+    self._stored = [
+      compact_store.StoredCheckpoint(
+        os.path.join(store, f'checkpoint_{i}'), verify=False
+      )
+      for i in range(num_checkpoints)
+    ]
+    frames = self._stored[0].frames
+    rng = np.random.default_rng(1)
+    per = 5 if frames.block_rows == 1 else 1
+    starts = rng.integers(0, frames.num_blocks - per - 1, num_transitions)
+    which = np.repeat(rng.integers(0, num_checkpoints, num_transitions), per)
+    units = (starts[:, None] + np.arange(per)).ravel()
+    self.num_units = len(units)
+    self._positions = frames.offsets[units]
+    self._lengths = frames.offsets[units + 1] - self._positions
+    self._data = np.fromfile(frames.path, np.uint8)
+    self._zstd = hasattr(frames, 'frame_bytes')
+    if self._zstd:
+      rows = np.stack([s.frames.table_row() for s in self._stored])
+      self._ddicts = rows[which, unit_decoding.DDICT]
+      self._unit_bytes = frames.block_rows * frames.frame_bytes
+    else:
+      self._shape = (frames.block_rows,) + frames.row_shape
+      self._dtype = frames.dtype
+    self.run()  # Compiles; digests every dictionary.
+
+  def run(self):
+    """Decodes every drawn unit once (in the calling thread)."""
+    if self._zstd:
+      _zstd_only(
+        unit_decoding.FUNCTIONS[0],
+        unit_decoding.context(),
+        np.int64(self._data.ctypes.data),
+        self._positions,
+        self._lengths,
+        self._ddicts,
+        np.empty(self._unit_bytes, np.uint8),
+      )
+      return
     import blosc2
 
-    out = np.empty((frames.block_rows,) + frames.row_shape, frames.dtype)
-    for data in datas:
-      blosc2.decompress2(data, dst=out, nthreads=1)
-  return (time.process_time() - began) / len(datas)
+    out = np.empty(self._shape, self._dtype)
+    data = self._data
+    for position, length in zip(
+      self._positions.tolist(), self._lengths.tolist(), strict=True
+    ):
+      blosc2.decompress2(data[position : position + length], dst=out)
+
+  def unit_seconds(self, repeats=3):
+    """CPU-seconds for one unit (best of `repeats`)."""
+    best = float('inf')
+    for _ in range(repeats):
+      began = time.thread_time()
+      self.run()
+      best = min(best, time.thread_time() - began)
+    return best / self.num_units
+
+  def two_thread_scaling(self, repeats=3):
+    """Wall rate of 2 threads each decoding everything, over 1 thread's.
+
+    What this machine gives GIL-free work right now: the ceiling for the
+    buffer's two sampling threads.
+    """
+    ratios = []
+    for _ in range(repeats):
+      began = time.perf_counter()
+      self.run()
+      one = time.perf_counter() - began
+      threads = [threading.Thread(target=self.run) for _ in range(2)]
+      began = time.perf_counter()
+      for thread in threads:
+        thread.start()
+      for thread in threads:
+        thread.join()
+      ratios.append(2 * one / (time.perf_counter() - began))
+    return float(np.median(ratios))
+
+  def close(self):
+    for stored in self._stored:
+      stored.close()
 
 
-def sample_store(store, seconds, check_suffixes, check_rows):
-  """Per-CPU-second rate, decode limit, digest, and background rates."""
-  from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
-  from fixed_replay.store import compact_store
-  from fixed_replay.store import frame_units
+def _warm_up(buffer):
+  """Samples for WARM_UP_S: the cache's arena is touched, threads started."""
+  began = time.perf_counter()
+  while time.perf_counter() - began < WARM_UP_S:
+    buffer.sample_transition_batch()
 
-  decoded = [0]
-  original = frame_units.read_frames_of
 
-  def counting(sources, which, rows, out):
-    decoded[0] += len(rows)
-    return original(sources, which, rows, out)
-
-  frame_units.read_frames_of = counting
-  buffer = CompactReplayBuffer(
-    store, batch_size=BATCH, sampling_threads=0, seed=0
-  )
-  buffer.sample_transition_batch()
-  misses0, decoded[0] = buffer.cache.misses, 0
+def _rate(buffer, seconds):
+  """(transitions per wall second, per CPU-second of this process)."""
+  _warm_up(buffer)
   count, began, cpu = 0, time.perf_counter(), time.process_time()
   while time.perf_counter() - began < seconds:
     buffer.sample_transition_batch()
     count += 1
+  wall = time.perf_counter() - began
+  return count * BATCH / wall, count * BATCH / (time.process_time() - cpu)
+
+
+class _GilFreeClock:
+  """CPU time this thread spends in the calls that release the GIL.
+
+  Wraps the compiled decode and stacking calls and blosc2's decompression
+  for the timed window: their share of a batch's CPU time bounds what a
+  second sampling thread can add (Amdahl), whatever the machine's load.
+  """
+
+  def __init__(self):
+    import blosc2
+
+    from fixed_replay.replay import frame_sources
+    from fixed_replay.replay import stacking
+
+    self.seconds = 0.0
+    self._wrapped = []
+    for module, name in (
+      (frame_sources, '_decode_stacks'),
+      (unit_decoding, 'decode_units'),
+      (stacking, '_gather_uint8_stack4'),
+      (stacking, '_gather_pairs_uint8_stack4'),
+      (blosc2, 'decompress2'),
+    ):
+      original = getattr(module, name)
+      self._wrapped.append((module, name, original))
+      setattr(module, name, self._timed(original))
+
+  def _timed(self, function):
+    def timed(*args, **kwargs):
+      began = time.thread_time()
+      try:
+        return function(*args, **kwargs)
+      finally:
+        self.seconds += time.thread_time() - began
+
+    return timed
+
+  def restore(self):
+    for module, name, original in self._wrapped:
+      setattr(module, name, original)
+
+
+def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
+  """Rate, units per transition, GIL-free share, digest, threads' rates."""
+  from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
+
+  buffer = CompactReplayBuffer(
+    store, batch_size=BATCH, sampling_threads=0, seed=0
+  )
+  _warm_up(buffer)
+  source = buffer._source  # noqa: SLF001  (its decode counter)
+  decoded_before = source.units_decoded
+  clock = _GilFreeClock()
+  count, began, cpu = 0, time.perf_counter(), time.process_time()
+  thread_cpu = time.thread_time()
+  while time.perf_counter() - began < seconds:
+    buffer.sample_transition_batch()
+    count += 1
   rate = count * BATCH / (time.process_time() - cpu)
-  units = decoded[0] + buffer.cache.misses - misses0
-  per_transition = units / (count * BATCH)
+  gil_free = clock.seconds / (time.thread_time() - thread_cpu)
+  clock.restore()
+  per_transition = (source.units_decoded - decoded_before) / (count * BATCH)
   batch = buffer.sample_transition_batch(
     indices=check_rows, suffixes=check_suffixes
   )
   digest = common.array_digest(dict(enumerate(batch)))
   buffer.close()
-  frame_units.read_frames_of = original
-  stored = compact_store.StoredCheckpoint(
-    os.path.join(store, 'checkpoint_0'), verify=False
-  )
-  unit_seconds = _unit_decode_seconds(stored)
-  stored.close()
-  limit = 1 / (per_transition * unit_seconds)
   background = {}
   for workers in (1, 2):
     buffer = CompactReplayBuffer(
       store, batch_size=BATCH, sampling_threads=workers, seed=0
     )
-    buffer.sample_transition_batch()
-    count, began, cpu = 0, time.perf_counter(), time.process_time()
-    while time.perf_counter() - began < seconds:
-      buffer.sample_transition_batch()
-      count += 1
-    wall = time.perf_counter() - began
-    background[workers] = (
-      count * BATCH / wall,
-      count * BATCH / (time.process_time() - cpu),
+    background[workers] = _rate(buffer, seconds) + (
+      f'{os.getloadavg()[0]:.1f}',
     )
     buffer.close()
-  return rate, per_transition, limit, digest, background
+  return rate, per_transition, gil_free, digest, background
+
+
+def bare_decoder(store, num_checkpoints):
+  """(CPU-seconds a unit, 2-thread scaling) of the bare decoder."""
+  decoder = _BareDecoder(store, num_checkpoints)
+  result = decoder.unit_seconds(), decoder.two_thread_scaling()
+  decoder.close()
+  return result
 
 
 def sample_dopamine(source, rows, seconds):
@@ -218,12 +368,53 @@ def sample_dopamine(source, rows, seconds):
     batch_size=BATCH,
   )
   buffer.load(source, '0')
-  buffer.sample_transition_batch()
-  count, began, cpu = 0, time.perf_counter(), time.process_time()
-  while time.perf_counter() - began < seconds:
-    buffer.sample_transition_batch()
-    count += 1
-  return count * BATCH / (time.process_time() - cpu)
+  return _rate(buffer, seconds)[1]
+
+
+class _JaxBuffer:
+  """Dopamine 4.x's JAX ReplayBuffer, sampled as the others are."""
+
+  def __init__(self, source, rows):
+    from dopamine.jax.replay_memory import accumulator
+    from dopamine.jax.replay_memory import elements
+    from dopamine.jax.replay_memory import replay_buffer
+    from dopamine.jax.replay_memory import samplers
+
+    from fixed_replay.io import npy_stream
+
+    def read(name):
+      path = os.path.join(source, f'$store$_{name}_ckpt.0.gz')
+      return npy_stream.read_rows(path, 0, rows)
+
+    frames, actions = read('observation'), read('action')
+    rewards, terminals = read('reward'), read('terminal')
+    self._buffer = replay_buffer.ReplayBuffer(
+      accumulator.TransitionAccumulator(
+        stack_size=4, update_horizon=1, gamma=0.99
+      ),
+      samplers.UniformSamplingDistribution(seed=0),
+      batch_size=BATCH,
+      max_capacity=rows,
+      compress=False,
+    )
+    for frame, action, reward, terminal in zip(
+      frames,
+      actions.tolist(),
+      rewards.tolist(),
+      terminals.tolist(),
+      strict=True,
+    ):
+      self._buffer.add(
+        elements.TransitionElement(frame, action, reward, bool(terminal))
+      )
+
+  def sample_transition_batch(self):
+    return self._buffer.sample(BATCH)
+
+
+def sample_jax(source, rows, seconds):
+  """Dopamine 4.x's JAX ReplayBuffer, per CPU-second."""
+  return _rate(_JaxBuffer(source, rows), seconds)[1]
 
 
 def _identity(result):
@@ -232,6 +423,12 @@ def _identity(result):
 
 def _setup():
   from fixed_replay.replay import compact_replay_buffer  # noqa: F401
+
+
+def _jax_setup():
+  from dopamine.jax.replay_memory import replay_buffer  # noqa: F401
+
+  _setup()
 
 
 def _check_indices(store):
@@ -249,112 +446,124 @@ def _check_indices(store):
   )
 
 
+def _measure_layout(game, source, layout, check):
+  store = str(common.DATA_DIR / f'busy_store_{game}_{layout}')
+  shutil.rmtree(store, ignore_errors=True)
+  converted = common.measure(
+    _setup, convert_one, (source, store, layout), digest=_identity
+  )
+  frames = converted.digest
+  cpu = converted.user_s + converted.system_s
+  checkpoint = os.path.join(store, 'checkpoint_0')
+  size = sum(
+    os.path.getsize(os.path.join(checkpoint, n)) for n in os.listdir(checkpoint)
+  )
+  _replicate(store, _CHECKPOINTS.value)
+  if check is None:
+    check = _check_indices(store)
+  sampled = common.measure(
+    _setup,
+    sample_store,
+    (store, _SAMPLE_SECONDS.value, _CHECKPOINTS.value, check[0], check[1]),
+    digest=_identity,
+  )
+  rate, per_transition, gil_free, digest, background = sampled.digest
+  # Its own process: the peak RSS above is the buffer's alone.
+  unit_seconds, machine = common.measure(
+    _setup, bare_decoder, (store, _CHECKPOINTS.value), digest=_identity
+  ).digest
+  limit = 1 / (per_transition * unit_seconds)
+  return (
+    check,
+    digest,
+    {
+      'layout': layout,
+      'bytes': size,
+      'frames': frames,
+      'convert': frames / cpu,
+      'rate': rate,
+      'units': per_transition,
+      'limit': limit,
+      'rss': sampled.peak_increase,
+      'background': background,
+      'machine': machine,
+      'gil_free': gil_free,
+    },
+  )
+
+
 def run_game(game):
+  """Measures every layout on one game; returns its rows (None: no data)."""
   source = str(common.DATA_DIR / f'busy_{game}')
   if not os.path.exists(os.path.join(source, 'add_count_ckpt.0.gz')):
     print(f'\n{game}: no data in {source} (see Usage)')
-    return
+    return None
   gzip_bytes = _files_bytes(source)
-  gzip_frame = os.path.getsize(
-    os.path.join(source, '$store$_observation_ckpt.0.gz')
-  )
-  png = common.measure(_setup, _png_bytes, (source,), digest=_identity).digest
-  print(f'\n== {game}: gzip {gzip_bytes:,} bytes')
-  rows_line = []
-  check = None
-  reference = None
+  png, png_decodes = common.measure(
+    _setup, png_figures, (source,), digest=_identity
+  ).digest
+  print(f'\n== {game}: gzip {gzip_bytes:,} bytes, {common.load_average()}')
+  rows, check, reference = [], None, None
   for layout in _LAYOUTS.value:
-    store = str(common.DATA_DIR / f'busy_store_{game}_{layout}')
-    shutil.rmtree(store, ignore_errors=True)
-    converted = common.measure(
-      _setup, convert_one, (source, store, layout), digest=_identity
-    )
-    frames = converted.digest
-    cpu = converted.user_s + converted.system_s
-    checkpoint = os.path.join(store, 'checkpoint_0')
-    size = sum(
-      os.path.getsize(os.path.join(checkpoint, n))
-      for n in os.listdir(checkpoint)
-    )
-    _replicate(store, _CHECKPOINTS.value)
-    if check is None:
-      check = _check_indices(store)
-    sampled = common.measure(
-      _setup,
-      sample_store,
-      (store, _SAMPLE_SECONDS.value, check[0], check[1]),
-      digest=_identity,
-    )
-    rate, per_transition, limit, digest, background = sampled.digest
+    check, digest, row = _measure_layout(game, source, layout, check)
     if reference is None:
       reference = digest
     else:
       common.assert_same_digest(reference, digest, layout)
-    rows_line.append(
-      (
-        layout,
-        size / gzip_bytes,
-        size / frames,
-        frames / cpu,
-        cpu / frames * 50e6 / 3600,
-        rate,
-        per_transition,
-        limit,
-        rate / limit,
-        sampled.peak_increase,
-        background,
-      )
-    )
+    rows.append(row)
+  frames = rows[0]['frames']
+  seconds = _SAMPLE_SECONDS.value
   dopamine = common.measure(
-    _setup,
-    sample_dopamine,
-    (source, frames, _SAMPLE_SECONDS.value),
-    digest=_identity,
+    _setup, sample_dopamine, (source, frames, seconds), digest=_identity
+  )
+  jax_rows = min(_JAX_ROWS.value, frames)
+  jax = common.measure(
+    _jax_setup, sample_jax, (source, jax_rows, seconds), digest=_identity
+  )
+  baseline = rows[-1]  # The last layout (blocks16 by default).
+  print(
+    f'PNG: {png:.0f} B/frame, {png_decodes:,.0f} decodes/CPU-s; Dopamine '
+    f'OutOfGraphReplayBuffer (one checkpoint in RAM) {dopamine.digest:,.0f} '
+    f'transitions/CPU-s, peak RSS '
+    f'+{common.format_bytes(dopamine.peak_increase)}'
+    f'; Dopamine 4.x JAX ReplayBuffer ({jax_rows:,} transitions in RAM) '
+    f'{jax.digest:,.0f}/CPU-s, peak RSS +'
+    f'{common.format_bytes(jax.peak_increase)}'
   )
   print(
-    f'observation bytes/frame: gzip {gzip_frame / frames:.0f}, '
-    f'RL Unplugged PNG {png:.0f} (store files vs PNG: see column)'
+    '| layout | size vs gzip | vs PNG | convert frames/CPU-s (vs PNG '
+    'decoding) | CPU-h per 50M frames | transitions/CPU-s | vs '
+    f'{baseline["layout"]} | vs OutOfGraph | vs JAX | units/transition | '
+    'decode limit | of limit | peak RSS | 1 thread /wall-s (/CPU-s) | '
+    '2 threads /wall-s (/CPU-s) | 2 vs 1 (wall) | bare decoder 2 vs 1 | '
+    'load | GIL-free share (2-thread ceiling) |'
   )
-  print(
-    '| layout | size vs gzip | B/frame (all files) | vs PNG frames | '
-    'convert frames/CPU-s | CPU-h per 50M frames | transitions/CPU-s | '
-    'units/transition | decode limit | ratio | peak RSS | 1 thread /wall-s '
-    '(/CPU-s) | 2 threads /wall-s (/CPU-s) | 2 vs 1 (wall) |'
-  )
-  print('|' + '---|' * 14)
-  for (
-    layout,
-    ratio,
-    per_frame,
-    conversion,
-    hours,
-    rate,
-    units,
-    limit,
-    of_limit,
-    rss,
-    background,
-  ) in rows_line:
-    (w1, c1), (w2, c2) = background[1], background[2]
+  print('|' + '---|' * 19)
+  for row in rows:
+    (w1, c1, _), (w2, c2, load) = row['background'][1], row['background'][2]
+    per_frame = row['bytes'] / row['frames']
     print(
-      f'| {layout} | {ratio:.2f}x | {per_frame:.0f} | '
-      f'{per_frame / png:.2f}x | {conversion:,.0f} | {hours:.2f} | '
-      f'{rate:,.0f} | {units:.2f} | {limit:,.0f} | {of_limit:.2f} | '
-      f'{common.format_bytes(rss)} | {w1:,.0f} ({c1:,.0f}) | '
-      f'{w2:,.0f} ({c2:,.0f}) | {w2 / w1:.2f}x |'
+      f'| {row["layout"]} | {row["bytes"] / gzip_bytes:.2f}x | '
+      f'{per_frame / png:.2f}x | {row["convert"]:,.0f} '
+      f'({row["convert"] / png_decodes:.2f}x) | '
+      f'{50e6 / row["convert"] / 3600:.2f} | {row["rate"]:,.0f} | '
+      f'{row["rate"] / baseline["rate"]:.2f}x | '
+      f'{row["rate"] / dopamine.digest:.2f}x | '
+      f'{row["rate"] / jax.digest:.2f}x | {row["units"]:.2f} | '
+      f'{row["limit"]:,.0f} | {row["rate"] / row["limit"]:.2f} | '
+      f'{common.format_bytes(row["rss"])} | {w1:,.0f} ({c1:,.0f}) | '
+      f'{w2:,.0f} ({c2:,.0f}) | {w2 / w1:.2f}x | {row["machine"]:.2f}x | '
+      f'{load} | {row["gil_free"]:.2f} '
+      f'({1 / (1 - row["gil_free"] / 2):.2f}x) |'
     )
-  print(
-    f'Dopamine OutOfGraphReplayBuffer, one checkpoint in RAM: '
-    f'{dopamine.digest:,.0f} transitions/CPU-s (peak RSS '
-    f'{common.format_bytes(dopamine.peak_increase)})'
-  )
+  return rows
 
 
 def main(argv):
   del argv
   print(
     f'busy_store_benchmark {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}'
-    f', {os.cpu_count()} cores, load {common.load_average()}; '
+    f', {os.cpu_count()} cores, {common.load_average()}; '
     f'{_CHECKPOINTS.value} checkpoints, batch {BATCH}, target '
     f'{TARGET_RATE:,} transitions/CPU-s'
   )

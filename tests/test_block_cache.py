@@ -18,13 +18,14 @@ class _Loader:
     self.fail = set(fail)
     self._lock = threading.Lock()
 
-  def __call__(self, key, out):
+  def __call__(self, keys, slots, arena):
     with self._lock:
-      self.calls.append(key)
+      self.calls.extend(keys.tolist())
     time.sleep(self.delay)
-    if key in self.fail:
-      raise OSError(f'block {key} is unreadable')
-    out[...] = key
+    for key, slot in zip(keys.tolist(), slots.tolist(), strict=True):
+      if key in self.fail:
+        raise OSError(f'block {key} is unreadable')
+      arena[slot] = key
 
 
 def _contents(cache, slots):

@@ -7,6 +7,7 @@ is FixedReplayBuffer with a 1.5 GB default budget.
 
 import logging
 import shutil
+import zlib
 
 import gin
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from replay_oracle import as_dict
 from replay_oracle import assert_equals_oracle
 import tensorflow as tf
+import zstandard
 
 from fixed_replay.agents.tf.wrapped_fixed_replay_buffer import (
   WrappedFixedReplayBuffer,
@@ -26,6 +28,15 @@ from fixed_replay.store import compact_store
 from fixed_replay.store import convert
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
+
+
+@pytest.fixture(scope='module')
+def units8_store(dopamine_dir, tmp_path_factory):
+  """Format 2 with 8 frames a unit: batches decode through the cache."""
+  directory = tmp_path_factory.mktemp('compact_units8')
+  options = convert.ConvertOptions(block_rows=8)
+  convert.convert(dopamine_dir[0], directory, options, workers=0)
+  return directory
 
 
 def _buffer(store, **kwargs):
@@ -146,6 +157,7 @@ def test_one_frame_units_hold_no_cache(store):
   [
     ('blocks_store', 490, r'checkpoint 1: block 30 \(rows 480-495\)'),
     ('store', 490, r'checkpoint 1: unit 490 \(rows 490-490\)'),
+    ('units8_store', 490, r'checkpoint 1: unit 61 \(rows 488-495\)'),
   ],
 )
 def test_damaged_block_error_names_checkpoint_and_rows(
@@ -171,6 +183,69 @@ def test_damaged_block_error_names_checkpoint_and_rows(
     for _ in range(50):  # Some minibatch soon draws a row of block 30.
       background.sample_transition_batch()
   background.close()
+
+
+def _skippable_frame(size):
+  """A zstd skippable frame of `size` bytes (at least 8), decoded as none."""
+  return (
+    (0x184D2A50).to_bytes(4, 'little')
+    + (size - 8).to_bytes(4, 'little')
+    + bytes(size - 8)
+  )
+
+
+@pytest.mark.parametrize('threads', [0, 2])
+def test_units_of_several_frames_sample_dopamines_transitions(
+  units8_store, oracles, threads
+):
+  buffer = _buffer(units8_store, sampling_threads=threads, batch_size=64)
+  for _ in range(3):
+    batch = as_dict(buffer, buffer.sample_transition_batch())
+    assert len(np.unique(batch['suffix'])) > 1
+    assert_equals_oracle(batch, oracles)
+  assert buffer.cache.misses > 0
+  buffer.close()
+
+
+@pytest.mark.parametrize(
+  'problem, match',
+  [
+    ('garbage', r'unit 490 \(rows 490-490\) is damaged: zstd cannot decode'),
+    ('short', r'unit 490 \(rows 490-490\) is damaged: decodes to 3528 bytes'),
+  ],
+)
+def test_unit_with_a_matching_crc_that_does_not_decode_is_named(
+  store, tmp_path, problem, match
+):
+  """The decoder's own checks, behind a CRC-32 rewritten to match."""
+  damaged = tmp_path / 'store'
+  shutil.copytree(store, damaged)
+  directory = damaged / 'checkpoint_1'
+  manifest = manifest_lib.read_manifest(directory)
+  offsets = np.load(directory / manifest_lib.OFFSETS_FILE)
+  start, stop = (int(v) for v in offsets[490:492])
+  if problem == 'garbage':
+    unit = bytes(range(stop - start))
+  else:  # A valid frame of half a frame's bytes, padded to the same length.
+    half = zstandard.ZstdCompressor().compress(bytes(84 * 84 // 2))
+    unit = half + _skippable_frame(stop - start - len(half))
+  with open(directory / manifest['observation']['file'], 'r+b') as stream:
+    stream.seek(start)
+    stream.write(unit)
+  crcs = np.load(directory / manifest_lib.CRC_FILE)
+  crcs[490] = zlib.crc32(unit)
+  np.save(directory / manifest_lib.CRC_FILE, crcs)
+  manifest['files'][manifest_lib.CRC_FILE] = manifest_lib.file_entry(
+    str(directory / manifest_lib.CRC_FILE)
+  )
+  manifest_lib.write_manifest(str(directory), manifest)
+  buffer = _buffer(damaged)
+  with pytest.raises(CheckpointError, match=match):
+    buffer.sample_transition_batch(indices=[490], suffixes=1)
+  frames = buffer._source._stored[1].frames
+  with pytest.raises(CheckpointError, match=match):
+    frames.read_block(490, np.empty((1, 84, 84), np.uint8))
+  buffer.close()
 
 
 def test_store_must_match_what_the_agent_asks(store):

@@ -17,17 +17,92 @@ Another source (say, frames decoded from RL Unplugged records) plugs in by
 offering the same few members: the `FrameSource` protocol.
 """
 
+import threading
 from typing import Protocol
 from typing import runtime_checkable
 
+import numba
 import numpy as np
 
 from fixed_replay.replay import stacking
 from fixed_replay.replay import transitions
 from fixed_replay.store import frame_units
+from fixed_replay.store import unit_decoding
 
 # Transitions whose blocks are pinned together; bounds a batch's cache use.
 CHUNK = 32
+
+
+# numba's cache checks this file only: after changing the compiled functions
+# this calls (unit_decoding.decode_units, stacking.pack_stack4), touch it.
+@numba.njit(nogil=True, cache=True)
+def _decode_stacks(
+  functions,
+  table,
+  context,
+  key_stride,
+  which,
+  state_rows,
+  next_rows,
+  frames,
+  states,
+  next_states,
+  units,
+  status,
+):
+  """Decodes the distinct frames of a batch's states and packs the stacks.
+
+  Frames are keyed (checkpoint, file row) and decoded once each, in key
+  order (unit_decoding.decode_units reads runs of consecutive units at
+  once); states[b] and next_states[b] (uint32 pixels, 4 frames each) are
+  then packed from them. `frames` (rows >= 2 * batch * stack, one frame's
+  bytes each) is scratch for the decoded frames. units[0], units[1] get the
+  decoded units' table
+  rows and file rows, status[4] their count (-1: a table row or file row
+  out of range), status[:4] the decoder's status.
+  """
+  batch, stack = state_rows.shape
+  keys = np.empty(2 * batch * stack, np.int64)
+  for b in range(batch):
+    for k in range(stack):
+      row, next_row = state_rows[b, k], next_rows[b, k]
+      if not (
+        0 <= which[b] < table.shape[0]
+        and 0 <= row < key_stride
+        and 0 <= next_row < key_stride
+      ):
+        status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
+        return
+      keys[b * stack + k] = which[b] * key_stride + row
+      keys[(batch + b) * stack + k] = which[b] * key_stride + next_row
+  order = np.argsort(keys)
+  slots = np.empty(keys.size, np.int64)
+  count = 0
+  for m in range(keys.size):
+    key = keys[order[m]]
+    if m == 0 or key != keys[order[m - 1]]:
+      units[0, count] = key // key_stride
+      units[1, count] = key % key_stride
+      count += 1
+    slots[order[m]] = count - 1
+  status[4] = count
+  unit_decoding.decode_units(
+    functions,
+    table,
+    units[0, :count],
+    units[1, :count],
+    np.int64(frames.ctypes.data),
+    frames.shape[1],
+    np.empty(0, np.int64),
+    context,
+    status,
+  )
+  if status[1] != unit_decoding.OK:
+    return
+  slots = slots.reshape(2 * batch, stack)
+  for b in range(batch):
+    stacking.pack_stack4(frames, slots[b], states[b])
+    stacking.pack_stack4(frames, slots[batch + b], next_states[b])
 
 
 @runtime_checkable
@@ -127,11 +202,15 @@ class BlockFrames:
     self._key_stride = max(s.frames.num_blocks for s in stored) + 1
     # Uniform sampling over a run's frames almost never hits a cache: frames
     # stored one per unit are decoded for each batch, cache bypassed.
-    self._per_frame = all(
-      isinstance(s.frames, frame_units.StoredUnits) and s.frames.block_rows == 1
-      for s in stored
-    )
-    self._units = [s.frames for s in stored]
+    units = all(isinstance(s.frames, frame_units.StoredUnits) for s in stored)
+    self._per_frame = units and all(s.frames.block_rows == 1 for s in stored)
+    # Units (or blocks) decoded so far, for benchmarks; not exact while
+    # several threads sample.
+    self.units_decoded = 0
+    self._local = threading.local()
+    self.frame_reader = None
+    if units:  # Format 2: batches decode in compiled code.
+      self.frame_reader = frame_units.FrameReader([s.frames for s in stored])
 
   @property
   def num_rows(self):
@@ -169,22 +248,45 @@ class BlockFrames:
     state, next_state = self._writer.write_parts(
       which, rows, batch, destinations
     )
+    layout = self._writer.layout
+    state_rows = layout.file_rows_of(which, state)
+    next_rows = layout.file_rows_of(which, next_state)
+    first = self._stored[0].frames
+    if stacking.packable(first.dtype, state.shape[1]):
+      # Frames, checks and stacks in one compiled call, outside the GIL.
+      status = np.zeros(5, np.int64)
+      units = np.empty((2, state_rows.size * 2), np.int64)
+      _decode_stacks(
+        unit_decoding.FUNCTIONS,
+        self.frame_reader.table,
+        unit_decoding.context(),
+        self._key_stride,
+        which,
+        state_rows,
+        next_rows,
+        self._scratch(state_rows.size * 2, first.frame_bytes),
+        batch['state'].reshape(count, -1).view(np.uint32),
+        batch['next_state'].reshape(count, -1).view(np.uint32),
+        units,
+        status,
+      )
+      if status[4] < 0:
+        raise IndexError('checkpoint or frame rows outside the store')
+      self.units_decoded += int(status[4])
+      if status[1] != unit_decoding.OK:
+        self.frame_reader.raise_for(status[:4], units[0], units[1])
+      return
     both = np.concatenate([which, which])
-    frame_rows = self._writer.layout.file_rows_of(
-      both, np.concatenate([state, next_state])
-    )
+    frame_rows = np.concatenate([state_rows, next_rows])
     keys = both[:, None] * self._key_stride + frame_rows
     unique, inverse = np.unique(keys, return_inverse=True)
     inverse = inverse.reshape(keys.shape)
-    first = self._stored[0].frames
     frames = np.empty((len(unique),) + first.row_shape, first.dtype)
     checkpoint = unique // self._key_stride
-    frame_units.read_frames_of(
-      self._units,
-      checkpoint,
-      unique - checkpoint * self._key_stride,
-      frames,
+    self.frame_reader.read(
+      checkpoint, unique - checkpoint * self._key_stride, frames
     )
+    self.units_decoded += len(unique)
     stacking.gather_state_pairs(
       frames,
       inverse[:count],
@@ -194,9 +296,28 @@ class BlockFrames:
       destinations,
     )
 
-  def _load_block(self, key, out):
-    i, block = divmod(key, self._key_stride)
-    self._stored[i].frames.read_block(block, out)
+  def _scratch(self, rows, row_bytes):
+    """This thread's scratch for decoded frames, reused batch after batch.
+
+    A fresh megabyte each batch is mapped and faulted in anew (and
+    unmapped, which stalls the other threads); reused, its pages stay.
+    """
+    scratch = getattr(self._local, 'scratch', None)
+    if scratch is None or scratch.shape[0] < rows:
+      scratch = self._local.scratch = np.empty((rows, row_bytes), np.uint8)
+    return scratch
+
+  def _load_blocks(self, keys, slots, arena):
+    """Decodes blocks `keys` into arena[slots] (BlockCache's loader)."""
+    self.units_decoded += len(keys)
+    which, blocks = np.divmod(keys, self._key_stride)
+    if self.frame_reader is not None:  # One compiled call for them all.
+      self.frame_reader.read(which, blocks, arena, slots)
+      return
+    for i, block, slot in zip(
+      which.tolist(), blocks.tolist(), slots.tolist(), strict=True
+    ):
+      self._stored[i].frames.read_block(block, arena[slot])
 
   def _write_chunk(self, batch, which, rows, offset):
     count = len(rows)
@@ -212,7 +333,7 @@ class BlockFrames:
     blocks = frame_rows // self._block_rows
     keys = both[:, None] * self._key_stride + blocks
     unique, inverse = np.unique(keys, return_inverse=True)
-    slots = self.cache.acquire(unique, self._load_block)
+    slots = self.cache.acquire(unique, self._load_blocks)
     try:
       arena_rows = slots[inverse.reshape(keys.shape)] * self._block_rows + (
         frame_rows - blocks * self._block_rows
@@ -229,5 +350,7 @@ class BlockFrames:
 
   def close(self):
     """Closes the store's files."""
+    if self.frame_reader is not None:
+      self.frame_reader.close()
     for stored in self._stored:
       stored.close()

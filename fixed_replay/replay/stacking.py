@@ -17,8 +17,11 @@ import numpy as np
 
 
 @numba.njit(nogil=True, cache=True, inline='always')
-def _pack_stack4(frames, rows, target):
-  """target[p] packs frames[rows[0..3], p] as 4 bytes, little-endian."""
+def pack_stack4(frames, rows, target):
+  """target[p] packs frames[rows[0..3], p] as 4 bytes, little-endian.
+
+  Compiled code may call this (frame_sources does); it checks no bounds.
+  """
   f0 = frames[rows[0]]
   f1 = frames[rows[1]]
   f2 = frames[rows[2]]
@@ -35,7 +38,7 @@ def _pack_stack4(frames, rows, target):
 @numba.njit(nogil=True, cache=True)
 def _gather_uint8_stack4(frames, rows, destinations, out):
   for b in range(rows.shape[0]):
-    _pack_stack4(frames, rows[b], out[destinations[b]])
+    pack_stack4(frames, rows[b], out[destinations[b]])
 
 
 @numba.njit(nogil=True, cache=True)
@@ -45,8 +48,8 @@ def _gather_pairs_uint8_stack4(
   # State and next state one transition at a time: their frames mostly
   # overlap, so the second stack reads frames still in cache.
   for b in range(rows.shape[0]):
-    _pack_stack4(frames, rows[b], out[destinations[b]])
-    _pack_stack4(frames, next_rows[b], next_out[destinations[b]])
+    pack_stack4(frames, rows[b], out[destinations[b]])
+    pack_stack4(frames, next_rows[b], next_out[destinations[b]])
 
 
 @numba.njit(nogil=True, cache=True)
@@ -70,10 +73,9 @@ def _check_bounds(frames, rows, out, destinations):
     raise IndexError(f'batch positions outside [0, {len(out)})')
 
 
-def _packable(frames, stack_size):
-  return (
-    frames.dtype == np.uint8 and stack_size == 4 and sys.byteorder == 'little'
-  )
+def packable(dtype, stack_size):
+  """Whether stacks of `dtype` frames pack into uint32s (pack_stack4)."""
+  return dtype == np.uint8 and stack_size == 4 and sys.byteorder == 'little'
 
 
 def gather_state_pairs(frames, rows, next_rows, out, next_out, destinations):
@@ -92,7 +94,7 @@ def gather_state_pairs(frames, rows, next_rows, out, next_out, destinations):
   destinations = np.ascontiguousarray(destinations, dtype=np.int64)
   _check_bounds(frames, rows, out, destinations)
   _check_bounds(frames, next_rows, next_out, destinations)
-  if not _packable(frames, rows.shape[1]):
+  if not packable(frames.dtype, rows.shape[1]):
     gather_stacks(frames, rows, out, destinations)
     gather_stacks(frames, next_rows, next_out, destinations)
     return
@@ -121,7 +123,7 @@ def gather_stacks(frames, rows, out, destinations):
   _check_bounds(frames, rows, out, destinations)
   flat_frames = frames.reshape(len(frames), -1)
   stack_size = rows.shape[1]
-  if _packable(frames, stack_size):
+  if packable(frames.dtype, stack_size):
     packed = out.reshape(len(out), -1).view(np.uint32)
     _gather_uint8_stack4(flat_frames, rows, destinations, packed)
   else:

@@ -72,14 +72,17 @@ class BlockCache:
     )
 
   def acquire(
-    self, keys: Iterable[int], load: Callable[[int, np.ndarray], object]
+    self,
+    keys: Iterable[int],
+    load: Callable[[np.ndarray, np.ndarray, np.ndarray], object],
   ) -> np.ndarray:
     """Pins the blocks of `keys`, decoding the missing ones.
 
     Args:
       keys: iterable of distinct ints.
-      load: function(key, out) that decodes block `key` into `out` (an arena
-        slot, shape block_shape); called outside the lock.
+      load: function(keys, slots, arena) that decodes block keys[i] into
+        arena[slots[i]] (int64 arrays; all the missing blocks of a call at
+        once, so a compiled decoder runs once); called outside the lock.
 
     Returns:
       int64 array of the slots holding each key's block; release() them.
@@ -122,18 +125,21 @@ class BlockCache:
     return slots
 
   def _load_all(self, to_load, load):
-    """Decodes blocks into their reserved slots, then publishes them."""
-    for position, (key, slot) in enumerate(to_load):
-      try:
-        load(key, self.arena[slot])
-      except BaseException:
-        with self._lock:
-          self._publish(to_load[:position])
-          self._abandon(to_load[position:])
-        raise
-    if to_load:
+    """Decodes blocks into their reserved slots, then publishes them.
+
+    If the decode fails, none of these blocks is kept.
+    """
+    if not to_load:
+      return
+    keys, slots = np.array(to_load, dtype=np.int64).T
+    try:
+      load(keys, slots, self.arena)
+    except BaseException:
       with self._lock:
-        self._publish(to_load)
+        self._abandon(to_load)
+      raise
+    with self._lock:
+      self._publish(to_load)
 
   def _publish(self, entries) -> None:
     """Marks decoded blocks ready and wakes their waiters (lock held)."""
@@ -158,7 +164,7 @@ class BlockCache:
         return
     # The other thread failed: decode here (raising the same error, or
     # succeeding if the failure was passing).
-    load(key, self.arena[slot])
+    load(np.array([key]), np.array([slot]), self.arena)
     with self._lock:
       if self._key_of[slot] is None and key not in self._slot_of:
         self._key_of[slot] = key

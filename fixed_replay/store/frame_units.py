@@ -12,11 +12,11 @@ Atari screens share their background, score digits and sprites.
 units, and every unit is checked against its CRC-32 before it is decoded.
 
 A batch reads the units it needs with one `pread` per run of consecutive
-units, then checks and decodes each (zstd drops the GIL while decoding).
+units, then checks and decodes each, all in one compiled call outside the
+GIL (unit_decoding.py), so sampling threads decode in parallel.
 """
 
 import os
-import threading
 
 import numpy as np
 import zstandard
@@ -24,6 +24,7 @@ import zstandard
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
+from fixed_replay.store import unit_decoding
 
 LAYOUT = 'units'
 # Trained-dictionary size. On 100k-row checkpoints of random MsPacman and
@@ -112,11 +113,16 @@ class UnitCompressor:
     return self._compressor.compress(np.ascontiguousarray(frames))
 
 
+def _read_bytes(path):
+  with open(path, 'rb') as stream:
+    return stream.read()
+
+
 class StoredUnits(frame_blocks.StoredFrameFile):
   """The compressed frames of one stored checkpoint, decoded per unit.
 
-  Thread-safe: reads use `os.pread` on one descriptor, each thread decodes
-  with its own zstd context.
+  Thread-safe: units are read with `pread` on one descriptor and decoded
+  with a zstd context per thread, in compiled code (unit_decoding.py).
   """
 
   UNIT = 'unit'
@@ -135,24 +141,23 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     files = manifest['files']
     # The index and dictionary are small and read whole: check them always,
     # so a damaged one is found before anything is decoded with it.
-    self.offsets = self._load_checked(manifest_lib.OFFSETS_FILE, files, np.load)
-    self.crcs = self._load_checked(manifest_lib.CRC_FILE, files, np.load)
+    offsets = self._load_checked(manifest_lib.OFFSETS_FILE, files, np.load)
+    crcs = self._load_checked(manifest_lib.CRC_FILE, files, np.load)
     dictionary = b''
     if spec.get('dictionary'):
-      dictionary = self._load_checked(
-        spec['dictionary'], files, lambda path: open(path, 'rb').read()
-      )
-    self._check_index(self.offsets, self.crcs)
-    self.offsets = self.offsets.astype(np.int64)
+      dictionary = self._load_checked(spec['dictionary'], files, _read_bytes)
+    self._check_index(offsets, crcs)
+    # The compiled decoder reads these two through their addresses.
+    self.offsets = np.ascontiguousarray(offsets, np.int64)
+    self.crcs = np.ascontiguousarray(crcs, np.uint32)
     self._lengths = np.diff(self.offsets)
     if self._lengths.size and self._lengths.min() < 0:
       raise CheckpointError(
         os.path.join(directory, manifest_lib.OFFSETS_FILE),
         'unit offsets decrease',
       )
-    self._dictionary = _dictionary(dictionary)
+    self._dictionary = unit_decoding.Dictionary(dictionary)
     self._dictionary_bytes = len(dictionary)
-    self._local = threading.local()
     self._open()
 
   def _load_checked(self, name, files, load):
@@ -183,91 +188,83 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     """Bytes held in memory: the unit index and the dictionary."""
     return self.offsets.nbytes + self.crcs.nbytes + self._dictionary_bytes
 
-  def _decompressor(self):
-    decompressor = getattr(self._local, 'decompressor', None)
-    if decompressor is None:
-      decompressor = zstandard.ZstdDecompressor(
-        dict_data=self._dictionary, format=_FORMAT
-      )
-      self._local.decompressor = decompressor
-    return decompressor
+  def table_row(self):
+    """This checkpoint's row of a unit_decoding table (descriptor -1 once
+    closed)."""
+    unit_bytes = self.block_rows * self.frame_bytes
+    last_rows = self.num_rows - (self.num_blocks - 1) * self.block_rows
+    row = np.empty(unit_decoding.COLUMNS, np.int64)
+    row[unit_decoding.FD] = -1 if self._fd is None else self._fd
+    row[unit_decoding.OFFSETS] = self.offsets.ctypes.data
+    row[unit_decoding.CRCS] = self.crcs.ctypes.data
+    row[unit_decoding.DDICT] = self._dictionary.address
+    row[unit_decoding.NUM_UNITS] = self.num_blocks
+    row[unit_decoding.UNIT_BYTES] = unit_bytes
+    row[unit_decoding.LAST_BYTES] = last_rows * self.frame_bytes
+    return row
 
   def _read_units(self, units):
-    """The bytes of sorted distinct `units`, and where each one starts.
-
-    Runs of consecutive units are read with one `pread` each.
-    """
+    """Raises the error of a short read of the run of sorted `units`."""
     starts = self.offsets[units]
-    lengths = self._lengths[units]
-    # A run breaks where the next unit is not the next in the file.
-    breaks = np.flatnonzero(np.diff(units) != 1) + 1
-    run_first = np.concatenate([[0], breaks])
-    run_last = np.concatenate([breaks, [len(units)]]) - 1
-    pieces = []
-    for first, last in zip(run_first.tolist(), run_last.tolist(), strict=True):
-      start = int(starts[first])
-      size = int(starts[last] + lengths[last]) - start
-      data = os.pread(self._fd, size, start)
-      if len(data) != size:
-        end = start + len(data)
-        late = int(np.searchsorted(self.offsets, end, side='right')) - 1
-        raise self._damaged(
-          min(max(late, int(units[first])), int(units[last])),
-          f'file ends at byte {end}',
-        )
-      pieces.append(data)
-    data = b''.join(pieces) if len(pieces) > 1 else pieces[0]
-    return data, np.cumsum(lengths) - lengths, lengths
+    start = int(starts[0])
+    size = int(self.offsets[units[-1] + 1]) - start
+    data = os.pread(self._fd, size, start)
+    if len(data) != size:
+      end = start + len(data)
+      late = int(np.searchsorted(self.offsets, end, side='right')) - 1
+      raise self._damaged(
+        min(max(late, int(units[0])), int(units[-1])),
+        f'file ends at byte {end}',
+      )
+
+  def _raise_for(self, status, units):
+    """Raises the CheckpointError of unit_decoding's failure `status`."""
+    position, problem, value, end = status.tolist()
+    unit = int(units[position])
+    if problem == unit_decoding.SHORT_READ:
+      if self._fd is None:
+        raise ValueError(f'{self.path} is closed')
+      self._read_units(units[position:end])
+      problem_text = 'changed while it was read'
+    elif problem == unit_decoding.BAD_CRC:
+      problem_text = f'CRC-32 {value:#010x}, expected {self.crcs[unit]:#010x}'
+    elif problem == unit_decoding.ZSTD_ERROR:
+      problem_text = f'zstd cannot decode it: {unit_decoding.error_name(value)}'
+    elif problem == unit_decoding.WRONG_SIZE:
+      first, end = self.block_rows_of(unit)
+      size = (end - first) * self.frame_bytes
+      problem_text = f'decodes to {value} bytes, not {size}'
+    else:
+      raise IndexError(f'unit {unit} outside [0, {self.num_blocks})')
+    raise self._damaged(unit, problem_text)
 
   def _decode(self, units, out):
     """Decodes sorted distinct `units` into `out` (frames end to end).
 
-    Each unit's CRC-32 is checked before it is decoded. One zstd call per
-    unit: zstd's own batch call re-reads the dictionary for every frame and
-    is slower on units this small.
+    Each unit's CRC-32 is checked before it is decoded. Returns the rows
+    decoded.
     """
-    data, positions, lengths = self._read_units(units)
-    view = memoryview(data)
-    target = memoryview(out.reshape(-1).view(np.uint8))
-    decompress = self._decompressor().decompress
-    crc32 = manifest_lib.crc32
-    expected = self.crcs[units].tolist()
+    rows = units.size * self.block_rows
+    if units.size and units[-1] == self.num_blocks - 1:
+      rows -= self.num_blocks * self.block_rows - self.num_rows
+    target = out.reshape(-1).view(np.uint8)
     unit_bytes = self.block_rows * self.frame_bytes
-    last_bytes = (
-      self.num_rows - (self.num_blocks - 1) * self.block_rows
-    ) * self.frame_bytes
-    last_unit = self.num_blocks - 1
-    at = 0
-    for unit, position, length, crc in zip(
-      units.tolist(),
-      positions.tolist(),
-      lengths.tolist(),
-      expected,
-      strict=True,
-    ):
-      unit_data = view[position : position + length]
-      actual = crc32(unit_data)
-      if actual != crc:
-        raise self._damaged(
-          unit, f'CRC-32 {actual:#010x}, expected {crc:#010x}'
-        )
-      size = last_bytes if unit == last_unit else unit_bytes
-      try:
-        decoded = decompress(unit_data, max_output_size=size)
-      except zstandard.ZstdError as error:
-        raise self._damaged(unit, f'zstd cannot decode it: {error}') from error
-      if len(decoded) != size:
-        raise self._damaged(
-          unit, f'decodes to {len(decoded)} bytes, not {size}'
-        )
-      target[at : at + size] = decoded
-      at += size
-    return at // self.frame_bytes
-
-  def _checked_unit(self, unit, data, crc):
-    actual = manifest_lib.raw_crc32(data)
-    if actual != crc:
-      raise self._damaged(unit, f'CRC-32 {actual:#010x}, expected {crc:#010x}')
+    if target.size < units.size * unit_bytes:
+      # The last unit may be short, but the decoder wants whole rows.
+      padded = np.empty(units.size * unit_bytes, np.uint8)
+    else:
+      padded = target
+    status = unit_decoding.decode(
+      self.table_row()[None],
+      np.zeros(units.size, np.int64),
+      units,
+      padded[: units.size * unit_bytes].reshape(units.size, unit_bytes),
+    )
+    if status[1] != unit_decoding.OK:
+      self._raise_for(status, units)
+    if padded is not target:
+      target[: rows * self.frame_bytes] = padded[: rows * self.frame_bytes]
+    return rows
 
   def read_block(self, block, out):
     """Decodes unit `block` into `out[:rows]`; returns the number of rows.
@@ -306,83 +303,56 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     return self.read_frames(np.arange(start, start + count))
 
 
-def read_frames_of(sources, which, rows, out):
-  """Decodes frames of several checkpoints at once, into `out`.
+class FrameReader:
+  """Decodes units of several checkpoints at once.
 
-  The batch-wide form of StoredUnits.read_frames, for one-frame units: the
-  index look-ups are one numpy call per checkpoint, the reads one `pread`
-  per run of consecutive frames, and the rest one loop over the frames.
-
-  Args:
-    sources: sequence of StoredUnits with block_rows == 1, alike frames.
-    which: int64 array (n,), index in `sources` of each frame, sorted.
-    rows: int64 array (n,), file rows, increasing within each source.
-    out: C-contiguous array (n, *row_shape) of the frames' dtype.
-
-  Raises:
-    CheckpointError: naming checkpoint, unit and rows of a unit whose bytes
-      do not match their CRC-32 or do not decode.
+  The batch-wide form of StoredUnits.read_frames: one compiled call a
+  batch, outside the GIL. `table` describes the sources to
+  unit_decoding's kernel, for compiled callers.
   """
-  count = len(rows)
-  if not count:
-    return
-  starts = np.empty(count, np.int64)
-  lengths = np.empty(count, np.int64)
-  crcs = np.empty(count, np.int64)
-  bounds = np.flatnonzero(which[1:] != which[:-1]) + 1
-  group_first = np.concatenate([[0], bounds]).tolist()
-  group_end = np.concatenate([bounds, [count]]).tolist()
-  for first, end in zip(group_first, group_end, strict=True):
-    source = sources[int(which[first])]
-    part = rows[first:end]
-    starts[first:end] = source.offsets[part]
-    lengths[first:end] = source._lengths[part]
-    crcs[first:end] = source.crcs[part]
-  # A run of consecutive frames of one checkpoint is one read.
-  new_run = np.ones(count, dtype=bool)
-  new_run[1:] = (which[1:] != which[:-1]) | (rows[1:] != rows[:-1] + 1)
-  run_first = np.flatnonzero(new_run)
-  run_last = np.append(run_first[1:], count) - 1
-  run_start = starts[run_first]
-  run_size = starts[run_last] + lengths[run_last] - run_start
-  pieces = []
-  for first, last, start, size in zip(
-    run_first.tolist(),
-    run_last.tolist(),
-    run_start.tolist(),
-    run_size.tolist(),
-    strict=True,
-  ):
-    source = sources[int(which[first])]
-    data = os.pread(source._fd, size, start)
-    if len(data) != size:
-      source._read_units(rows[first : last + 1])  # Raises, naming the unit.
-    pieces.append(data)
-  view = memoryview(b''.join(pieces))
-  positions = (np.cumsum(lengths) - lengths).tolist()
-  lengths = lengths.tolist()
-  crcs = crcs.tolist()
-  target = memoryview(out.reshape(-1).view(np.uint8))
-  crc32 = manifest_lib.raw_crc32
-  for first, end in zip(group_first, group_end, strict=True):
-    source = sources[int(which[first])]
-    decompress = source._decompressor().decompress
-    size = source.frame_bytes
-    for k in range(first, end):
-      position = positions[k]
-      data = view[position : position + lengths[k]]
-      if crc32(data) != crcs[k]:
-        source._checked_unit(int(rows[k]), data, crcs[k])
-      try:
-        target[k * size : k * size + size] = decompress(
-          data, max_output_size=size
-        )
-      except ValueError:  # Decoded to another size than a frame's.
-        decoded = decompress(data, max_output_size=size)
-        raise source._damaged(
-          int(rows[k]), f'decodes to {len(decoded)} bytes, not {size}'
-        ) from None
-      except zstandard.ZstdError as error:
-        raise source._damaged(
-          int(rows[k]), f'zstd cannot decode it: {error}'
-        ) from error
+
+  def __init__(self, sources):
+    """Args: sources: sequence of StoredUnits of alike frames and units."""
+    self._sources = tuple(sources)
+    self.table = np.stack([s.table_row() for s in self._sources])
+
+  def read(self, which, rows, out, slots=None):
+    """Decodes units `rows` of sources `which` into `out`.
+
+    Args:
+      which: int64 array (n,), index in `sources` of each unit.
+      rows: int64 array (n,), unit numbers (file rows of one-frame units),
+        increasing within a run of one source.
+      out: C-contiguous array (m, block_rows, *row_shape) or, for one-frame
+        units, (m, *row_shape) of the frames' dtype.
+      slots: optional int64 array (n,): unit k goes to out[slots[k]]
+        (default out[k]).
+
+    Raises:
+      CheckpointError: naming checkpoint, unit and rows of a unit whose bytes
+        do not match their CRC-32 or do not decode.
+    """
+    if not len(rows):
+      return
+    status = unit_decoding.decode(
+      self.table, which, rows, out.reshape(len(out), -1).view(np.uint8), slots
+    )
+    if status[1] != unit_decoding.OK:
+      self.raise_for(status, which, rows)
+
+  def raise_for(self, status, which, rows):
+    """Raises the error of unit_decoding's failure `status` on these units.
+
+    Raises:
+      CheckpointError: naming the checkpoint, unit and rows.
+    """
+    position = int(status[0])
+    mine = np.flatnonzero(which == which[position])
+    status = status.copy()
+    status[0] = np.searchsorted(mine, position)
+    status[3] = np.searchsorted(mine, status[3])
+    self._sources[int(which[position])]._raise_for(status, rows[mine])
+
+  def close(self):
+    """Stops reading: the sources' descriptors may be reused."""
+    self.table[:, unit_decoding.FD] = -1
