@@ -1,11 +1,26 @@
 """Shared fixtures: checkpoints written by Dopamine itself, and oracles."""
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# One JAX compilation cache for the session's processes: the xdist workers
+# and every fresh process a test starts inherit these variables (JAX reads
+# them at import), so the same network is compiled once per session rather
+# than once per process. Set here, in the process that starts the workers,
+# before they start; a cache the user set is kept.
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  _JAX_CACHE = tempfile.mkdtemp(prefix='fixed_replay_tests_jax_cache_')
+  atexit.register(shutil.rmtree, _JAX_CACHE, ignore_errors=True)
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = _JAX_CACHE
+  # Tiny budgets compile in well under JAX's 1 s threshold for caching.
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 
 import dopamine_data  # noqa: E402
 
