@@ -1,11 +1,26 @@
 """Shared fixtures: checkpoints written by Dopamine itself, and oracles."""
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# One JAX compilation cache for the session's processes: the xdist workers
+# and every fresh process a test starts inherit these variables (JAX reads
+# them at import), so the same network is compiled once per session rather
+# than once per process. Set here, in the process that starts the workers,
+# before they start; a cache the user set is kept.
+if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
+  _JAX_CACHE = tempfile.mkdtemp(prefix='fixed_replay_tests_jax_cache_')
+  atexit.register(shutil.rmtree, _JAX_CACHE, ignore_errors=True)
+  os.environ['JAX_COMPILATION_CACHE_DIR'] = _JAX_CACHE
+  # Tiny budgets compile in well under JAX's 1 s threshold for caching.
+  os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 
 import dopamine_data  # noqa: E402
 
@@ -49,12 +64,28 @@ SLOW = {
 }
 
 
+# Modules whose module-scoped fixtures start fresh processes for all of the
+# module's tests at once (training runs, conversions, a wheel build): one
+# xdist worker runs each, since on two workers both would start them all.
+WHOLE_MODULES = {
+  'test_train_on_store.py': 'three Atari training runs on a store',
+  'test_own_agent.py': 'both recipes, two Atari training runs',
+  'test_rlu_convert.py': 'two RL Unplugged runs converted both ways',
+  'test_rlu_tfds.py': 'a TFDS directory prepared in a fresh process',
+  'test_extras.py': 'the wheel, built once',
+}
+
+
+# First: xdist's worker reads the xdist_group markers in this same hook.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
   for item in items:
     name = item.path.name
     function = getattr(item, 'originalname', item.name)
     if name in SLOW or f'{name}::{function}' in SLOW:
       item.add_marker(pytest.mark.slow)
+    if name in WHOLE_MODULES:
+      item.add_marker(pytest.mark.xdist_group(name.removesuffix('.py')))
   # Modules with slow tests first, and in them xdist groups first (every test
   # of a module that has groups is in one, so modules stay whole and their
   # fixtures are set up once): xdist hands out the groups largest first, then

@@ -45,6 +45,10 @@ import textwrap
 
 import pytest
 
+# One xdist worker runs the pages, so the session's tiny datasets ($DATA,
+# $RLU_MIRROR: fresh processes that play real games) are made once.
+pytestmark = pytest.mark.xdist_group('docs')
+
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGES = sorted(
   [ROOT / 'README.md'] + list((ROOT / 'docs').rglob('*.md')),

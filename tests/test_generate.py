@@ -403,28 +403,38 @@ _AGENT_SCRIPT = textwrap.dedent("""
   base_dir, gin_file, output_dir = sys.argv[1:4]
   run_experiment.load_gin_configs([gin_file], [])
   env = gym_lib.create_gym_environment('CartPole', 'v0')
-  agent = run_experiment.create_agent(None, env, agent_name='dqn')
+  # Seeded graphs: the same initialisations, so the same outcome, every run
+  # (unseeded, which ones were drawn decided whether the checks held). A
+  # graph of its own: TensorFlow is still eager here, and an eager seed would
+  # not reach the graph Dopamine builds the agent in.
+  graph = tf.Graph()
+  with graph.as_default():
+    tf.compat.v1.set_random_seed(0)
+    agent = run_experiment.create_agent(None, env, agent_name='dqn')
   # An untrained CartPole network often picks one action everywhere, and two
   # such networks agree; draw initialisations until the saved policy depends
   # on the state, so that matching it below means its weights were restored.
   rng = np.random.default_rng(0)
   probes = rng.uniform(-0.2, 0.2, size=(64, 4)).astype(np.float32)
-  online = [v for v in tf.compat.v1.global_variables() if 'Online' in v.name]
+  online = [v for v in graph.get_collection('variables') if 'Online' in v.name]
 
   def probe_actions():
     return {int(agent._sess.run(agent._q_argmax,
                                 {agent.state_ph: p.reshape(agent.state.shape)}))
             for p in probes}
 
+  with graph.as_default():
+    reinitialise = tf.compat.v1.variables_initializer(online)
   for _ in range(100):
     if len(probe_actions()) > 1:
       break
-    agent._sess.run(tf.compat.v1.variables_initializer(online))
+    agent._sess.run(reinitialise)
   agent._sess.run(agent._sync_qt_ops)
   checkpoint_dir = os.path.join(base_dir, 'checkpoints')
   os.makedirs(checkpoint_dir)
   # As Runner._checkpoint_experiment.
-  data = agent.bundle_and_checkpoint(checkpoint_dir, 2)
+  with graph.as_default():
+    data = agent.bundle_and_checkpoint(checkpoint_dir, 2)
   data['current_iteration'] = 2
   data['logs'] = {}
   checkpointer.Checkpointer(checkpoint_dir).save_checkpoint(2, data)
@@ -442,6 +452,7 @@ _AGENT_SCRIPT = textwrap.dedent("""
     return [int(a.begin_episode(o)) for o in observations]
 
   with tf.Graph().as_default():
+    tf.compat.v1.set_random_seed(1)
     fresh = run_experiment.create_agent(None, env, agent_name='dqn')
   print(json.dumps({
       'saved': greedy(agent), 'fresh': greedy(fresh),
