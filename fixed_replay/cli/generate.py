@@ -115,9 +115,12 @@ flags.DEFINE_bool(
 
 def main(argv):
   cli.take_flags_only(argv)
-  # Every flag of this module is an argument of generate_dataset by name.
+  # Every flag of this module is an argument of generate_dataset by name,
+  # but the dispatcher's --verbose (listed here for --help).
   arguments = {
-    flag.name: flag.value for flag in flags.FLAGS.get_flags_for_module(__name__)
+    flag.name: flag.value
+    for flag in flags.FLAGS.get_flags_for_module(__name__)
+    if flag.name != cli.VERBOSE_FLAG[2:]
   }
   summary = generate.generate_dataset(**arguments)
   # One JSON line on stdout for scripts; the log lines go to stderr.
