@@ -63,7 +63,7 @@ _NOISE = re.compile(
 _forwarder = None
 
 
-def verbose():
+def verbose() -> bool:
   """Whether the user asked for third-party output (FIXED_REPLAY_VERBOSE)."""
   return os.environ.get(VERBOSE_ENV, '').strip().lower() in (
     '1',
@@ -72,7 +72,7 @@ def verbose():
   )
 
 
-def set_verbose():
+def set_verbose() -> None:
   """Asks for third-party output in this process and the ones it starts.
 
   Call before `install()` (and before TensorFlow is imported).
@@ -80,7 +80,7 @@ def set_verbose():
   os.environ[VERBOSE_ENV] = '1'
 
 
-def set_environment():
+def set_environment() -> None:
   """Quiets TensorFlow's C++ INFO and WARNING lines unless verbose.
 
   Has an effect only before TensorFlow is imported; a value the user set is

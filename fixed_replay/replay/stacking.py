@@ -73,7 +73,7 @@ def _check_bounds(frames, rows, out, destinations):
     raise IndexError(f'batch positions outside [0, {len(out)})')
 
 
-def packable(dtype, stack_size):
+def packable(dtype: np.dtype, stack_size: int) -> bool:
   """Whether stacks of `dtype` frames pack into uint32s (pack_stack4)."""
   return dtype == np.uint8 and stack_size == 4 and sys.byteorder == 'little'
 

@@ -176,7 +176,7 @@ class BlockCache:
       if not self._pins[slot] and self._key_of[slot] is None:
         self._free.append(slot)
 
-  def release(self, slots) -> None:
+  def release(self, slots: np.ndarray) -> None:
     """Unpins slots returned by acquire()."""
     with self._lock:
       self._unpin(int(s) for s in slots)

@@ -14,6 +14,7 @@ Every failure to write is a CheckpointError naming the path and the cause
 (no permission, read-only file system, a file in the way, disk full).
 """
 
+from collections.abc import Iterator
 import contextlib
 import errno
 import fcntl
@@ -146,7 +147,7 @@ def hold_workers_lock(store_dir: str) -> IO:
 
 
 @contextlib.contextmanager
-def synced_file(directory: str, name: str):
+def synced_file(directory: str, name: str) -> Iterator[IO[bytes]]:
   """A new file, flushed and fsynced once written (then it may commit)."""
   with open(os.path.join(directory, name), 'wb') as stream:
     yield stream
@@ -154,7 +155,7 @@ def synced_file(directory: str, name: str):
     os.fsync(stream.fileno())
 
 
-def write_npy(directory: str, name, array):
+def write_npy(directory: str, name: str, array: np.ndarray) -> str:
   with synced_file(directory, name) as stream:
     np.save(stream, array, allow_pickle=False)
   return name
