@@ -99,11 +99,13 @@ def _packaged_copy(config_file):
   return os.path.join(PACKAGED_CONFIGS, *parts[1:])
 
 
-def locate(config_file: str) -> str:
+def locate(config_file: str, missing_ok: bool = False) -> str:
   """Where a gin file named by the user is read from.
 
   As given when it is there; else, for a relative `configs/NAME`, the copy
-  of the repository's configs/ installed with fixed_replay (logged).
+  of the repository's configs/ installed with fixed_replay (logged). With
+  missing_ok, a file that is nowhere is returned as given (the caller
+  reports it).
 
   Raises:
     UsageError: for a gin file that is not there, saying where it looked.
@@ -123,6 +125,8 @@ def locate(config_file: str) -> str:
         packaged,
       )
     return packaged
+  if missing_ok:
+    return config_file
   where = config_file
   if not files.is_remote(config_file):
     where = os.path.abspath(config_file)

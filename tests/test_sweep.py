@@ -276,6 +276,32 @@ def test_plan_without_games_sweeps_the_one_dataset(tmp_path):
     )
 
 
+def test_plan_reads_configs_from_the_installed_copy_outside_the_repo(
+  tmp_path, monkeypatch
+):
+  (tmp_path / 'cartpole' / 'replay_logs').mkdir(parents=True)
+  monkeypatch.chdir(tmp_path)  # No configs/ here: the packaged copy is used.
+  (trial,) = sweep.plan(
+    str(tmp_path / 'sweep'),
+    str(tmp_path / 'cartpole' / 'replay_logs'),
+    agents=['dqn'],
+    seeds=[0],
+    gin_files=['configs/cartpole/{agent}.gin'],
+  )
+  (path,) = trial.gin_files
+  assert os.path.isfile(path)
+  assert path.endswith(os.path.join('configs', 'cartpole', 'dqn.gin'))
+  assert not path.startswith(str(tmp_path))
+  with pytest.raises(ValueError, match='configs/nothing.gin: no such file'):
+    sweep.plan(
+      str(tmp_path / 'sweep'),
+      str(tmp_path / 'cartpole' / 'replay_logs'),
+      agents=['dqn'],
+      seeds=[0],
+      gin_files=['configs/nothing.gin'],
+    )
+
+
 def test_cli_refusal_prints_the_reason_only(tmp_path):
   """A sweep refused for a changed config: its reason, not --help."""
   (tmp_path / 'data').mkdir()

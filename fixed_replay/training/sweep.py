@@ -23,6 +23,7 @@ import time
 from absl import logging
 
 from fixed_replay import agents as agents_lib
+from fixed_replay import gin_files as gin_files_lib
 from fixed_replay import progress
 from fixed_replay.dataset import layout
 from fixed_replay.io import files as storage
@@ -106,7 +107,6 @@ def plan(
     raise ValueError('--replay_dir is required')
   # Workers need not share the driver's working directory.
   base_dir, replay_dir = _absolute(base_dir), _absolute(replay_dir)
-  gin_files = [_absolute(path) for path in gin_files]
   bind_game = games is not None
   if not bind_game:
     games, runs = _one_dataset(replay_dir, runs)
@@ -146,7 +146,10 @@ def plan(
         seed=seed,
         base_dir=directory,
         replay_dir=fill(replay_dir, **values),
-        gin_files=tuple(fill(path, **values) for path in gin_files),
+        gin_files=tuple(
+          _absolute(gin_files_lib.locate(fill(p, **values), missing_ok=True))
+          for p in gin_files
+        ),
         gin_bindings=tuple(bindings),
       )
     )
@@ -233,8 +236,7 @@ def pending(
   """Splits trials into (done, to_run).
 
   Raises:
-    ValueError: if a trial directory holds a run of another configuration
-      (unless allow_changed_config).
+    ValueError: if a trial directory holds a run of another configuration.
   """
   done, to_run, changed = [], [], []
   for trial in trials:
