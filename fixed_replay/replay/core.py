@@ -119,19 +119,13 @@ class ReplayCore:
     Args:
       arguments: BufferArguments, checked when they were built.
     """
-    a = arguments
+    a = self._arguments = arguments
     self._data_dir = a.data_dir
     self._replay_suffix = a.replay_suffix
-    self._observation_shape = a.observation_shape
-    self._observation_dtype = a.observation_dtype
     self._stack_size = a.stack_size
     self._update_horizon = a.update_horizon
-    self._gamma = a.gamma
     self._batch_size = a.batch_size
     self._replay_capacity = a.replay_capacity
-    self._subsample = a.subsample
-    self._subsample_fraction = a.subsample_fraction
-    self._seed = a.seed
     self._extra_names = [e.name for e in a.extra_storage_types]
     self._element_signature = dict(
       observation_shape=a.observation_shape,
@@ -146,7 +140,7 @@ class ReplayCore:
     )
     self._elements_by_batch_size = {}
     self._draw = transitions.drawer(a.mix_checkpoints)
-    self._rng = np.random.default_rng(self._seed)
+    self._rng = np.random.default_rng(a.seed)
     self._source = None
     self._batches = None  # BatchPrefetcher of default-size batches.
     self._batch_threads = None  # (seed sequence, threads, depth) to start.

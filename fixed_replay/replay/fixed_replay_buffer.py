@@ -215,19 +215,20 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     sampling_threads = sampling_threads or 0
     if sampling_threads:
       self._use_sampling_threads(seed_sequence, sampling_threads, ready_batches)
+    a = self._arguments  # Checked and normalized once, by BufferArguments.
     settings = checkpoint_loading.WindowSettings(
       data_dir=self._data_dir,
       start=start,
-      replay_capacity=replay_capacity,
-      observation_shape=self._observation_shape,
-      observation_dtype=self._observation_dtype,
-      stack_size=stack_size,
-      update_horizon=update_horizon,
-      gamma=gamma,
+      replay_capacity=a.replay_capacity,
+      observation_shape=a.observation_shape,
+      observation_dtype=a.observation_dtype,
+      stack_size=a.stack_size,
+      update_horizon=a.update_horizon,
+      gamma=a.gamma,
       extra_names=tuple(self._extra_names),
-      subsample=subsample,
-      subsample_fraction=subsample_fraction,
-      seed=seed,
+      subsample=a.subsample,
+      subsample_fraction=a.subsample_fraction,
+      seed=a.seed,
       verify=bool(verify_checksums),
       sampling_threads=sampling_threads,
       ready_batches=ready_batches,
