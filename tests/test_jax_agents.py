@@ -224,7 +224,7 @@ def test_atari_config_builds_and_trains(dopamine_dir, config, agent_name):
     assert (agent.update_period, agent.target_update_period) == (4, 8000)
     assert agent.epsilon_eval == 0.001
     assert len(agent.replay.loaded_suffixes) == 2
-    assert agent.replay._batch_size == 32
+    assert agent.replay.batch_size == 32
     # jax_rem_1pct.gin: the first 1% of the rows of each checkpoint.
     replay = agent.replay
     assert replay.shard(replay.loaded_suffixes[0]).window.num_rows == (

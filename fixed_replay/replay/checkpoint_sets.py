@@ -159,9 +159,9 @@ class SetRotation(core.ReplayCore):
     source = frame_sources.ShardFrames(shards)
     if not source.table.total:
       raise ValueError(
-        f'Checkpoints {source.table.suffixes} of {self._data_dir} hold no '
-        f'valid transition for stack_size={self._stack_size}, '
-        f'update_horizon={self._update_horizon} in their windows'
+        f'Checkpoints {source.table.suffixes} of {self.data_dir} hold no '
+        f'valid transition for stack_size={self._arguments.stack_size}, '
+        f'update_horizon={self._arguments.update_horizon} in their windows'
       )
     with self._swapped_in:
       self._source = source
@@ -178,7 +178,7 @@ class SetRotation(core.ReplayCore):
         self._swapped_in.wait()
       if not self._source.table.total:
         raise RuntimeError(
-          f'No checkpoint of {self._data_dir} is loaded: the last reload '
+          f'No checkpoint of {self.data_dir} is loaded: the last reload '
           'failed'
         )
       return self._source
@@ -236,7 +236,7 @@ class SetRotation(core.ReplayCore):
       num_buffers: int or None, checkpoints to hold (default
         num_buffers_to_load).
     """
-    if self._replay_suffix is not None or self._sets is None:
+    if self._arguments.replay_suffix is not None or self._sets is None:
       return
     if num_buffers is not None:
       num_buffers = self._sets.available(num_buffers)

@@ -113,20 +113,17 @@ def _sample_current(buffer_ref, draw, rng, elements):
 class ReplayCore:
   """Samples a fixed dataset with Dopamine's buffer API; never writes."""
 
-  def __init__(self, arguments: 'BufferArguments') -> None:
+  def __init__(
+    self, arguments: 'BufferArguments', rng: np.random.Generator
+  ) -> None:
     """Keeps the arguments every buffer shares.
 
     Args:
-      arguments: BufferArguments, checked when they were built.
+      arguments: BufferArguments, checked when they were built; their
+        data_dir is the directory sampled.
+      rng: np.random.Generator that sampling draws from.
     """
-    a = self._arguments = arguments
-    self._data_dir = a.data_dir
-    self._replay_suffix = a.replay_suffix
-    self._stack_size = a.stack_size
-    self._update_horizon = a.update_horizon
-    self._batch_size = a.batch_size
-    self._replay_capacity = a.replay_capacity
-    self._extra_names = [e.name for e in a.extra_storage_types]
+    self._arguments = a = arguments
     self._element_signature = dict(
       observation_shape=a.observation_shape,
       stack_size=a.stack_size,
@@ -140,7 +137,7 @@ class ReplayCore:
     )
     self._elements_by_batch_size = {}
     self._draw = transitions.drawer(a.mix_checkpoints)
-    self._rng = np.random.default_rng(a.seed)
+    self._rng = rng
     self._source = None
     self._batches = None  # BatchPrefetcher of default-size batches.
     self._batch_threads = None  # (seed sequence, threads, depth) to start.
@@ -200,13 +197,18 @@ class ReplayCore:
   # ------------------------------------------------------------ properties
 
   @property
+  def data_dir(self) -> str:
+    """The directory sampled (a checkpoint folder or a compact store)."""
+    return self._arguments.data_dir
+
+  @property
   def batch_size(self) -> int:
-    return self._batch_size
+    return self._arguments.batch_size
 
   @property
   def replay_capacity(self) -> int:
     """Rows used per checkpoint (a window may hold fewer, see the log)."""
-    return self._replay_capacity
+    return self._arguments.replay_capacity
 
   @property
   def loaded_suffixes(self) -> list[int]:
@@ -229,7 +231,7 @@ class ReplayCore:
 
   def get_transition_elements(self, batch_size: int | None = None) -> tuple:
     """Dopamine's transition signature plus `suffix` (see transitions.py)."""
-    batch_size = self._batch_size if batch_size is None else batch_size
+    batch_size = self.batch_size if batch_size is None else batch_size
     if batch_size not in self._elements_by_batch_size:  # Built once per size.
       self._elements_by_batch_size[batch_size] = tuple(
         transitions.transition_elements(batch_size, **self._element_signature)
@@ -251,7 +253,7 @@ class ReplayCore:
     self, batch_size: int | None = None
   ) -> tuple[np.ndarray, np.ndarray]:
     """Draws (suffixes, file rows) of batch_size valid transitions."""
-    batch_size = self._batch_size if batch_size is None else batch_size
+    batch_size = self.batch_size if batch_size is None else batch_size
     table = self._current().table
     which, rows = self._draw(table, self._rng, batch_size)
     return table.suffix_array[which], rows
@@ -275,8 +277,8 @@ class ReplayCore:
       CheckpointError: if the data turns out damaged (names file and rows).
     """
     if indices is None:
-      batch_size = self._batch_size if batch_size is None else batch_size
-      if self._batch_threads is not None and batch_size == self._batch_size:
+      batch_size = self.batch_size if batch_size is None else batch_size
+      if self._batch_threads is not None and batch_size == self.batch_size:
         if self._batches is None:
           self._start_batch_threads()
         batch = self._batches.get()

@@ -25,6 +25,7 @@ sampled, and no row of a damaged file ever reaches the samplers.
 "x% of the data" (see fixed_replay/dataset/subsample.py).
 """
 
+import dataclasses
 import os
 import sys
 import types
@@ -190,7 +191,15 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     # The first batch needs the stacking kernels: load them while the
     # windows inflate.
     stacking.warm_up_in_background()
-    super().__init__(core.BufferArguments.build(locals()))
+    a = core.BufferArguments.build(locals())
+    kind, data_dir = locate_dataset(a.data_dir)
+    logging.info('FixedReplayBuffer over %s: %s', kind, data_dir)
+    a = dataclasses.replace(a, data_dir=data_dir)
+    seed_sequence = np.random.SeedSequence(seed)
+    # Over a store, the generator CompactReplayBuffer always drew from, so
+    # seeded streams over a store stay what they were.
+    rng_seed = seed_sequence.spawn(1)[0] if kind == STORE else seed_sequence
+    super().__init__(a, np.random.default_rng(rng_seed))
     # Dopamine's JaxFixedReplayBuffer (dopamine/labs/offline_rl) subclasses
     # batch_rl's buffer, i.e. this one, and keeps these two as attributes set
     # before calling us instead of passing them on.
@@ -203,21 +212,13 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       if memory_budget is None
       else memory_budget
     )
-    kind, self._data_dir = locate_dataset(self._data_dir)
-    logging.info('FixedReplayBuffer over %s: %s', kind, self._data_dir)
-    seed_sequence = np.random.SeedSequence(seed)
-    if kind == STORE:
-      # The generator CompactReplayBuffer always drew from, so seeded
-      # streams over a store stay what they were.
-      self._rng = np.random.default_rng(seed_sequence.spawn(1)[0])
-      if sampling_threads is None:
-        sampling_threads = self.store_sampling_threads
+    if kind == STORE and sampling_threads is None:
+      sampling_threads = self.store_sampling_threads
     sampling_threads = sampling_threads or 0
     if sampling_threads:
       self._use_sampling_threads(seed_sequence, sampling_threads, ready_batches)
-    a = self._arguments  # Checked and normalized once, by BufferArguments.
     settings = checkpoint_loading.WindowSettings(
-      data_dir=self._data_dir,
+      data_dir=data_dir,
       start=start,
       replay_capacity=a.replay_capacity,
       observation_shape=a.observation_shape,
@@ -225,7 +226,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       stack_size=a.stack_size,
       update_horizon=a.update_horizon,
       gamma=a.gamma,
-      extra_names=tuple(self._extra_names),
+      extra_names=tuple(e.name for e in a.extra_storage_types),
       subsample=a.subsample,
       subsample_fraction=a.subsample_fraction,
       seed=a.seed,
@@ -238,19 +239,17 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       ),
     )
     if kind == STORE:
-      found = manifest_lib.find_stored_checkpoints(self._data_dir)
+      found = manifest_lib.find_stored_checkpoints(data_dir)
     else:
-      found = checkpoints.find_checkpoints(
-        self._data_dir, wanted=self._replay_suffix
-      )
+      found = checkpoints.find_checkpoints(data_dir, wanted=a.replay_suffix)
     selected = checkpoint_sets.select_checkpoints(
       found,
-      self._replay_suffix,
+      a.replay_suffix,
       replay_file_start_index,
       replay_file_end_index,
-      self._data_dir,
+      data_dir,
     )
-    sets = checkpoint_sets.RandomSets(selected, self._rng, self._data_dir)
+    sets = checkpoint_sets.RandomSets(selected, self._rng, data_dir)
     if kind == STORE:
       self._open_store(
         settings, selected, sets, num_buffers, budget, cache_bytes
@@ -261,7 +260,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     self._start_sets(
       checkpoint_loading.WindowLoader(selected, settings),
       sets,
-      1 if self._replay_suffix is not None else sets.available(num_buffers),
+      1 if a.replay_suffix is not None else sets.available(num_buffers),
       budget,
       prefetch,
     )
@@ -275,7 +274,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
         [selected[s] for s in suffixes], settings, budget, cache
       )
 
-    every = num_buffers is None or self._replay_suffix is not None
+    every = num_buffers is None or self._arguments.replay_suffix is not None
     if not every and num_buffers >= len(selected):
       sets.available(num_buffers)  # Warns when more were asked for.
       every = True
@@ -291,7 +290,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       num_buffers,
       num_buffers,
       len(selected),
-      self._data_dir,
+      self.data_dir,
     )
     self._init_sets(sets, num_buffers, budget)
     self._open_set = open_set
@@ -307,10 +306,12 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     """batch_rl's list of loaded buffers, for code written against it.
 
     Dopamine's JaxFixedReplayBuffer reads `_replay_buffers[0]._replay_capacity`;
-    each entry says the configured capacity and the checkpoint's suffix.
+    each entry says the configured capacity and the checkpoint's suffix (read
+    from the arguments: that class's `replay_capacity` reads this list).
     """
+    capacity = self._arguments.replay_capacity
     return [
-      types.SimpleNamespace(_replay_capacity=self._replay_capacity, suffix=s)
+      types.SimpleNamespace(_replay_capacity=capacity, suffix=s)
       for s in self.loaded_suffixes
     ]
 

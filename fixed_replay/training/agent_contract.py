@@ -38,7 +38,7 @@ def log_method(agent: Any) -> None:
     'Training %s (%s) offline from %s',
     method_of(agent),
     type(agent).__name__,
-    getattr(memory, '_data_dir', getattr(agent, '_replay_data_dir', '?')),
+    getattr(memory, 'data_dir', getattr(agent, '_replay_data_dir', '?')),
   )
 
 
