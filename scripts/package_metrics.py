@@ -4,8 +4,10 @@ Prints the module-level re-exports (`NAME = module.attr` of an imported
 module), the import cycles (any import, at module level or inside a
 function, except those under `if TYPE_CHECKING:`), and the share of public
 functions and methods outside cli/ whose parameters and return are all
-annotated (`__init__` needs no return annotation). Lines and duplicates are
-measured with `wc -l` and `duplicates --repo fixed_replay`.
+annotated (`__init__` needs no return annotation), and the lines by kind:
+code, docstring (a module's, class's or function's first string), blank and
+comment, as `wc -l` counts them, with the largest module. Duplicates are
+measured with `duplicates --repo fixed_replay`.
 
 Usage: python scripts/package_metrics.py [PACKAGE_DIR] [--verbose]
 """
@@ -131,15 +133,40 @@ def _annotated(tree):
   return total, annotated
 
 
+def _line_kinds(source, tree):
+  """Counter of the code, docstring, blank and comment lines of a module."""
+  lines = source.splitlines()
+  kinds = ['blank' if not line.strip() else '' for line in lines]
+  for node in ast.walk(tree):
+    if (
+      isinstance(
+        node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+      )
+      and ast.get_docstring(node, clean=False) is not None
+    ):
+      first = node.body[0]
+      for i in range(first.lineno - 1, first.end_lineno):
+        kinds[i] = 'docstring'
+  return collections.Counter(
+    kind or ('comment' if line.lstrip().startswith('#') else 'code')
+    for kind, line in zip(kinds, lines, strict=True)
+  )
+
+
 def main(argv):
   root = next((a for a in argv[1:] if not a.startswith('-')), 'fixed_replay')
   verbose = '--verbose' in argv
   modules = _modules(root)
   graph = collections.defaultdict(set)
   reexports, total, annotated = [], 0, 0
+  kinds, sizes = collections.Counter(), {}
   for module, path in sorted(modules.items()):
     with open(path) as stream:
-      tree = ast.parse(stream.read())
+      source = stream.read()
+    tree = ast.parse(source)
+    counted = _line_kinds(source, tree)
+    kinds += counted
+    sizes[path] = counted.total()
     reexports += _reexports(path, tree)
     graph[module].update(_imports(module, path, tree, modules))
     graph[module].discard(root)
@@ -147,6 +174,13 @@ def main(argv):
       counted = _annotated(tree)
       total += counted[0]
       annotated += counted[1]
+  largest = max(sizes, key=sizes.get)
+  print(
+    f'lines: {kinds.total():,} in {len(sizes)} files ('
+    + ', '.join(f'{kinds[k]:,} {k}' for k in ('code', 'docstring', 'blank'))
+    + f', {kinds["comment"]:,} comment); largest: {largest} '
+    f'({sizes[largest]})'
+  )
   print(f're-exports: {len(reexports)}')
   if verbose:
     print('\n'.join(f'  {line}' for line in reexports))
