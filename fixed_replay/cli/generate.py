@@ -8,6 +8,7 @@ on stdout; progress and per-checkpoint log lines go to stderr. E.g.
   fixed-replay generate --output_dir=/tmp/cartpole --environment=cartpole
 """
 
+import inspect
 import json
 
 from absl import flags
@@ -115,14 +116,13 @@ flags.DEFINE_bool(
 
 def main(argv):
   cli.take_flags_only(argv)
-  # Every flag of this module is an argument of generate_dataset by name,
-  # but the dispatcher's --verbose (listed here for --help).
-  arguments = {
-    flag.name: flag.value
-    for flag in flags.FLAGS.get_flags_for_module(__name__)
-    if flag.name != cli.VERBOSE_FLAG[2:]
-  }
-  summary = generate.generate_dataset(**arguments)
+  # Each argument of generate_dataset is the flag of its name.
+  summary = generate.generate_dataset(
+    **{
+      name: flags.FLAGS[name].value
+      for name in inspect.signature(generate.generate_dataset).parameters
+    }
+  )
   # One JSON line on stdout for scripts; the log lines go to stderr.
   print(
     json.dumps(
