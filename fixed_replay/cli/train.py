@@ -68,7 +68,11 @@ def _refuse_early_mistakes():
   The wrong data, an unknown agent or a missing gin file then cost a user a
   fraction of a second, not the seconds TensorFlow and JAX take to import.
   The checks are create_runner's own, in its order; a remote replay_dir is
-  left to it (listing a bucket twice costs more than it saves).
+  left to it (one listing of a bucket, after the imports).
+
+  Returns:
+    the local dataset's trainable layout.Layout (for create_runner), or the
+    remote replay_dir.
   """
   from fixed_replay import agents
   from fixed_replay import gin_files
@@ -76,19 +80,20 @@ def _refuse_early_mistakes():
   from fixed_replay.io import files
 
   if files.is_remote(_REPLAY_DIR.value):
-    return
-  layout.detect(_REPLAY_DIR.value).require_trainable()
+    return _REPLAY_DIR.value
+  dataset = layout.detect(_REPLAY_DIR.value).require_trainable()
   if _AGENT_NAME.value not in agents.AGENTS:  # Ours load in create_runner.
     agents.agent_class(_AGENT_NAME.value)
   for gin_file in _GIN_FILES.value:
     gin_files.locate(gin_file)
+  return dataset
 
 
 def main(argv):
   """Creates the runner from the flags and runs the experiment."""
   cli.take_flags_only(argv)
   cli.apply_remote_timeout(_REMOTE_TIMEOUT)
-  _refuse_early_mistakes()
+  dataset = _refuse_early_mistakes()
   # Imported here so that --help does not wait for TensorFlow and JAX.
   from fixed_replay.training import run_experiment
 
@@ -97,7 +102,7 @@ def main(argv):
   runner = run_experiment.create_runner(
     _BASE_DIR.value,
     agent_name=_AGENT_NAME.value,
-    replay_dir=_REPLAY_DIR.value,
+    replay_dir=dataset,
     gin_files=_GIN_FILES.value,
     gin_bindings=_GIN_BINDINGS.value,
     init_checkpoint_dir=_INIT_CHECKPOINT_DIR.value,

@@ -338,7 +338,7 @@ _RUNNER_ARGUMENTS = tuple(
 def create_runner(
   base_dir: str,
   agent_name: str = 'dqn',
-  replay_dir: str | None = None,
+  replay_dir: str | layout.Layout | None = None,
   gin_files: Sequence[str] = (),
   gin_bindings: Sequence[str] = (),
   init_checkpoint_dir: str | None = None,
@@ -353,7 +353,8 @@ def create_runner(
     base_dir: str, where the run writes checkpoints, logs and summaries.
     agent_name: str, a name registered in fixed_replay.agents.AGENTS.
     replay_dir: str, the dataset: a run directory, its replay_logs/ or a
-      compact store (see dataset/layout.py).
+      compact store (see dataset/layout.py); or its trainable layout.Layout,
+      already detected.
     gin_files: list of gin config files.
     gin_bindings: list of gin bindings, applied after the files.
     init_checkpoint_dir: str or None, a run whose latest weights initialise
@@ -371,7 +372,9 @@ def create_runner(
     raise ValueError('base_dir is required')
   if not replay_dir:
     raise ValueError('replay_dir is required')
-  dataset = layout.detect(replay_dir).require_trainable()
+  dataset = replay_dir
+  if not isinstance(dataset, layout.Layout):
+    dataset = layout.detect(replay_dir).require_trainable()
   # Registers every gin name the run uses before the configs are parsed
   # (and locked): the agent's, the buffers', the runner's.
   agents.import_gin_names(agents.agent_class(agent_name))
