@@ -28,6 +28,7 @@ from fixed_replay.dataset import subsample as subsample_lib
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.progress import format_bytes
+from fixed_replay.replay import core
 from fixed_replay.replay import transitions
 
 _SMALL = ['observation', 'action', 'reward', 'terminal']
@@ -176,44 +177,30 @@ def check_gzip_extras(files: dict, names: Sequence[str]) -> None:
 class WindowSettings:
   """What a buffer's checkpoint windows are planned, read and sampled with.
 
-  Built once by the buffer from its arguments; every source (Dopamine's
-  files, a compact store) reads the same settings.
+  Built once by the buffer; every source (Dopamine's files, a compact store)
+  reads the same settings.
 
   Attributes:
-    data_dir: str, the dataset, for the messages.
+    arguments: core.BufferArguments, the buffer's checked arguments (their
+      data_dir the directory read).
     start: int, replay_transitions_start_index.
-    replay_capacity: int or None, rows used per checkpoint.
-    observation_shape: tuple of int.
-    observation_dtype: np.dtype.
-    stack_size: int.
-    update_horizon: int.
-    gamma: float.
-    extra_names: tuple of str, extra stored elements.
-    subsample: None or a subsample method (dataset/subsample.py).
-    subsample_fraction: float or None.
-    seed: int or None.
     verify: bool, check files (or a store's small files) before use.
     sampling_threads: int, threads that may hold a batch (stores only).
     ready_batches: int, batches those threads keep ready (stores only).
     batch_bytes: int, bytes of one default-size batch (stores only).
   """
 
-  data_dir: str
+  arguments: core.BufferArguments
   start: int
-  replay_capacity: int | None
-  observation_shape: tuple
-  observation_dtype: np.dtype
-  stack_size: int
-  update_horizon: int
-  gamma: float
-  extra_names: tuple = ()
-  subsample: str | None = None
-  subsample_fraction: float | None = None
-  seed: int | None = None
   verify: bool = True
   sampling_threads: int = 0
   ready_batches: int = 0
   batch_bytes: int = 0
+
+  @property
+  def extra_names(self) -> tuple[str, ...]:
+    """Names of the extra stored elements (extra_storage_types)."""
+    return tuple(e.name for e in self.arguments.extra_storage_types)
 
 
 class WindowLoader:
@@ -228,9 +215,10 @@ class WindowLoader:
         end before a window is used.
     """
     self.files = files
-    self._data_dir = settings.data_dir
+    self._data_dir = settings.arguments.data_dir
     self._start = settings.start
-    self._s = settings
+    self._arguments = settings.arguments
+    self._extra_names = list(settings.extra_names)
     self._verify = settings.verify
     self._headers = {}
     self._plans = {}
@@ -253,7 +241,7 @@ class WindowLoader:
     """
     if suffix in self._plans:
       return self._plans[suffix]
-    s, files, start = self._s, self.files[suffix], self._start
+    s, files, start = self._arguments, self.files[suffix], self._start
     num_file_rows = self._headers_of(suffix)['observation'].num_rows
     capacity = s.replay_capacity
     _, count = plan_rows(
@@ -300,13 +288,13 @@ class WindowLoader:
           self._headers_of(suffix),
           start,
           count,
-          _SMALL + list(self._s.extra_names),
+          _SMALL + self._extra_names,
         )
     return total([self._bytes[s] for s in suffixes])
 
   def load_shard(self, suffix: int) -> transitions.ReplayShard:
     """Reads one checkpoint window and wraps it as a ReplayShard."""
-    s = self._s
+    s = self._arguments
     start, count, kept = self._plan(suffix)
     began = time.perf_counter()
     window = checkpoints.read_checkpoint(
@@ -315,7 +303,7 @@ class WindowLoader:
       count,
       observation_shape=s.observation_shape,
       observation_dtype=s.observation_dtype,
-      elements=list(s.extra_names),
+      elements=self._extra_names,
       verify=self._verify,
     )
     # Only now, every file checked, may samplers see these rows.

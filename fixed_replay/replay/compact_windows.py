@@ -63,7 +63,7 @@ def check_selection(
     CheckpointError: naming the first checkpoint that differs from another
       checkpoint or from the configuration, and both values.
   """
-  s = settings
+  s = settings.arguments
   first = None
   for suffix in sorted(directories):
     directory = directories[suffix]
@@ -105,7 +105,7 @@ def check_selection(
       os.path.join(directory, manifest_lib.MANIFEST),
       suffix,
       manifest['arrays'],
-      s.extra_names,
+      settings.extra_names,
     )
 
 
@@ -129,30 +129,31 @@ def open_store(
   Raises:
     CheckpointError, MemoryError, ValueError: see open_windows.
   """
-  s = settings
+  s = settings.arguments
   stored = []
   try:
     windows = []
     for directory in directories:
       stored.append(
         compact_store.StoredCheckpoint(
-          directory, verify=s.verify, elements=s.extra_names
+          directory, verify=settings.verify, elements=settings.extra_names
         )
       )
       check_matches(stored[-1], s.observation_shape, s.observation_dtype)
-      windows.append(_plan_window(stored[-1], s))
-    return open_windows(s, stored, windows, budget, cache)
+      windows.append(_plan_window(stored[-1], settings))
+    return open_windows(settings, stored, windows, budget, cache)
   except BaseException:
     for checkpoint in stored:
       checkpoint.close()
     raise
 
 
-def _plan_window(stored, s):
+def _plan_window(stored, settings):
   """(start, count) of the rows used of one stored checkpoint."""
+  s = settings.arguments
   return checkpoint_loading.plan_rows(
     stored.num_rows,
-    s.start,
+    settings.start,
     s.replay_capacity,
     s.subsample,
     s.subsample_fraction,
@@ -214,7 +215,7 @@ def _fixed_bytes(stored, windows, names):
 
 
 def open_windows(
-  buffer_settings: checkpoint_loading.WindowSettings,
+  settings: checkpoint_loading.WindowSettings,
   stored: list,
   windows: list[tuple[int, int]],
   budget: int,
@@ -223,7 +224,7 @@ def open_windows(
   """Builds the BlockFrames of `stored` checkpoints' `windows`.
 
   Args:
-    buffer_settings: checkpoint_loading.WindowSettings.
+    settings: checkpoint_loading.WindowSettings.
     stored: list of compact_store.StoredCheckpoint, matching the request.
     windows: list of (start, count), one per checkpoint.
     budget: int, bytes the buffer may hold.
@@ -237,8 +238,8 @@ def open_windows(
     MemoryError: if the selection does not fit in `budget`.
     ValueError: if no window holds a valid transition.
   """
-  s = buffer_settings
-  names = ['action', 'reward', 'terminal'] + list(s.extra_names)
+  s = settings.arguments
+  names = ['action', 'reward', 'terminal'] + list(settings.extra_names)
   _check_same_layout(stored, names, s.data_dir)
   block_rows = stored[0].frames.block_rows
   block_bytes = (
@@ -246,12 +247,12 @@ def open_windows(
     * s.observation_dtype.itemsize
     * int(np.prod(s.observation_shape))
   )
-  workers = s.sampling_threads
+  workers = settings.sampling_threads
   per_transition = (s.stack_size + s.update_horizon - 2) // block_rows + 3
   min_slots = (workers + 1) * frame_sources.CHUNK * per_transition
   fixed = (
     _fixed_bytes(stored, windows, names)
-    + (s.ready_batches + workers) * s.batch_bytes
+    + (settings.ready_batches + workers) * settings.batch_bytes
   )
   what = (
     f'{len(stored)} checkpoint(s) of {s.data_dir} '

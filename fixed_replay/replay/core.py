@@ -22,6 +22,7 @@ see the old source or the new one, never a mix).
 import contextlib
 import dataclasses
 import functools
+import inspect
 import weakref
 
 import numpy as np
@@ -88,6 +89,12 @@ class BufferArguments:
     return cls(**{f.name: a[f.name] for f in dataclasses.fields(cls)})
 
 
+# What transition_elements takes besides the batch size, all BufferArguments.
+_SIGNATURE = tuple(
+  inspect.signature(transitions.transition_elements).parameters
+)[1:]
+
+
 def _sample_into(source, draw, rng, elements):
   """One minibatch drawn from `source` and written."""
   which, rows = draw(source.table, rng, elements[0].shape[0])
@@ -123,20 +130,9 @@ class ReplayCore:
         data_dir is the directory sampled.
       rng: np.random.Generator that sampling draws from.
     """
-    self._arguments = a = arguments
-    self._element_signature = dict(
-      observation_shape=a.observation_shape,
-      stack_size=a.stack_size,
-      observation_dtype=a.observation_dtype,
-      terminal_dtype=a.terminal_dtype,
-      action_shape=a.action_shape,
-      action_dtype=a.action_dtype,
-      reward_shape=a.reward_shape,
-      reward_dtype=a.reward_dtype,
-      extra_storage_types=list(a.extra_storage_types),
-    )
+    self._arguments = arguments
     self._elements_by_batch_size = {}
-    self._draw = transitions.drawer(a.mix_checkpoints)
+    self._draw = transitions.drawer(arguments.mix_checkpoints)
     self._rng = rng
     self._source = None
     self._batches = None  # BatchPrefetcher of default-size batches.
@@ -233,8 +229,11 @@ class ReplayCore:
     """Dopamine's transition signature plus `suffix` (see transitions.py)."""
     batch_size = self.batch_size if batch_size is None else batch_size
     if batch_size not in self._elements_by_batch_size:  # Built once per size.
+      a = self._arguments
       self._elements_by_batch_size[batch_size] = tuple(
-        transitions.transition_elements(batch_size, **self._element_signature)
+        transitions.transition_elements(
+          batch_size, **{name: getattr(a, name) for name in _SIGNATURE}
+        )
       )
     return self._elements_by_batch_size[batch_size]
 

@@ -218,18 +218,8 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     if sampling_threads:
       self._use_sampling_threads(seed_sequence, sampling_threads, ready_batches)
     settings = checkpoint_loading.WindowSettings(
-      data_dir=data_dir,
+      arguments=a,
       start=start,
-      replay_capacity=a.replay_capacity,
-      observation_shape=a.observation_shape,
-      observation_dtype=a.observation_dtype,
-      stack_size=a.stack_size,
-      update_horizon=a.update_horizon,
-      gamma=a.gamma,
-      extra_names=tuple(e.name for e in a.extra_storage_types),
-      subsample=a.subsample,
-      subsample_fraction=a.subsample_fraction,
-      seed=a.seed,
       verify=bool(verify_checksums),
       sampling_threads=sampling_threads,
       ready_batches=ready_batches,
