@@ -248,52 +248,27 @@ def convert_runs(
   )
 
 
-def convert_sources(
-  source_dir: str,
-  store_dir: str,
-  rounds: Iterable[list[CheckpointSource]],
-  options: ConvertOptions | None = None,
-  workers: int | None = None,
-  ray: Any = None,
-) -> ConversionResult:
-  """Converts checkpoints from sources into a store, round after round.
-
-  Args:
-    source_dir: str, where the sources are (for messages and the check that
-      the store is elsewhere).
-    store_dir: str, local directory of the store (created if needed).
-    rounds: iterable of lists of sources (checkpoint_source.py). Each round
-      is converted before the next is asked for, all under the store's
-      lock, so a generator may plan a round from what the store holds.
-    options: convert_options.ConvertOptions or None for the defaults.
-    workers, ray: as for `convert` (Ray's cluster serves every round).
-
-  Returns:
-    convert_options.ConversionResult.
-
-  Raises:
-    CheckpointError: as for `convert`.
-  """
-  return convert_source_runs(
-    [(source_dir, store_dir, rounds)], options, workers, ray
-  )[0]
-
-
 def convert_source_runs(
   runs: Sequence[tuple[str, str, Iterable[list[CheckpointSource]]]],
   options: ConvertOptions | None = None,
   workers: int | None = None,
   ray: Any = None,
 ) -> list[ConversionResult]:
-  """`convert_sources` of several runs, each into its own store, as one job.
+  """Converts checkpoints from sources into stores, round after round.
 
   Round k of every run is converted together (the same workers or Ray
   tasks, one progress display), then round k + 1 of every run is asked for.
 
   Args:
-    runs: list of (source_dir, store_dir, rounds), as for `convert_sources`;
-      the stores must be distinct.
-    options, workers, ray: as for `convert_sources`.
+    runs: list of (source_dir, store_dir, rounds): where the sources are (for
+      messages and the check that the store is elsewhere), the local
+      directory of the store (created if needed; the stores must be
+      distinct), and an iterable of lists of sources (checkpoint_source.py).
+      Each round is converted before the next is asked for, all under the
+      store's lock, so a generator may plan a round from what the store
+      holds.
+    options, workers, ray: as for `convert` (Ray's cluster serves every
+      round).
 
   Returns:
     list of convert_options.ConversionResult, one per run, in the order of

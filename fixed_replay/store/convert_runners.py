@@ -83,11 +83,6 @@ class ConversionRunner(Protocol):
     ...
 
 
-def _format_eta(seconds: float) -> str:
-  seconds = int(seconds)
-  return f'{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}'
-
-
 class FrameProgress:
   """A tqdm bar at a terminal, a log line every 30 s otherwise."""
 
@@ -112,7 +107,7 @@ class FrameProgress:
         self._total,
         100 * done / max(self._total, 1),
         rate,
-        _format_eta(eta) if np.isfinite(eta) else '?',
+        progress.format_duration(eta) if np.isfinite(eta) else '?',
       )
 
   def close(self) -> None:

@@ -309,15 +309,15 @@ def convert_rlu(
   location, store_dir, rounds = _prepare(
     source, store_dir, kind, run, options, parts, recheck, plan, ray
   )
-  return convert.convert_sources(
-    location, store_dir, rounds, options, workers, ray
-  )
+  return convert.convert_source_runs(
+    [(location, store_dir, rounds)], options, workers, ray
+  )[0]
 
 
 def _prepare(
   source, store_dir: str, kind: str, run, options, parts, recheck, plan, ray
 ):
-  """(location, store_dir, rounds) of one run, for convert.convert_sources."""
+  """(location, store_dir, rounds): one run of convert_source_runs."""
   source = str(source)
   if ray:  # Ray tasks may run in another directory, or on another node.
     source = source if storage.is_remote(source) else os.path.abspath(source)
