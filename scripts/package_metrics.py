@@ -1,13 +1,14 @@
 """Issue 16's shape targets for fixed_replay, measured from the source.
 
 Prints the module-level re-exports (`NAME = module.attr` of an imported
-module), the import cycles (any import, at module level or inside a
-function, except those under `if TYPE_CHECKING:`), and the share of public
-functions and methods outside cli/ whose parameters and return are all
-annotated (`__init__` needs no return annotation), and the lines by kind:
-code, docstring (a module's, class's or function's first string), blank and
-comment, as `wc -l` counts them, with the largest module. Duplicates are
-measured with `duplicates --repo fixed_replay`.
+module, or a name imported from one of the package's modules and never used
+by the importing one), the import cycles (any import, at module level or
+inside a function, except those under `if TYPE_CHECKING:`), the share of
+public functions and methods outside cli/ whose parameters and return are
+all annotated (`__init__` needs no return annotation), and the lines by
+kind: code, docstring (a module's, class's or function's first string),
+blank and comment, as `wc -l` counts them, with the largest module.
+Duplicates are measured with `duplicates --repo fixed_replay`.
 
 Usage: python scripts/package_metrics.py [PACKAGE_DIR] [--verbose]
 """
@@ -30,7 +31,14 @@ def _modules(root):
   return found
 
 
-def _reexports(path, tree):
+def _reexports(path, tree, modules):
+  used = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+  for node in tree.body:  # Names of our modules imported only to be read.
+    if isinstance(node, ast.ImportFrom) and node.module in modules:
+      for a in node.names:
+        name = a.asname or a.name
+        if f'{node.module}.{a.name}' not in modules and name not in used:
+          yield f'{path}:{node.lineno} {name}'
   imported = set()
   for node in tree.body:
     if isinstance(node, ast.Import):
@@ -167,7 +175,7 @@ def main(argv):
     counted = _line_kinds(source, tree)
     kinds += counted
     sizes[path] = counted.total()
-    reexports += _reexports(path, tree)
+    reexports += _reexports(path, tree, modules)
     graph[module].update(_imports(module, path, tree, modules))
     graph[module].discard(root)
     if f'{os.sep}cli{os.sep}' not in path:

@@ -19,6 +19,7 @@ import pytest
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import checks
 from fixed_replay.dataset import inspection
+from fixed_replay.dataset import summaries
 from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import CheckpointProblems
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
@@ -208,10 +209,10 @@ def test_checkpoints_of_other_frames_are_flagged(
   problem = summary.all_problems[0].problem
   assert words in problem and 'checkpoints [0, 3, 7]' in problem
   assert [s.status for s in summary.checkpoints] == [
-    inspection.OK,
-    inspection.DAMAGED,
-    inspection.OK,
-    inspection.OK,
+    summaries.OK,
+    summaries.DAMAGED,
+    summaries.OK,
+    summaries.OK,
   ]
   with pytest.raises(CheckpointError, match=re.escape(path)):
     convert.convert(copy, tmp_path / 'store', workers=0)

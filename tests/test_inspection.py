@@ -16,6 +16,7 @@ import pytest
 from fixed_replay import progress
 from fixed_replay.cli import tables
 from fixed_replay.dataset import inspection
+from fixed_replay.dataset import summaries
 
 OBSERVATION_SHAPE = (84, 84)
 CAPACITY = 300
@@ -110,7 +111,7 @@ def _cli(*args):
 def _assert_matches_writer(summary, buffer, episodes, stack_size=4, horizon=1):
   valid = sum(buffer.is_valid_transition(i) for i in range(CAPACITY))
   expected = _expected_returns(episodes, int(buffer.add_count))
-  assert summary.status == inspection.OK, summary.problems
+  assert summary.status == summaries.OK, summary.problems
   assert summary.rows == CAPACITY
   assert summary.add_count == int(buffer.add_count)
   assert summary.cursor == buffer.cursor()
@@ -266,14 +267,10 @@ def test_damage_is_reported_naming_the_file(copy, damage):
   assert [p.path for p in summary.all_problems] == [path]
   assert words in summary.all_problems[0].problem
   checkpoint = {s.suffix: s for s in summary.checkpoints}[suffix]
-  expected = (
-    inspection.INCOMPLETE if damage == 'missing' else inspection.DAMAGED
-  )
+  expected = summaries.INCOMPLETE if damage == 'missing' else summaries.DAMAGED
   assert checkpoint.status == expected
   assert all(
-    s.status == inspection.OK
-    for s in summary.checkpoints
-    if s is not checkpoint
+    s.status == summaries.OK for s in summary.checkpoints if s is not checkpoint
   )
   cheap_summary = inspection.summarize_directory(copy)
   assert [p.path for p in cheap_summary.all_problems] == (

@@ -16,7 +16,6 @@ import numpy.typing as npt
 
 from fixed_replay.dataset import checks
 from fixed_replay.dataset import file_names
-from fixed_replay.dataset.audit import check_run  # noqa: F401 - public here
 from fixed_replay.dataset.file_names import EPISODE_END_INDICES
 from fixed_replay.dataset.file_names import REQUIRED_EXTRA_FILES
 from fixed_replay.dataset.file_names import REQUIRED_STORE_ELEMENTS

@@ -29,12 +29,6 @@ from fixed_replay.dataset import checks
 from fixed_replay.dataset import file_names
 from fixed_replay.dataset import summaries
 from fixed_replay.dataset import validity
-
-# The summaries and their rendering once lived here; these names keep
-# working for code written against this module.
-from fixed_replay.dataset.summaries import DAMAGED  # noqa: F401
-from fixed_replay.dataset.summaries import INCOMPLETE  # noqa: F401
-from fixed_replay.dataset.summaries import OK  # noqa: F401
 from fixed_replay.dataset.summaries import CheckpointSummary
 from fixed_replay.dataset.summaries import DirectorySummary
 from fixed_replay.dataset.summaries import EpisodeStats
@@ -42,8 +36,6 @@ from fixed_replay.dataset.summaries import Problem
 from fixed_replay.dataset.summaries import episode_returns
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
-from fixed_replay.progress import FilesProgress as VerifyProgress  # noqa: F401
-from fixed_replay.progress import format_bytes  # noqa: F401
 
 
 def summarize_checkpoint(

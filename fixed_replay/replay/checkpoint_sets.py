@@ -19,6 +19,7 @@ import time
 
 from absl import logging
 
+from fixed_replay import progress
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import core
 from fixed_replay.replay import frame_sources
@@ -202,8 +203,8 @@ class SetRotation(core.ReplayCore):
         'Double-buffering %s would need %s (budget %s): replacing '
         'checkpoints one at a time instead.',
         suffixes,
-        checkpoint_loading.format_bytes(held + new_bytes),
-        checkpoint_loading.format_bytes(self._budget),
+        progress.format_bytes(held + new_bytes),
+        progress.format_bytes(self._budget),
       )
       self._pending = self._executor.submit(self._roll_in, suffixes)
     else:

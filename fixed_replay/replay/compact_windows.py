@@ -13,6 +13,7 @@ import os
 from absl import logging
 import numpy as np
 
+from fixed_replay import progress
 from fixed_replay.dataset import subsample as subsample_lib
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
@@ -306,10 +307,10 @@ def open_windows(
     'indexed, cache of %d blocks (%s), budget %s',
     what,
     table.total,
-    checkpoint_loading.format_bytes(fixed),
+    progress.format_bytes(fixed),
     num_slots,
-    checkpoint_loading.format_bytes(blocks.nbytes),
-    checkpoint_loading.format_bytes(budget),
+    progress.format_bytes(blocks.nbytes),
+    progress.format_bytes(budget),
   )
   return frame_sources.BlockFrames(stored, shards, table, writer, blocks, fixed)
 

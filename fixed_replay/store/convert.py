@@ -33,6 +33,7 @@ from typing import Any
 
 from absl import logging
 
+from fixed_replay.dataset import audit
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import layout
 from fixed_replay.errors import CheckpointError
@@ -50,18 +51,7 @@ from fixed_replay.store.convert_options import ConvertOptions
 def _runner(
   workers: int | None = None, ray: Any = None
 ) -> convert_runners.ConversionRunner:
-  """The runner for `workers` and `ray` (see convert_runs).
-
-  Args:
-    workers: int or None; processes (or, with a local Ray, CPUs) converting
-      at once; None: one per core; 0: this process (not with Ray).
-    ray: None or False (no Ray), True (a private local Ray), a str (the
-      address of a Ray cluster) or a distributed.ClusterInfo (Ray already
-      connected in this process, e.g. by a notebook or a test).
-
-  Returns:
-    convert_runners.ConversionRunner.
-  """
+  """The ConversionRunner for `workers` and `ray`, as `convert` takes them."""
   if ray is None or ray is False:
     if workers == 0:
       return convert_runners.InProcess()
@@ -168,7 +158,7 @@ def _run_sources(source_dir: str) -> list[CheckpointSource]:
   if layout.detect(source_dir).kind is layout.Kind.STORE:
     return checkpoint_source.stored_sources(source_dir)
   found = checkpoints.find_checkpoints(source_dir)
-  _, errors = checkpoints.check_run(found)
+  _, errors = audit.check_run(found)
   if errors:
     raise CheckpointProblems(source_dir, errors)
   return [checkpoint_source.GzipSource(files) for files in found.values()]

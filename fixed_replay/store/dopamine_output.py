@@ -154,7 +154,7 @@ class DopamineOutput:
     )
     with source.open(threads) as reader:
       writer = dopamine_writer.GzipNpyWriter(
-        name(checkpoints.STORE_PREFIX + 'observation'),
+        name(file_names.STORE_PREFIX + 'observation'),
         reader.dtype,
         reader.row_shape,
         options.gzip_level,
@@ -174,7 +174,7 @@ class DopamineOutput:
     level = options.gzip_level
     for element, array in sorted(rows.arrays.items()):
       dopamine_writer.write_array(
-        name(checkpoints.STORE_PREFIX + element), array, level
+        name(file_names.STORE_PREFIX + element), array, level
       )
     add_count = np.array(rows.add_count, dtype=np.int64)
     dopamine_writer.write_array(name('add_count'), add_count, level)
@@ -183,7 +183,7 @@ class DopamineOutput:
     )
     if rows.episode_end_indices is not None:
       dopamine_writer.write_episode_end_indices(
-        name(checkpoints.EPISODE_END_INDICES), rows.episode_end_indices, level
+        name(file_names.EPISODE_END_INDICES), rows.episode_end_indices, level
       )
     manifest = {
       'format': FORMAT,
