@@ -17,8 +17,6 @@ inspect` renders it. Neither TensorFlow nor Dopamine is imported for local
 paths.
 """
 
-from collections.abc import Iterable
-from typing import Any
 
 from absl import logging
 
@@ -38,38 +36,18 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 
 
-def summarize_checkpoint(
-  files: checkpoints.CheckpointFiles,
-  stack_size: int = 4,
-  update_horizon: int = 1,
-  verify: bool = False,
-  other_paths: Iterable[str] = (),
-  progress: Any = None,
-) -> summaries.CheckpointSummary:
-  """Summarises (and optionally verifies) one complete checkpoint.
-
-  Args:
-    files: checkpoints.CheckpointFiles.
-    stack_size: int, frames per state, for the valid row count.
-    update_horizon: int, n of the n-step return, for the valid row count.
-    verify: bool, decompress every file to the end and check it.
-    other_paths: paths of further files of the suffix (e.g. a sum tree):
-      counted in disk_bytes and, with verify, checked as gzip.
-    progress: optional progress.FilesProgress, told about each verified
-      file.
-
-  Returns:
-    CheckpointSummary; damage is reported in its problems, never raised.
-  """
-  return _summarize_checkpoint(
-    files, stack_size, update_horizon, verify, other_paths, progress
-  )[0]
-
-
 def _summarize_checkpoint(
   files, stack_size: int, update_horizon: int, verify, other_paths, progress
 ):
-  """summarize_checkpoint, also returning the readable `$store$_` headers."""
+  """Summarises (and optionally verifies) one complete checkpoint.
+
+  `other_paths` are further files of the suffix (e.g. a sum tree), counted in
+  disk_bytes and, with verify, checked as gzip.
+
+  Returns:
+    (CheckpointSummary, the readable `$store$_` headers); damage is reported
+    in the summary's problems, never raised.
+  """
   summary = CheckpointSummary(suffix=files.suffix, verified=verify)
   # The storage being unreachable stops the summary: every file would fail.
   collector = checks.Collector(stop_on_remote=True)
@@ -210,7 +188,7 @@ def _verify_progress(complete, paths_by_suffix, progress_bar):
       try:
         sizes[path] = storage.size(path)
       except OSError:
-        sizes[path] = 0  # Reported by summarize_checkpoint.
+        sizes[path] = 0  # Reported by _summarize_checkpoint.
   return progress_lib.FilesProgress(sizes, 'verifying', progress_bar)
 
 
