@@ -8,6 +8,9 @@ from typing import Any
 from absl import logging
 import tqdm
 
+# Least time between two TaskBoard log lines with the same counts.
+_LOG_EVERY_S = 60.0
+
 
 def bar(
   total: int | None,
@@ -74,32 +77,22 @@ class TaskBoard:
   """Done / running / failed counts and an ETA for a job of many tasks.
 
   At a terminal it is one bar; otherwise (logs, CI) it logs a line whenever
-  the counts change and at most every `log_every_seconds` while work
-  progresses. The ETA extrapolates the work done since the board was
-  created, so tasks finished by an earlier invocation do not make it
-  optimistic.
+  the counts change and once a minute while work progresses. The ETA
+  extrapolates the work done since the board was created, so tasks finished
+  by an earlier invocation do not make it optimistic.
   """
 
-  def __init__(
-    self,
-    total: int,
-    desc: str,
-    unit: str = 'task',
-    log_every_seconds: float = 60.0,
-  ) -> None:
+  def __init__(self, total: int, desc: str, unit: str = 'task') -> None:
     """Creates the board.
 
     Args:
       total: int, tasks in the whole job (finished ones included).
       desc: str, what the job is, e.g. 'sweep'.
       unit: str, what a task is, e.g. 'trial'.
-      log_every_seconds: float, least time between two log lines that
-        report progress without a change of counts.
     """
     self._total = total
     self._desc = desc
     self._unit = unit
-    self._log_every_seconds = log_every_seconds
     self._began = time.monotonic()
     self._first_fraction = None
     self._last_counts = None
@@ -147,8 +140,7 @@ class TaskBoard:
       return
     now = time.monotonic()
     if counts != self._last_counts or (
-      now - self._last_log >= self._log_every_seconds
-      and fraction > self._first_fraction
+      now - self._last_log >= _LOG_EVERY_S and fraction > self._first_fraction
     ):
       logging.info('%s: %s', self._desc, text)
       self._last_counts = counts

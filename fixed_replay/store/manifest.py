@@ -72,10 +72,6 @@ _OBSERVATION_FIELDS = {
 _crc32 = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND].crc32
 
 
-# CRC-32 of a bytes-like of single bytes, without crc32's cast (hot loops).
-raw_crc32 = _crc32
-
-
 def crc32(data: bytes | memoryview | np.ndarray, value: int = 0) -> int:
   """CRC-32 of a buffer (zlib's polynomial), optionally continuing `value`."""
   return _crc32(memoryview(data).cast('B'), value)
