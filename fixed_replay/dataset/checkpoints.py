@@ -300,23 +300,6 @@ def read_checkpoint(
       unexpected observation shape or dtype, or a window starting outside
       the file (one that ends past it is clipped to the file's rows).
   """
-  headers = read_store_headers(files)
-  num_file_rows = headers['observation'].num_rows
-  npy_stream.check_header(
-    files.store_paths['observation'],
-    headers['observation'],
-    observation_dtype,
-    observation_shape,
-  )
-  if start < 0 or (count is not None and count < 0) or start > num_file_rows:
-    raise CheckpointError(
-      files.store_paths['observation'],
-      f'rows [{start}, {"end" if count is None else start + count}) asked, '
-      f'but checkpoint {files.suffix} has {num_file_rows} rows',
-    )
-  # A window reaching past the file is clipped to it, as the buffers clip
-  # a replay_capacity larger than a checkpoint (and log it, once).
-  count = window_rows(num_file_rows, start, count)
   wanted = set(REQUIRED_STORE_ELEMENTS).union(
     files.store_paths if elements is None else elements
   )
@@ -326,15 +309,15 @@ def read_checkpoint(
       files.directory,
       f'checkpoint {files.suffix} has no element(s) {sorted(unknown)}',
     )
-  # The small files first: damage there fails before the frames are read.
-  bookkeeping = read_bookkeeping(files, num_file_rows)
-  store = {
-    name: npy_stream.read_rows(
-      files.store_paths[name], start, count, verify=verify
-    )
-    for name in sorted(wanted)
-  }
-  return _window(files, start, num_file_rows, store, bookkeeping)
+  return _read_window(
+    files,
+    start,
+    count,
+    sorted(wanted),
+    verify,
+    observation_shape,
+    observation_dtype,
+  )
 
 
 def read_terminal_window(
@@ -359,30 +342,47 @@ def read_terminal_window(
     CheckpointWindow whose store holds 'terminal' only.
 
   Raises:
-    CheckpointError: naming the file, on damage or a window outside it.
+    CheckpointError: naming the file, on damage or a window starting
+      outside it.
   """
-  path = files.store_paths['terminal']
-  header = read_store_headers(files)['terminal']
-  count = header.num_rows - start if count is None else count
-  if start < 0 or count < 0 or start + count > header.num_rows:
+  return _read_window(files, start, count, ['terminal'], verify)
+
+
+def _read_window(
+  files, start, count, names, verify, observation_shape=None, dtype=None
+):
+  """The CheckpointWindow of rows [start, +count) of the arrays `names`."""
+  headers = read_store_headers(files)
+  num_file_rows = headers['observation'].num_rows
+  npy_stream.check_header(
+    files.store_paths['observation'],
+    headers['observation'],
+    dtype,
+    observation_shape,
+  )
+  if start < 0 or (count is not None and count < 0) or start > num_file_rows:
     raise CheckpointError(
-      path,
-      f'rows [{start}, {start + count}) asked, but checkpoint '
-      f'{files.suffix} has {header.num_rows} rows',
+      files.store_paths['observation'],
+      f'rows [{start}, {"end" if count is None else start + count}) asked, '
+      f'but checkpoint {files.suffix} has {num_file_rows} rows',
     )
-  bookkeeping = read_bookkeeping(files, header.num_rows)
-  store = {'terminal': npy_stream.read_rows(path, start, count, verify=verify)}
-  return _window(files, start, header.num_rows, store, bookkeeping)
-
-
-def _window(files, start, num_file_rows, store, bookkeeping):
-  """A CheckpointWindow of `store` and (add_count, invalid_range, ends)."""
-  add_count, invalid_range, episode_ends = bookkeeping
+  # A window reaching past the file is clipped to it, as the buffers clip
+  # a replay_capacity larger than a checkpoint (and log it, once).
+  count = window_rows(num_file_rows, start, count)
+  # The small files first: damage there fails before the frames are read.
+  add_count, invalid_range, episode_ends = read_bookkeeping(
+    files, num_file_rows
+  )
   return CheckpointWindow(
     suffix=files.suffix,
     start=start,
     num_file_rows=num_file_rows,
-    store=store,
+    store={
+      name: npy_stream.read_rows(
+        files.store_paths[name], start, count, verify=verify
+      )
+      for name in names
+    },
     add_count=add_count,
     invalid_range=invalid_range,
     episode_end_indices=episode_ends,
