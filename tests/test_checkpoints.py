@@ -141,6 +141,13 @@ def test_window_past_the_end_is_clipped_like_the_buffer(dopamine_dir):
   assert checkpoints.read_checkpoint(found[0], 0, 50_000).num_rows == (
     whole.num_rows
   )
+  terminal = checkpoints.read_terminal_window(found[0], 990, 50_000)
+  assert list(terminal.store) == ['terminal']
+  np.testing.assert_array_equal(
+    terminal.store['terminal'], whole.store['terminal'][990:]
+  )
+  with pytest.raises(CheckpointError, match='rows'):
+    checkpoints.read_terminal_window(found[0], whole.num_rows + 1, 5)
 
 
 def test_bad_add_count(dopamine_dir, tmp_path):
