@@ -69,7 +69,6 @@ SLOW = {
 # xdist worker runs each, since on two workers both would start them all.
 WHOLE_MODULES = {
   'test_train_on_store.py': 'three Atari training runs on a store',
-  'test_own_agent.py': 'both recipes, two Atari training runs',
   'test_rlu_convert.py': 'two RL Unplugged runs converted both ways',
   'test_rlu_tfds.py': 'a TFDS directory prepared in a fresh process',
   'test_extras.py': 'the wheel, built once',
