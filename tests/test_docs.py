@@ -550,3 +550,28 @@ def test_own_tf_agent_recipe_evaluates_in_the_datas_game(page_runs):
   run, _ = _recipe(page_runs, 'tf')
   # No game is bound: the data's path, $DATA/Pong/1, names it.
   assert "Evaluating in Pong, the data's game" in run.stderr, run.explain()
+
+
+# ----------------------------- batch_rl's rem.gin, as the guide runs it
+
+BATCH_RL_PAGE = 'docs/guides/coming-from-batch-rl.md'
+
+
+@pytest.mark.slow
+def test_batch_rl_rem_config_runs_unchanged(page_runs):
+  """batch_rl's rem.gin, byte for byte ($BATCH_RL holds tests/data's), in
+  the guide's `python -m fixed_replay.train` (test_dropin.py runs batch_rl's
+  other four files the same way)."""
+  from test_dropin import GPU_FALLBACK
+  from test_dropin import Run
+  from test_dropin import _assert_trained_evaluated_checkpointed
+
+  page_run = page_runs(BATCH_RL_PAGE)
+  (block_run,) = [r for r in page_run.runs if '/rem.gin' in r.block.code]
+  assert '--base_dir=runs/rem_pong' in block_run.block.code
+  run = Run(block_run, page_run.work / 'runs' / 'rem_pong')
+  _assert_trained_evaluated_checkpointed(run)
+  # batch_rl's transform_strategy chooses the method; the log says which.
+  assert 'Training REM (FixedReplayMultiHeadDQNAgent) offline' in run.log
+  # tf_device='/gpu:0' on this CPU machine: built on the CPU, said once.
+  assert run.log.count(GPU_FALLBACK) == 1, run.log[-3000:]

@@ -129,16 +129,8 @@ def _jobs(tmp, pong, cartpole):
         ATARI_TINY + ['FixedReplayBuffer.replay_suffix = 7'],
       )
     ],
-    'batch_rl_rem': [
-      _train(
-        CLI,
-        f'{tmp}/batch_rl_rem',
-        pong,
-        'multi_head_dqn',
-        _batch_rl('rem'),
-        ATARI_TINY,
-      )
-    ],
+    # batch_rl's rem.gin: the "Coming from batch_rl" guide's own command
+    # trains with it (tests/test_docs.py, test_batch_rl_rem_config_...).
     # Dopamine's labs config: its Runner.* and JaxFixedReplayBuffer.*.
     'jax_dqn': [
       _train(
@@ -325,10 +317,10 @@ def test_every_agent_trains_evaluates_and_checkpoints(runs, job):
     ('c51', 'C51 (FixedReplayRainbowAgent)'),
     ('multi_head_dqn', 'Ensemble-DQN (FixedReplayMultiHeadDQNAgent)'),
     ('quantile', 'QR-DQN (FixedReplayQuantileAgent)'),
-    ('batch_rl_rem', 'REM (FixedReplayMultiHeadDQNAgent)'),
   ],
 )
 def test_batch_rl_configs_run_unchanged(runs, job, method):
+  # (rem.gin, through `python -m fixed_replay.train`: test_docs.py.)
   run = runs(job)[0]
   _assert_trained_evaluated_checkpointed(
     run, iterations=2 if job == 'dqn' else 1
