@@ -61,6 +61,23 @@ SLOW = {
   'test_integrity.py::test_train_cli_names_the_damaged_file': (
     'a fresh TF process builds the Atari DQN before it reads the data'
   ),
+  # Beyond what the core tier covers (the buffers against Dopamine's
+  # oracle, the store, integrity, configs, every CLI command once):
+  'test_examples.py': (
+    'the single-file examples, each a fresh TensorFlow/JAX/PyTorch process'
+  ),
+  'test_train_on_store.py::test_batch_rl_config_trains_on_a_store': (
+    'a second training run on a store, in a fresh process'
+  ),
+  'test_train_on_store.py::test_our_configs_train_on_a_store[jax_dqn]': (
+    'a JAX training run on a store, in a fresh process (the TF one is core)'
+  ),
+  'test_quiet.py::test_generate_prints_no_third_party_noise': (
+    'three fresh TensorFlow processes, quiet and verbose'
+  ),
+  'test_torch_dataset.py::test_the_dopamine_path_does_not_import_torch': (
+    'a fresh TensorFlow process'
+  ),
 }
 
 
@@ -81,7 +98,8 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     name = item.path.name
     function = getattr(item, 'originalname', item.name)
-    if name in SLOW or f'{name}::{function}' in SLOW:
+    test = f'{name}::{item.name}'  # With its parameters, if any.
+    if name in SLOW or f'{name}::{function}' in SLOW or test in SLOW:
       item.add_marker(pytest.mark.slow)
     if name in WHOLE_MODULES:
       item.add_marker(pytest.mark.xdist_group(name.removesuffix('.py')))
