@@ -78,6 +78,26 @@ SLOW = {
   'test_torch_dataset.py::test_the_dopamine_path_does_not_import_torch': (
     'a fresh TensorFlow process'
   ),
+  'test_download.py::test_interrupted_download_resumes': (
+    'kills a download mid-way and reruns it, two fresh processes'
+  ),
+  # Conversions on Ray (the [ray] extra): the local cluster and its workers.
+  # The core tier keeps the sweep command's one run and `convert` without
+  # Ray.
+  'test_ray_convert.py::'
+  'test_ray_store_is_the_local_store_and_a_rerun_skips_it': (
+    'conversion tasks on the local Ray cluster'
+  ),
+  'test_ray_convert.py::test_a_failed_task_is_retried': (
+    'conversion tasks on the local Ray cluster'
+  ),
+  'test_ray_convert.py::'
+  'test_a_lasting_failure_names_the_file_and_keeps_the_rest': (
+    'conversion tasks on the local Ray cluster'
+  ),
+  'test_ray_convert.py::test_cli_converts_a_game_directory_on_ray': (
+    'starts a Ray cluster of its own'
+  ),
 }
 
 
