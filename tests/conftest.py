@@ -78,6 +78,14 @@ SLOW = {
   'test_torch_dataset.py::test_the_dopamine_path_does_not_import_torch': (
     'a fresh TensorFlow process'
   ),
+  'test_rlu_fields.py::test_inspect_shows_game_score_returns': (
+    'seven inspect runs in fresh processes, two of them TensorFlow'
+  ),
+  'test_convert_robust.py::'
+  'test_a_full_disk_fails_cleanly_and_the_rerun_completes': (
+    'a conversion onto a small tmpfs and its rerun, fresh processes (the '
+    'file size limit test, core, fails and reruns the same way)'
+  ),
   'test_download.py::test_interrupted_download_resumes': (
     'kills a download mid-way and reruns it, two fresh processes'
   ),
