@@ -3,12 +3,11 @@ r"""Trains an offline agent on a replay dataset: batch_rl's entry point.
 `python -m fixed_replay.train --flags` is the same command as `fixed-replay
 train` (see fixed_replay/cli/train.py), with batch_rl's flags (--base_dir,
 --replay_dir, --agent_name, --gin_files, --gin_bindings,
---init_checkpoint_dir).
+--init_checkpoint_dir), and --verbose as `fixed-replay train` takes it.
 """
 
-import functools
+import sys
 
-from absl import app
 from absl import flags
 
 from fixed_replay import cli
@@ -19,8 +18,6 @@ flags.adopt_module_key_flags(_train)
 main = _train.main
 
 if __name__ == '__main__':
-  from fixed_replay import quiet
-
-  quiet.install()  # As `fixed-replay train` does, before TensorFlow loads.
-  # Errors in the data or the request print as one line, as in the CLI.
-  app.run(functools.partial(cli.run_command, 'train', main))
+  # As `fixed-replay train` runs: quiet unless --verbose, which it takes
+  # too, and errors in the data or the request print as one line.
+  cli.run_module('train', main, sys.argv[0])

@@ -61,6 +61,51 @@ SLOW = {
   'test_integrity.py::test_train_cli_names_the_damaged_file': (
     'a fresh TF process builds the Atari DQN before it reads the data'
   ),
+  # Beyond what the core tier covers (the buffers against Dopamine's
+  # oracle, the store, integrity, configs, every CLI command once):
+  'test_examples.py': (
+    'the single-file examples, each a fresh TensorFlow/JAX/PyTorch process'
+  ),
+  'test_train_on_store.py::test_batch_rl_config_trains_on_a_store': (
+    'a second training run on a store, in a fresh process'
+  ),
+  'test_train_on_store.py::test_our_configs_train_on_a_store[jax_dqn]': (
+    'a JAX training run on a store, in a fresh process (the TF one is core)'
+  ),
+  'test_quiet.py::test_generate_prints_no_third_party_noise': (
+    'three fresh TensorFlow processes, quiet and verbose'
+  ),
+  'test_torch_dataset.py::test_the_dopamine_path_does_not_import_torch': (
+    'a fresh TensorFlow process'
+  ),
+  'test_rlu_fields.py::test_inspect_shows_game_score_returns': (
+    'seven inspect runs in fresh processes, two of them TensorFlow'
+  ),
+  'test_convert_robust.py::'
+  'test_a_full_disk_fails_cleanly_and_the_rerun_completes': (
+    'a conversion onto a small tmpfs and its rerun, fresh processes (the '
+    'file size limit test, core, fails and reruns the same way)'
+  ),
+  'test_download.py::test_interrupted_download_resumes': (
+    'kills a download mid-way and reruns it, two fresh processes'
+  ),
+  # Conversions on Ray (the [ray] extra): the local cluster and its workers.
+  # The core tier keeps the sweep command's one run and `convert` without
+  # Ray.
+  'test_ray_convert.py::'
+  'test_ray_store_is_the_local_store_and_a_rerun_skips_it': (
+    'conversion tasks on the local Ray cluster'
+  ),
+  'test_ray_convert.py::test_a_failed_task_is_retried': (
+    'conversion tasks on the local Ray cluster'
+  ),
+  'test_ray_convert.py::'
+  'test_a_lasting_failure_names_the_file_and_keeps_the_rest': (
+    'conversion tasks on the local Ray cluster'
+  ),
+  'test_ray_convert.py::test_cli_converts_a_game_directory_on_ray': (
+    'starts a Ray cluster of its own'
+  ),
 }
 
 
@@ -69,7 +114,6 @@ SLOW = {
 # xdist worker runs each, since on two workers both would start them all.
 WHOLE_MODULES = {
   'test_train_on_store.py': 'three Atari training runs on a store',
-  'test_own_agent.py': 'both recipes, two Atari training runs',
   'test_rlu_convert.py': 'two RL Unplugged runs converted both ways',
   'test_rlu_tfds.py': 'a TFDS directory prepared in a fresh process',
   'test_extras.py': 'the wheel, built once',
@@ -82,7 +126,8 @@ def pytest_collection_modifyitems(config, items):
   for item in items:
     name = item.path.name
     function = getattr(item, 'originalname', item.name)
-    if name in SLOW or f'{name}::{function}' in SLOW:
+    test = f'{name}::{item.name}'  # With its parameters, if any.
+    if name in SLOW or f'{name}::{function}' in SLOW or test in SLOW:
       item.add_marker(pytest.mark.slow)
     if name in WHOLE_MODULES:
       item.add_marker(pytest.mark.xdist_group(name.removesuffix('.py')))

@@ -20,6 +20,10 @@ otherwise:
   <!-- docs-test: tiny -->          `fixed-replay train` and `python -m
                                     fixed_replay.train` in the block get
                                     tiny-budget gin bindings appended.
+  <!-- docs-test: same PAGE -->     not run here: PAGE runs the same block
+                                    (same text, same `tiny`), and every file
+                                    this page writes before it, under the
+                                    same name with the same text; checked.
 
 The blocks of one page run in order in one temporary directory (so a page
 may generate data, then convert and train on it), which holds a link to the
@@ -36,6 +40,7 @@ import concurrent.futures
 import dataclasses
 import os
 import pathlib
+import pickle
 import re
 import shlex
 import shutil
@@ -99,6 +104,7 @@ class Block:
   file: str | None = None
   subs: list = dataclasses.field(default_factory=list)
   tiny: bool = False
+  same: str | None = None
 
   @property
   def where(self):
@@ -141,6 +147,8 @@ def parse(path):
         block.subs.append((old, new))
       elif kind == 'tiny':
         block.tiny = True
+      elif kind == 'same':
+        (block.same,) = args
       else:
         raise ValueError(f'{page}:{start}: unknown docs-test directive {text}')
     pending = []
@@ -150,7 +158,12 @@ def parse(path):
 
 
 def _runs(block):
-  return block.lang in RUNNABLE and block.skip is None and block.file is None
+  return (
+    block.lang in RUNNABLE
+    and block.skip is None
+    and block.file is None
+    and block.same is None
+  )
 
 
 def _heavy(blocks):
@@ -235,6 +248,40 @@ def test_every_example_is_run_or_says_why():
       for old, _ in block.subs:
         assert old in block.code, f'{block.where}: sub {old!r} not in block'
   assert seen > 10
+
+
+def _files_before(blocks, block):
+  """{name: text} of the files a page writes before `block` runs."""
+  files = {}
+  for earlier in blocks[: blocks.index(block)]:
+    if earlier.file is not None:
+      files[earlier.file] = _substituted(earlier)
+  return files
+
+
+def test_a_block_run_elsewhere_is_the_same_there():
+  """A `same PAGE` block is run there as it is printed here, on the files
+  printed here."""
+  checked = 0
+  for path in PAGES:
+    blocks = parse(path)
+    for block in blocks:
+      if block.same is None:
+        continue
+      target = parse(ROOT / block.same)
+      twins = [
+        b
+        for b in target
+        if _runs(b) and b.code == block.code and b.tiny == block.tiny
+      ]
+      assert twins, f'{block.where}: no such block runs on {block.same}'
+      theirs = _files_before(target, twins[0])
+      for name, text in _files_before(blocks, block).items():
+        assert (
+          theirs.get(name) == text
+        ), f'{block.where}: {name} differs on {block.same}'
+      checked += 1
+  assert checked
 
 
 def test_readme_is_short():
@@ -353,8 +400,32 @@ def _script(block):
   return prelude + code
 
 
-@pytest.mark.parametrize('page', _page_params())
-def test_examples_run(page, request, tmp_path):
+@dataclasses.dataclass
+class BlockRun:
+  """What one example printed and left."""
+
+  block: Block
+  returncode: int
+  stdout: str
+  stderr: str
+
+  def explain(self):
+    return (
+      f'{self.block.where} exited {self.returncode}\n--- block\n'
+      f'{self.block.code}--- stdout\n{self.stdout[-4000:]}\n--- stderr\n'
+      f'{self.stderr[-6000:]}'
+    )
+
+
+@dataclasses.dataclass
+class PageRun:
+  """A page's examples, run in order in `work` until one fails."""
+
+  work: pathlib.Path
+  runs: list
+
+
+def _run_page(page, request, tmp_path):
   """Runs a page's examples in order, each in a fresh process."""
   text = (ROOT / page).read_text()
   extra = {'HOME': str(tmp_path)}
@@ -365,9 +436,9 @@ def test_examples_run(page, request, tmp_path):
   work.mkdir()
   (work / 'configs').symlink_to(ROOT / 'configs')
   env = _env(**extra)
-  ran = 0
+  page_run = PageRun(work, [])
   for index, block in enumerate(parse(ROOT / page)):
-    if block.skip is not None:
+    if block.skip is not None or block.same is not None:
       continue
     if block.file is not None:  # A file of any kind (.py, .gin, ...).
       (work / block.file).write_text(_substituted(block))
@@ -388,10 +459,119 @@ def test_examples_run(page, request, tmp_path):
       timeout=BLOCK_TIMEOUT_S,
       check=False,
     )
-    assert result.returncode == 0, (
-      f'{block.where} exited {result.returncode}\n--- block\n{block.code}'
-      f'--- stdout\n{result.stdout[-4000:]}\n--- stderr\n'
-      f'{result.stderr[-6000:]}'
+    page_run.runs.append(
+      BlockRun(block, result.returncode, result.stdout, result.stderr)
     )
-    ran += 1
-  assert ran
+    if result.returncode:
+      break
+  return page_run
+
+
+@pytest.fixture(scope='session')
+def page_runs(request, tmp_path_factory):
+  """get(page): the page's PageRun, its examples run once per session.
+
+  The examples' own runs are also what the tests of the recipes they show
+  check (test_own_agent_recipe_*), rather than running them again.
+  """
+  done = {}
+
+  def get(page):
+    if page not in done:
+      tmp_path = tmp_path_factory.mktemp('page')
+      done[page] = _run_page(page, request, tmp_path)
+    return done[page]
+
+  return get
+
+
+@pytest.mark.parametrize('page', _page_params())
+def test_examples_run(page, page_runs):
+  """Every example of the page runs, in order, each in a fresh process."""
+  page_run = page_runs(page)
+  for run in page_run.runs:
+    assert run.returncode == 0, run.explain()
+  assert page_run.runs
+
+
+# ------------------------------------- the "Your own agent" recipes' runs
+
+# The guide's two recipes, run above as a reader runs them (the TF agent
+# through `fixed-replay train`, the JAX one through its own train_mine.py),
+# on $DATA/Pong/1 (Dopamine-written Pong, so `train` finds the game in the
+# path). These tests check what those runs did; they are the core tier's
+# successful training commands in a fresh process.
+OWN_AGENT_PAGE = 'docs/guides/your-own-agent.md'
+# recipe: (a text only its command holds, its base_dir in the work dir,
+# the agent class).
+RECIPES = {
+  'tf': ('my_agents:MyDQNAgent', 'runs/mine', 'MyDQNAgent'),
+  'jax': ('python train_mine.py', 'runs/mine_jax', 'MyJaxDQNAgent'),
+}
+
+
+def _recipe(page_runs, recipe):
+  """(BlockRun, base_dir) of the guide's command for `recipe`."""
+  marker, base_dir, _ = RECIPES[recipe]
+  page_run = page_runs(OWN_AGENT_PAGE)
+  (run,) = [r for r in page_run.runs if marker in r.block.code]
+  assert base_dir in run.block.code, run.block.where
+  return run, page_run.work / base_dir
+
+
+@pytest.mark.parametrize('recipe', list(RECIPES))
+def test_own_agent_recipe_trains_evaluates_and_checkpoints(page_runs, recipe):
+  run, base_dir = _recipe(page_runs, recipe)
+  agent = RECIPES[recipe][2]
+  assert run.returncode == 0, run.explain()
+  stderr = run.stderr  # absl logs to stderr.
+  assert 'Traceback' not in stderr
+  assert 'after the config was locked' not in stderr
+  assert 'Iteration 0 (1/1) done' in stderr
+  assert 'eval return' in stderr and 'ETA' in stderr
+  with open(base_dir / 'logs' / 'log_0', 'rb') as f:
+    logged = pickle.load(f)['iteration_0']
+  assert logged['eval_episode_returns'], logged
+  assert logged['train_average_steps_per_second'][0] > 0, logged
+  checkpoints = set(os.listdir(base_dir / 'checkpoints'))
+  assert {'ckpt.0', 'sentinel_checkpoint_complete.0'} <= checkpoints
+  if recipe == 'tf':
+    assert 'tf_ckpt-0.index' in checkpoints, checkpoints
+  assert f'Training {agent} ({agent}) offline from ' in stderr
+  assert 'will not train' not in stderr
+  # FixedReplayBuffer.num_buffers_to_load = 5 took effect: $DATA has 2.
+  assert 'num_buffers_to_load=5 but' in stderr
+  # The agent's own loss reached the runner's per-iteration mean.
+  losses = [k for k in logged if k.startswith('train_average_') and 'oss' in k]
+  assert losses, sorted(logged)
+
+
+def test_own_tf_agent_recipe_evaluates_in_the_datas_game(page_runs):
+  run, _ = _recipe(page_runs, 'tf')
+  # No game is bound: the data's path, $DATA/Pong/1, names it.
+  assert "Evaluating in Pong, the data's game" in run.stderr, run.explain()
+
+
+# ----------------------------- batch_rl's rem.gin, as the guide runs it
+
+BATCH_RL_PAGE = 'docs/guides/coming-from-batch-rl.md'
+
+
+@pytest.mark.slow
+def test_batch_rl_rem_config_runs_unchanged(page_runs):
+  """batch_rl's rem.gin, byte for byte ($BATCH_RL holds tests/data's), in
+  the guide's `python -m fixed_replay.train` (test_dropin.py runs batch_rl's
+  other four files the same way)."""
+  from test_dropin import GPU_FALLBACK
+  from test_dropin import Run
+  from test_dropin import _assert_trained_evaluated_checkpointed
+
+  page_run = page_runs(BATCH_RL_PAGE)
+  (block_run,) = [r for r in page_run.runs if '/rem.gin' in r.block.code]
+  assert '--base_dir=runs/rem_pong' in block_run.block.code
+  run = Run(block_run, page_run.work / 'runs' / 'rem_pong')
+  _assert_trained_evaluated_checkpointed(run)
+  # batch_rl's transform_strategy chooses the method; the log says which.
+  assert 'Training REM (FixedReplayMultiHeadDQNAgent) offline' in run.log
+  # tf_device='/gpu:0' on this CPU machine: built on the CPU, said once.
+  assert run.log.count(GPU_FALLBACK) == 1, run.log[-3000:]

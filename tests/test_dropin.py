@@ -1,16 +1,15 @@
 """Drop-in, in fresh processes, the way users run it.
 
 batch_rl's five gin files and Dopamine's labs/offline_rl jax_dqn.gin, byte
-for byte (tests/data/), every agent, the README's own-agent recipes, and
-batch_rl's --init_checkpoint_dir, each through `fixed-replay train`
-(`python -m fixed_replay.cli train`), `python -m fixed_replay.train` or the
-recipe's own script, with bindings that only make the run tiny. Every run
-trains, evaluates in the real game and checkpoints.
+for byte (tests/data/), every agent, and batch_rl's --init_checkpoint_dir,
+each through `fixed-replay train` (`python -m fixed_replay.cli train`) or
+`python -m fixed_replay.train`, with bindings that only make the run tiny.
+Every run trains, evaluates in the real game and checkpoints. (The docs'
+own-agent recipes run as the guide prints them: tests/test_docs.py.)
 
 Each run takes seconds but starts TensorFlow and JAX (about 10 s of CPU):
 the runs this session selected are started together, two at a time, and
-each test waits for its own. All but the TF recipe's run are marked slow
-(`-m "not slow"` runs that one only).
+each test waits for its own. All are in the slow tier.
 """
 
 import concurrent.futures
@@ -47,43 +46,6 @@ CARTPOLE_TINY = [
   'FixedReplayRunner.evaluation_steps = 20',
   'FixedReplayBuffer.batch_size = 32',
 ]
-# The README's recipes on CartPole (Dopamine's own CartPole settings).
-OWN_TF_BINDINGS = [
-  'MyDQNAgent.observation_shape = %gym_lib.CARTPOLE_OBSERVATION_SHAPE',
-  'MyDQNAgent.observation_dtype = %gym_lib.CARTPOLE_OBSERVATION_DTYPE',
-  'MyDQNAgent.stack_size = %gym_lib.CARTPOLE_STACK_SIZE',
-  'MyDQNAgent.network = @gym_lib.CartpoleDQNNetwork',
-  'MyDQNAgent.min_replay_history = 0',
-  'MyDQNAgent.summary_writing_frequency = 4',
-  'FixedReplayRunner.create_environment_fn = @gym_lib.create_gym_environment',
-  "create_gym_environment.environment_name = 'CartPole'",
-  "create_gym_environment.version = 'v0'",
-  'FixedReplayRunner.max_steps_per_episode = 200',
-] + CARTPOLE_TINY
-OWN_JAX_GIN = """
-import dopamine.discrete_domains.gym_lib
-import dopamine.jax.networks
-import fixed_replay.replay.fixed_replay_buffer
-import fixed_replay.training.run_experiment
-MyJaxDQNAgent.observation_shape = %gym_lib.CARTPOLE_OBSERVATION_SHAPE
-MyJaxDQNAgent.observation_dtype = %jax_networks.CARTPOLE_OBSERVATION_DTYPE
-MyJaxDQNAgent.stack_size = %gym_lib.CARTPOLE_STACK_SIZE
-MyJaxDQNAgent.network = @jax.networks.ClassicControlDQNNetwork
-MyJaxDQNAgent.min_replay_history = 0
-MyJaxDQNAgent.update_period = 1
-MyJaxDQNAgent.summary_writing_frequency = 4
-jax.networks.ClassicControlDQNNetwork.min_vals = %jax_networks.CARTPOLE_MIN_VALS
-jax.networks.ClassicControlDQNNetwork.max_vals = %jax_networks.CARTPOLE_MAX_VALS
-FixedReplayRunner.create_environment_fn = @gym_lib.create_gym_environment
-create_gym_environment.environment_name = 'CartPole'
-create_gym_environment.version = 'v0'
-FixedReplayRunner.max_steps_per_episode = 200
-FixedReplayBuffer.batch_size = 32
-FixedReplayRunner.num_iterations = 1
-FixedReplayRunner.training_steps = 20
-FixedReplayRunner.evaluation_steps = 20
-"""
-
 # The method each agent's run log names.
 METHODS = {
   'dqn': 'DQN',
@@ -144,6 +106,7 @@ def _jobs(tmp, pong, cartpole):
         'c51',
         _batch_rl('c51'),
         ATARI_TINY + ['WrappedFixedReplayBuffer.replay_suffix = 1'],
+        '--verbose',  # As `fixed-replay train` takes it.
       )
     ],
     'multi_head_dqn': [
@@ -166,16 +129,8 @@ def _jobs(tmp, pong, cartpole):
         ATARI_TINY + ['FixedReplayBuffer.replay_suffix = 7'],
       )
     ],
-    'batch_rl_rem': [
-      _train(
-        CLI,
-        f'{tmp}/batch_rl_rem',
-        pong,
-        'multi_head_dqn',
-        _batch_rl('rem'),
-        ATARI_TINY,
-      )
-    ],
+    # batch_rl's rem.gin: the "Coming from batch_rl" guide's own command
+    # trains with it (tests/test_docs.py, test_batch_rl_rem_config_...).
     # Dopamine's labs config: its Runner.* and JaxFixedReplayBuffer.*.
     'jax_dqn': [
       _train(
@@ -192,6 +147,9 @@ def _jobs(tmp, pong, cartpole):
           'JaxFixedReplayBuffer.replay_capacity = 900',
           'JaxFixedReplayBuffer.batch_size = 8',
         ],
+        # Dopamine's own parameter dump: the evidence that its bindings
+        # reached Dopamine's class (hidden by default).
+        '--verbose',
       )
     ],
     # Then batch_rl's --init_checkpoint_dir continues this run elsewhere.
@@ -221,27 +179,6 @@ def _jobs(tmp, pong, cartpole):
         ],
       )
     ],
-    'own_tf_agent': [
-      _train(
-        CLI,
-        f'{tmp}/own_tf_agent',
-        cartpole,
-        'my_agents:MyDQNAgent',
-        _ours('dqn'),  # Only for its imports; the bindings are MyDQNAgent's.
-        OWN_TF_BINDINGS,
-      )
-    ],
-    'own_jax_agent': [
-      (
-        [
-          f'{tmp}/recipes/train_mine.py',
-          f'{tmp}/own_jax_agent',
-          f'{cartpole}/replay_logs',
-          f'{tmp}/recipes/mine.gin',
-        ],
-        f'{tmp}/own_jax_agent',
-      )
-    ],
   }
   for agent in ('jax_quantile', 'jax_rem', 'jax_cql', 'jax_quantile_cql'):
     bindings = list(CARTPOLE_TINY)
@@ -255,30 +192,6 @@ def _jobs(tmp, pong, cartpole):
       _train(entry, f'{tmp}/{agent}', cartpole, agent, _ours(agent), bindings)
     ]
   return jobs
-
-
-def _docs_block(file_name):
-  """The Python block the "Your own agent" guide prints as `file_name`."""
-  with open(os.path.join(ROOT, 'docs', 'guides', 'your-own-agent.md')) as f:
-    text = f.read()
-  match = re.search(
-    rf'<!-- docs-test: file {re.escape(file_name)} -->\n'
-    r'(?:<!--[^\n]*-->\n)*```python\n(.*?)```',
-    text,
-    re.S,
-  )
-  assert match, f'docs/guides/your-own-agent.md prints no {file_name}'
-  return match.group(1)
-
-
-def _write_recipes(directory):
-  os.makedirs(directory, exist_ok=True)
-  with open(os.path.join(directory, 'my_agents.py'), 'w') as f:
-    f.write(_docs_block('my_agents.py'))
-  with open(os.path.join(directory, 'train_mine.py'), 'w') as f:
-    f.write(_docs_block('train_mine.py'))
-  with open(os.path.join(directory, 'mine.gin'), 'w') as f:
-    f.write(OWN_JAX_GIN)
 
 
 class Run:
@@ -337,14 +250,11 @@ def runs(request, dopamine_dir, tmp_path_factory):
     seed=0,
     progress=False,
   )
-  _write_recipes(tmp / 'recipes')
   env = dict(os.environ)
-  env['PYTHONPATH'] = os.pathsep.join(
-    [str(tmp / 'recipes'), ROOT, env.get('PYTHONPATH', '')]
-  )
-  # The labs test reads Dopamine's own parameter dump (the evidence that its
-  # bindings reached Dopamine's class), which commands hide by default.
-  env['FIXED_REPLAY_VERBOSE'] = '1'
+  env['PYTHONPATH'] = os.pathsep.join([ROOT, env.get('PYTHONPATH', '')])
+  # Quiet by default, as users run them; the jobs that need Dopamine's own
+  # output pass --verbose.
+  env.pop('FIXED_REPLAY_VERBOSE', None)
   jobs = _jobs(tmp, str(dopamine_dir[0]), str(cartpole))
   selected = {
     item.callspec.params['job']
@@ -407,10 +317,10 @@ def test_every_agent_trains_evaluates_and_checkpoints(runs, job):
     ('c51', 'C51 (FixedReplayRainbowAgent)'),
     ('multi_head_dqn', 'Ensemble-DQN (FixedReplayMultiHeadDQNAgent)'),
     ('quantile', 'QR-DQN (FixedReplayQuantileAgent)'),
-    ('batch_rl_rem', 'REM (FixedReplayMultiHeadDQNAgent)'),
   ],
 )
 def test_batch_rl_configs_run_unchanged(runs, job, method):
+  # (rem.gin, through `python -m fixed_replay.train`: test_docs.py.)
   run = runs(job)[0]
   _assert_trained_evaluated_checkpointed(
     run, iterations=2 if job == 'dqn' else 1
@@ -462,6 +372,21 @@ def test_dopamine_labs_config_runs_unchanged(runs, job):
   assert 'Iteration 0: 10 training steps' in run.log
 
 
+# ---------------------------------------------------------- --verbose
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('job, verbose', [('c51', True), ('quantile', False)])
+def test_train_module_shows_third_party_output_with_verbose_only(
+  runs, job, verbose
+):
+  # Both through `python -m fixed_replay.train`; only c51's has --verbose.
+  run = runs(job)[0]
+  assert run.returncode == 0, run.explain()
+  dump = 'agent with the following parameters'
+  assert (dump in run.log) == verbose, run.log[-3000:]
+
+
 # ------------------------------------------ batch_rl's init_checkpoint_dir
 
 
@@ -496,23 +421,3 @@ def test_subsample_binding_takes_effect(runs, job, method):
   assert len(kept) == 2, run.log[-3000:]  # Both checkpoints.
   for count, total in kept:
     assert int(count) == int(0.5 * int(total)) >= 1
-
-
-# ------------------------------------------------- the README's recipes
-
-
-# The TF recipe stays in the core tier: its `fixed-replay train` in a fresh
-# process is the tier's one successful training command.
-@pytest.mark.parametrize(
-  'job', ['own_tf_agent', pytest.param('own_jax_agent', marks=pytest.mark.slow)]
-)
-def test_readme_recipes_train_your_own_agent(runs, job):
-  run = runs(job)[0]
-  _assert_trained_evaluated_checkpointed(run, tf_agent=job == 'own_tf_agent')
-  agent = 'MyDQNAgent' if job == 'own_tf_agent' else 'MyJaxDQNAgent'
-  assert f'({agent}) offline from' in run.log
-  assert 'will not train' not in run.log
-  # The agent's own loss reached the runner's per-iteration mean.
-  stats = run.logged(0)['iteration_0']
-  losses = [k for k in stats if k.startswith('train_average_') and 'oss' in k]
-  assert losses, sorted(stats)

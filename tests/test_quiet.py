@@ -109,3 +109,30 @@ def test_import_prints_nothing():
   )
   assert completed.returncode == 0
   assert completed.stdout == '' and completed.stderr == ''
+
+
+def _train_module(*arguments):
+  return subprocess.run(
+    [sys.executable, '-m', 'fixed_replay.train', *arguments],
+    cwd=ROOT,
+    env=_environment(),
+    capture_output=True,
+    text=True,
+    timeout=300,
+  )
+
+
+def test_train_module_takes_the_verbose_flag(tmp_path):
+  """`python -m fixed_replay.train` takes --verbose as `fixed-replay train`
+  does, before or after the other flags (what it lets through:
+  test_dropin.py's test_train_module_shows_third_party_output_...)."""
+  missing = tmp_path / 'missing'
+  flags = [f'--replay_dir={missing}', f'--base_dir={tmp_path / "run"}']
+  for arguments in (['--verbose', *flags], [*flags, '--verbose']):
+    completed = _train_module(*arguments)
+    # Refused for the missing data (before TensorFlow loads), not the flag.
+    assert completed.returncode == 1, completed.stderr[-3000:]
+    assert completed.stderr.strip() == (
+      f'fixed-replay train: {missing}: no such directory'
+    )
+  assert '--[no]verbose' in _train_module('--help').stdout

@@ -2,8 +2,9 @@
 
 A store converted with `fixed-replay convert` trains exactly as Dopamine's
 files do: our TF and JAX configs and a batch_rl config, unchanged, with only
-the bindings that make the run tiny. The runs start together, two at a time
-(each starts TensorFlow or JAX), and each test waits for its own.
+the bindings that make the run tiny. The runs the session selected start
+together, two at a time (each starts TensorFlow or JAX), and each test waits
+for its own.
 """
 
 import concurrent.futures
@@ -62,16 +63,30 @@ def _jobs(tmp, store):
   }
 
 
+def _job(item):
+  """The run a test of this module checks."""
+  if hasattr(item, 'callspec'):
+    return item.callspec.params['job']
+  return 'batch_rl_dqn'
+
+
 @pytest.fixture(scope='module')
-def runs(store, tmp_path_factory):
-  """Starts the three runs (two at a time); get(name) waits for one."""
+def runs(request, store, tmp_path_factory):
+  """Starts the runs this session selected (two at a time); get(name) waits
+  for one (the core tier selects the TF one only)."""
   tmp = tmp_path_factory.mktemp('train_on_store')
   env = dict(os.environ)
   env['PYTHONPATH'] = os.pathsep.join([ROOT, env.get('PYTHONPATH', '')])
+  selected = {
+    _job(item)
+    for item in request.session.items
+    if item.module is request.module
+  }
   pool = concurrent.futures.ThreadPoolExecutor(max_workers=2)
   futures = {
     name: pool.submit(_run_job, commands, env)
     for name, commands in _jobs(tmp, str(store)).items()
+    if name in selected
   }
   yield lambda name: futures[name].result()[0]
   pool.shutdown(wait=True, cancel_futures=True)

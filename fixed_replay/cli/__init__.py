@@ -90,6 +90,51 @@ def _take_verbose_flag(argv):
   return kept, len(kept) != len(argv)
 
 
+def quiet_unless_verbose(verbose):
+  """Filters third-party output from here on, unless `verbose`.
+
+  Call before TensorFlow is imported; `verbose` also reaches the processes
+  this one starts (FIXED_REPLAY_VERBOSE).
+  """
+  from fixed_replay import quiet
+
+  if verbose:
+    quiet.set_verbose()
+  quiet.install()
+
+
+def define_verbose_flag(verbose, module_name):
+  """Defines --verbose, taken out of argv already, so that --help lists it.
+
+  Args:
+    verbose: whether argv held it (the flag's value for the command).
+    module_name: the module whose --help lists it (the command's).
+  """
+  if VERBOSE_FLAG[2:] not in flags.FLAGS:
+    flags.DEFINE_boolean(
+      VERBOSE_FLAG[2:], verbose, _VERBOSE_HELP, module_name=module_name
+    )
+
+
+def run_module(command, command_main, module_name, argv=None):
+  """`python -m MODULE ...` run the way `fixed-replay COMMAND ...` runs.
+
+  The module form of a command takes --verbose (anywhere before `--`) and
+  starts as quietly as the console script does.
+
+  Args:
+    command: the command's name, for error messages.
+    command_main: its main(argv).
+    module_name: the module run as __main__ (whose --help lists the flag),
+      as absl names it: sys.argv[0].
+    argv: the command line (default sys.argv).
+  """
+  argv, verbose = _take_verbose_flag(list(sys.argv if argv is None else argv))
+  quiet_unless_verbose(verbose)
+  define_verbose_flag(verbose, module_name)
+  app.run(functools.partial(run_command, command, command_main), argv=argv)
+
+
 def _usage():
   lines = ['usage: fixed-replay [--verbose] COMMAND [--flags]', '', 'commands:']
   lines += [f'  {name:<10} {text}' for name, text in SUBCOMMANDS.items()]
@@ -115,17 +160,9 @@ def main(argv=None):
       file=sys.stderr,
     )
     return 2
-  from fixed_replay import quiet
-
-  if verbose:
-    quiet.set_verbose()
-  quiet.install()  # Before the subcommand imports TensorFlow.
+  quiet_unless_verbose(verbose)  # Before the subcommand imports TensorFlow.
   module = importlib.import_module(f'fixed_replay.cli.{command}')
-  # Taken out of argv above; defined so that the command's --help lists it.
-  if VERBOSE_FLAG[2:] not in flags.FLAGS:
-    flags.DEFINE_boolean(
-      VERBOSE_FLAG[2:], verbose, _VERBOSE_HELP, module_name=module.__name__
-    )
+  define_verbose_flag(verbose, module.__name__)
   # absl's --help prints __main__'s docstring and the flags defined by the
   # module named sys.argv[0]: point both at the subcommand.
   sys.argv[0] = module.__name__
