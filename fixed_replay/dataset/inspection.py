@@ -17,7 +17,6 @@ inspect` renders it. Neither TensorFlow nor Dopamine is imported for local
 paths.
 """
 
-
 from absl import logging
 
 from fixed_replay import progress as progress_lib
