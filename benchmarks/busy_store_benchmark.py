@@ -273,7 +273,8 @@ def _rate(buffer, seconds):
 class _GilFreeClock:
   """CPU time this thread spends in the calls that release the GIL.
 
-  Wraps the compiled decode and stacking calls and blosc2's decompression
+  Wraps the compiled transition, decode and stacking calls and blosc2's
+  decompression
   for the timed window: their share of a batch's CPU time bounds what a
   second sampling thread can add (Amdahl), whatever the machine's load.
   """
@@ -283,10 +284,12 @@ class _GilFreeClock:
 
     from fixed_replay.replay import frame_sources
     from fixed_replay.replay import stacking
+    from fixed_replay.replay import transitions
 
     self.seconds = 0.0
     self._wrapped = []
     for module, name in (
+      (transitions, '_write_parts'),
       (frame_sources, '_decode_stacks'),
       (unit_decoding, 'decode_units'),
       (stacking, '_gather_uint8_stack4'),

@@ -42,6 +42,7 @@ def _decode_stacks(
   context,
   key_stride,
   which,
+  file_row_shift,
   state_rows,
   next_rows,
   frames,
@@ -52,10 +53,12 @@ def _decode_stacks(
 ):
   """Decodes the distinct frames of a batch's states and packs the stacks.
 
-  Frames are keyed (checkpoint, file row) and decoded once each, in key
-  order (unit_decoding.decode_units reads runs of consecutive units at
-  once); states[b] and next_states[b] (uint32 pixels, 4 frames each) are
-  then packed from them. `frames` (rows >= 2 * batch * stack, one frame's
+  The frames at positions state_rows, next_rows (b, stack) of windows
+  `which` (file row: position + file_row_shift[window]) are keyed
+  (checkpoint, file row) and decoded once each, in key order
+  (unit_decoding.decode_units reads runs of consecutive units at once);
+  states[b] and next_states[b] (uint32 pixels, 4 frames each) are then
+  packed from them. `frames` (rows >= 2 * batch * stack, one frame's
   bytes each) is scratch for the decoded frames. units[0], units[1] get the
   decoded units' table
   rows and file rows, status[4] their count (-1: a table row or file row
@@ -64,13 +67,13 @@ def _decode_stacks(
   batch, stack = state_rows.shape
   keys = np.empty(2 * batch * stack, np.int64)
   for b in range(batch):
+    if not 0 <= which[b] < table.shape[0]:
+      status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
+      return
+    shift = file_row_shift[which[b]]
     for k in range(stack):
-      row, next_row = state_rows[b, k], next_rows[b, k]
-      if not (
-        0 <= which[b] < table.shape[0]
-        and 0 <= row < key_stride
-        and 0 <= next_row < key_stride
-      ):
+      row, next_row = state_rows[b, k] + shift, next_rows[b, k] + shift
+      if not (0 <= row < key_stride and 0 <= next_row < key_stride):
         status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
         return
       keys[b * stack + k] = which[b] * key_stride + row
@@ -249,22 +252,21 @@ class BlockFrames:
       which, rows, batch, destinations
     )
     layout = self._writer.layout
-    state_rows = layout.file_rows_of(which, state)
-    next_rows = layout.file_rows_of(which, next_state)
     first = self._stored[0].frames
     if stacking.packable(first.dtype, state.shape[1]):
       # Frames, checks and stacks in one compiled call, outside the GIL.
       status = np.zeros(5, np.int64)
-      units = np.empty((2, state_rows.size * 2), np.int64)
+      units = np.empty((2, state.size * 2), np.int64)
       _decode_stacks(
         unit_decoding.FUNCTIONS,
         self.frame_reader.table,
         unit_decoding.context(),
         self._key_stride,
         which,
-        state_rows,
-        next_rows,
-        self._scratch(state_rows.size * 2, first.frame_bytes),
+        layout.file_row_shift,
+        state,
+        next_state,
+        self._scratch(state.size * 2, first.frame_bytes),
         batch['state'].reshape(count, -1).view(np.uint32),
         batch['next_state'].reshape(count, -1).view(np.uint32),
         units,
@@ -277,7 +279,7 @@ class BlockFrames:
         self.frame_reader.raise_for(status[:4], units[0], units[1])
       return
     both = np.concatenate([which, which])
-    frame_rows = np.concatenate([state_rows, next_rows])
+    frame_rows = layout.file_rows_of(both, np.concatenate([state, next_state]))
     keys = both[:, None] * self._key_stride + frame_rows
     unique, inverse = np.unique(keys, return_inverse=True)
     inverse = inverse.reshape(keys.shape)
