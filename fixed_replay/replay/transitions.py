@@ -281,7 +281,8 @@ class TransitionWriter:
     self._extras = {
       name: array for name, array in arrays.items() if name not in _STANDARD
     }
-    self._stack_size = stack_size
+    self.stack_size = stack_size
+    self.update_horizon = update_horizon
     # Same float32 discounts as Dopamine, so n-step sums match bit for bit.
     self._discounts = np.array(
       [math.pow(gamma, k) for k in range(update_horizon)], dtype=np.float32
@@ -317,7 +318,7 @@ class TransitionWriter:
     ):
       raise IndexError(f'batch positions outside [0, {len(batch["indices"])})')
     rows = np.empty(count, np.int64)
-    state_rows = np.empty((count, self._stack_size), np.int64)
+    state_rows = np.empty((count, self.stack_size), np.int64)
     next_state_rows = np.empty_like(state_rows)
     inside = _write_parts(
       self.layout.table,
