@@ -8,10 +8,11 @@ transitions at those (checkpoint position, file row) pairs. Two exist:
   each (FixedReplayBuffer); the transition math runs once per checkpoint.
 * `BlockFrames`: a compact store (CompactReplayBuffer): the small arrays of
   every window end to end in RAM; the transition math runs once over a
-  minibatch mixing any checkpoints. One-frame units (format version 2's
-  default) are decoded exactly as the batch needs them, in one call per
-  checkpoint, and the stacks gathered from those frames; larger units and
-  blocks are decoded whole into a bounded cache and gathered from it.
+  minibatch mixing any checkpoints. Units of format version 2 (one frame
+  each by default) are decoded as the batch needs them, each distinct unit
+  once, and the stacks packed from them, in one compiled call outside the
+  GIL; format 1's blocks (and units whose stacks do not pack into uint32s)
+  are decoded whole into a bounded cache and gathered from it.
 
 Another source (say, frames decoded from RL Unplugged records) plugs in by
 offering the same few members: the `FrameSource` protocol.
@@ -209,7 +210,7 @@ class ShardFrames:
 
 
 class BlockFrames:
-  """Windows of a compact store, frames read through a block cache."""
+  """Windows of a compact store: units decoded per batch, or blocks cached."""
 
   def __init__(self, stored, shards, table, writer, cache, fixed_bytes):
     """Keeps the parts (see compact_windows.open_windows).

@@ -5,7 +5,7 @@ places file rows of one or more checkpoint windows in arrays that hold the
 windows end to end, with each window's own rule: a full file read whole wraps
 around, as Dopamine's circular buffer does; any other window is offset. The
 `TransitionWriter` then computes, for a minibatch mixing any of those
-checkpoints in one vectorized pass, every element but the frames (n-step
+checkpoints in one compiled pass, every element but the frames (n-step
 discounted reward, terminal, next action, ...) and says where the frames of
 each state lie, so that whoever holds the frames (arrays in RAM, a block
 cache) gathers them. A `ReplayShard` is one window with that math, and a
@@ -109,21 +109,6 @@ class RowLayout:
     self.table = np.stack(
       [self.offsets, self.starts, self.file_rows, self.circular], axis=1
     ).astype(np.int64)
-
-  def locate(self, which: np.ndarray, file_rows: np.ndarray) -> np.ndarray:
-    """Positions in the arrays of `file_rows` (b,) or (b, k) of `which` (b,)."""
-    if len(self.offsets) == 1:  # One window: no per-row lookups.
-      if self.circular[0]:
-        return file_rows % self.file_rows[0]
-      return file_rows - self.starts[0]
-    if file_rows.ndim > 1:
-      which = which[:, None]
-    local = np.where(
-      self.circular[which],
-      file_rows % self.file_rows[which],
-      file_rows - self.starts[which],
-    )
-    return local + self.offsets[which]
 
   def file_rows_of(
     self, which: np.ndarray, positions: np.ndarray
