@@ -4,8 +4,9 @@ Random-policy Breakout frames are nearly static; busier games compress and
 sample differently. On checkpoints written by Dopamine's own writer with
 `fixed-replay generate --environment=atari --game=G --policy=random`
 (benchmarks/data/busy_<G>/, one checkpoint each; generate them first, see
-Usage), for each layout (by default format 2 with one and 32 frames a unit,
-and format 1's 16-frame blosc2 blocks, the default when issue 18 was filed):
+Usage), for each layout (by default format 2 with one frame a unit, the
+default, and 16, the small point, and format 1's 16-frame blosc2 blocks, the
+default when issue 18 was filed):
 
 * size of a stored checkpoint against Dopamine's gzip files, and the PNGs
   RL Unplugged would store (the frames encoded with zlib level 6, as
@@ -64,7 +65,7 @@ _SAMPLE_SECONDS = flags.DEFINE_float(
 )
 _LAYOUTS = flags.DEFINE_list(
   'layouts',
-  ['units1', 'units32', 'blocks16'],
+  ['units1', 'units16', 'blocks16'],
   'Layouts: unitsN (format 2, N frames a unit) or blocksN (format 1).',
 )
 _JAX_ROWS = flags.DEFINE_integer(
@@ -273,9 +274,10 @@ def _rate(buffer, seconds):
 class _GilFreeClock:
   """CPU time this thread spends in the calls that release the GIL.
 
-  Wraps the compiled decode and stacking calls and blosc2's decompression
-  for the timed window: their share of a batch's CPU time bounds what a
-  second sampling thread can add (Amdahl), whatever the machine's load.
+  Wraps the compiled transition, decode and stacking calls and blosc2's
+  decompression for the timed window: their share of a batch's CPU time
+  bounds what a second sampling thread can add (Amdahl), whatever the
+  machine's load.
   """
 
   def __init__(self):
@@ -283,10 +285,12 @@ class _GilFreeClock:
 
     from fixed_replay.replay import frame_sources
     from fixed_replay.replay import stacking
+    from fixed_replay.replay import transitions
 
     self.seconds = 0.0
     self._wrapped = []
     for module, name in (
+      (transitions, '_write_parts'),
       (frame_sources, '_decode_stacks'),
       (unit_decoding, 'decode_units'),
       (stacking, '_gather_uint8_stack4'),

@@ -8,10 +8,11 @@ transitions at those (checkpoint position, file row) pairs. Two exist:
   each (FixedReplayBuffer); the transition math runs once per checkpoint.
 * `BlockFrames`: a compact store (CompactReplayBuffer): the small arrays of
   every window end to end in RAM; the transition math runs once over a
-  minibatch mixing any checkpoints. One-frame units (format version 2's
-  default) are decoded exactly as the batch needs them, in one call per
-  checkpoint, and the stacks gathered from those frames; larger units and
-  blocks are decoded whole into a bounded cache and gathered from it.
+  minibatch mixing any checkpoints. Units of format version 2 (one frame
+  each by default) are decoded as the batch needs them, each distinct unit
+  once, and the stacks packed from them, in one compiled call outside the
+  GIL; format 1's blocks (and units whose stacks do not pack into uint32s)
+  are decoded whole into a bounded cache and gathered from it.
 
 Another source (say, frames decoded from RL Unplugged records) plugs in by
 offering the same few members: the `FrameSource` protocol.
@@ -40,8 +41,9 @@ def _decode_stacks(
   functions,
   table,
   context,
-  key_stride,
+  unit_rows,
   which,
+  file_row_shift,
   state_rows,
   next_rows,
   frames,
@@ -50,41 +52,63 @@ def _decode_stacks(
   units,
   status,
 ):
-  """Decodes the distinct frames of a batch's states and packs the stacks.
+  """Decodes the distinct units of a batch's states and packs the stacks.
 
-  Frames are keyed (checkpoint, file row) and decoded once each, in key
-  order (unit_decoding.decode_units reads runs of consecutive units at
-  once); states[b] and next_states[b] (uint32 pixels, 4 frames each) are
-  then packed from them. `frames` (rows >= 2 * batch * stack, one frame's
-  bytes each) is scratch for the decoded frames. units[0], units[1] get the
-  decoded units' table
-  rows and file rows, status[4] their count (-1: a table row or file row
-  out of range), status[:4] the decoder's status.
+  The frames at positions state_rows, next_rows (b, stack) of windows
+  `which` (file row: position + file_row_shift[window]) lie in units of
+  `unit_rows` frames; each unit they need is decoded once, in (checkpoint,
+  unit) order (unit_decoding.decode_units reads runs of consecutive units
+  at once), into `frames`, scratch rows of one frame's bytes: unit k fills
+  rows [k * unit_rows, (k + 1) * unit_rows). states[b] and next_states[b]
+  (uint32 pixels, 4 frames each) are then packed from them. units[0],
+  units[1] get the decoded units' table rows and unit numbers, status[4]
+  their count (-1: a table row or file row out of range, -2: `frames` too
+  small), status[:4] the decoder's status.
   """
   batch, stack = state_rows.shape
+  frame_bytes = frames.shape[1]
+  # Rows of each checkpoint, from its units; keys are (checkpoint, row).
+  sources = table.shape[0]
+  num_rows = np.empty(sources, np.int64)
+  for s in range(sources):
+    if table[s, unit_decoding.UNIT_BYTES] != unit_rows * frame_bytes:
+      status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
+      return
+    num_rows[s] = (table[s, unit_decoding.NUM_UNITS] - 1) * unit_rows + (
+      table[s, unit_decoding.LAST_BYTES] // frame_bytes
+    )
+  stride = num_rows.max() + 1
   keys = np.empty(2 * batch * stack, np.int64)
   for b in range(batch):
+    source = which[b]
+    if not 0 <= source < sources:
+      status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
+      return
+    shift = file_row_shift[source]
     for k in range(stack):
-      row, next_row = state_rows[b, k], next_rows[b, k]
-      if not (
-        0 <= which[b] < table.shape[0]
-        and 0 <= row < key_stride
-        and 0 <= next_row < key_stride
-      ):
+      row, next_row = state_rows[b, k] + shift, next_rows[b, k] + shift
+      if not (0 <= row < num_rows[source] and 0 <= next_row < num_rows[source]):
         status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
         return
-      keys[b * stack + k] = which[b] * key_stride + row
-      keys[(batch + b) * stack + k] = which[b] * key_stride + next_row
+      keys[b * stack + k] = source * stride + row
+      keys[(batch + b) * stack + k] = source * stride + next_row
   order = np.argsort(keys)
   slots = np.empty(keys.size, np.int64)
   count = 0
   for m in range(keys.size):
     key = keys[order[m]]
-    if m == 0 or key != keys[order[m - 1]]:
-      units[0, count] = key // key_stride
-      units[1, count] = key % key_stride
+    source, row = key // stride, key % stride
+    unit = row // unit_rows
+    if (
+      count == 0 or source != units[0, count - 1] or unit != units[1, count - 1]
+    ):
+      if (count + 1) * unit_rows > frames.shape[0]:
+        status[4] = -2
+        return
+      units[0, count] = source
+      units[1, count] = unit
       count += 1
-    slots[order[m]] = count - 1
+    slots[order[m]] = (count - 1) * unit_rows + row % unit_rows
   status[4] = count
   unit_decoding.decode_units(
     functions,
@@ -92,7 +116,7 @@ def _decode_stacks(
     units[0, :count],
     units[1, :count],
     np.int64(frames.ctypes.data),
-    frames.shape[1],
+    unit_rows * frame_bytes,
     np.empty(0, np.int64),
     context,
     status,
@@ -103,6 +127,16 @@ def _decode_stacks(
   for b in range(batch):
     stacking.pack_stack4(frames, slots[b], states[b])
     stacking.pack_stack4(frames, slots[batch + b], next_states[b])
+
+
+def units_per_transition(unit_rows, stack_size, update_horizon):
+  """At most how many units of `unit_rows` frames one transition decodes.
+
+  Its frames lie in file rows [row - stack_size + 1, row + update_horizon],
+  a span that a circular window may split in two.
+  """
+  span = stack_size + update_horizon
+  return min(span, (span - 1) // unit_rows + 3)
 
 
 @runtime_checkable
@@ -176,7 +210,7 @@ class ShardFrames:
 
 
 class BlockFrames:
-  """Windows of a compact store, frames read through a block cache."""
+  """Windows of a compact store: units decoded per batch, or blocks cached."""
 
   def __init__(self, stored, shards, table, writer, cache, fixed_bytes):
     """Keeps the parts (see compact_windows.open_windows).
@@ -200,10 +234,21 @@ class BlockFrames:
     self._fixed_bytes = fixed_bytes
     self._block_rows = cache.block_rows
     self._key_stride = max(s.frames.num_blocks for s in stored) + 1
-    # Uniform sampling over a run's frames almost never hits a cache: frames
-    # stored one per unit are decoded for each batch, cache bypassed.
     units = all(isinstance(s.frames, frame_units.StoredUnits) for s in stored)
-    self._per_frame = units and all(s.frames.block_rows == 1 for s in stored)
+    block_rows = {s.frames.block_rows for s in stored}
+    # Uniform sampling over a run's frames almost never hits a cache: units
+    # of frames (format 2) alike in every checkpoint are decoded for each
+    # batch, cache bypassed; when stacks pack (uint8, stack of 4), in one
+    # compiled call with the stacking.
+    self._unit_rows = block_rows.pop() if units and len(block_rows) == 1 else 0
+    first = stored[0].frames
+    self._compiled = self._unit_rows > 0 and stacking.packable(
+      first.dtype, writer.stack_size
+    )
+    self._per_frame = self._unit_rows == 1
+    self._units_per_transition = units_per_transition(
+      max(self._unit_rows, 1), writer.stack_size, writer.update_horizon
+    )
     # Units (or blocks) decoded so far, for benchmarks; not exact while
     # several threads sample.
     self.units_decoded = 0
@@ -220,9 +265,10 @@ class BlockFrames:
   def nbytes(self):
     """Bytes this source may hold: small arrays, tables, cache, batches.
 
-    One-frame units bypass the cache: its arena is never touched then.
+    Units decoded for each batch bypass the cache: its arena is never
+    touched then.
     """
-    if self._per_frame:
+    if self._compiled or self._per_frame:
       return self._fixed_bytes
     return self._fixed_bytes + self.cache.nbytes
 
@@ -234,50 +280,68 @@ class BlockFrames:
 
   def write(self, batch, which, rows):
     which = np.asarray(which, dtype=np.int64)
+    rows = np.asarray(rows, dtype=np.int64)
+    if self._compiled:
+      self._write_units(batch, which, rows)
+      return
     if self._per_frame:
-      self._write_frames(batch, which, np.asarray(rows, dtype=np.int64))
+      self._write_frames(batch, which, rows)
       return
     for start in range(0, len(rows), CHUNK):
       stop = min(start + CHUNK, len(rows))
       self._write_chunk(batch, which[start:stop], rows[start:stop], start)
 
+  def _write_units(self, batch, which, rows):
+    """Writes transitions decoding just the distinct units they use.
+
+    Units, checks and stacks in one compiled call, outside the GIL.
+    """
+    count = len(rows)
+    state, next_state = self._writer.write_parts(
+      which, rows, batch, np.arange(count)
+    )
+    frame_bytes = self._stored[0].frames.frame_bytes
+    status = np.zeros(5, np.int64)
+    units = np.empty((2, state.size * 2), np.int64)
+    _decode_stacks(
+      unit_decoding.FUNCTIONS,
+      self.frame_reader.table,
+      unit_decoding.context(),
+      self._unit_rows,
+      which,
+      self._writer.layout.file_row_shift,
+      state,
+      next_state,
+      self._scratch(
+        count * self._units_per_transition * self._unit_rows, frame_bytes
+      ),
+      batch['state'].reshape(count, -1).view(np.uint32),
+      batch['next_state'].reshape(count, -1).view(np.uint32),
+      units,
+      status,
+    )
+    if status[4] == -2:
+      raise RuntimeError('a batch needs more units than its scratch holds')
+    if status[4] < 0:
+      raise IndexError('checkpoint or frame rows outside the store')
+    self.units_decoded += int(status[4])
+    if status[1] != unit_decoding.OK:
+      self.frame_reader.raise_for(status[:4], units[0], units[1])
+
   def _write_frames(self, batch, which, rows):
-    """Writes transitions decoding just the distinct frames they use."""
+    """Writes transitions decoding just the distinct frames they use.
+
+    For one-frame units whose stacks do not pack (see _write_units).
+    """
     count = len(rows)
     destinations = np.arange(count)
     state, next_state = self._writer.write_parts(
       which, rows, batch, destinations
     )
     layout = self._writer.layout
-    state_rows = layout.file_rows_of(which, state)
-    next_rows = layout.file_rows_of(which, next_state)
     first = self._stored[0].frames
-    if stacking.packable(first.dtype, state.shape[1]):
-      # Frames, checks and stacks in one compiled call, outside the GIL.
-      status = np.zeros(5, np.int64)
-      units = np.empty((2, state_rows.size * 2), np.int64)
-      _decode_stacks(
-        unit_decoding.FUNCTIONS,
-        self.frame_reader.table,
-        unit_decoding.context(),
-        self._key_stride,
-        which,
-        state_rows,
-        next_rows,
-        self._scratch(state_rows.size * 2, first.frame_bytes),
-        batch['state'].reshape(count, -1).view(np.uint32),
-        batch['next_state'].reshape(count, -1).view(np.uint32),
-        units,
-        status,
-      )
-      if status[4] < 0:
-        raise IndexError('checkpoint or frame rows outside the store')
-      self.units_decoded += int(status[4])
-      if status[1] != unit_decoding.OK:
-        self.frame_reader.raise_for(status[:4], units[0], units[1])
-      return
     both = np.concatenate([which, which])
-    frame_rows = np.concatenate([state_rows, next_rows])
+    frame_rows = layout.file_rows_of(both, np.concatenate([state, next_state]))
     keys = both[:, None] * self._key_stride + frame_rows
     unique, inverse = np.unique(keys, return_inverse=True)
     inverse = inverse.reshape(keys.shape)

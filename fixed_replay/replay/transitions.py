@@ -5,17 +5,22 @@ places file rows of one or more checkpoint windows in arrays that hold the
 windows end to end, with each window's own rule: a full file read whole wraps
 around, as Dopamine's circular buffer does; any other window is offset. The
 `TransitionWriter` then computes, for a minibatch mixing any of those
-checkpoints in one vectorized pass, every element but the frames (n-step
+checkpoints in one compiled pass, every element but the frames (n-step
 discounted reward, terminal, next action, ...) and says where the frames of
 each state lie, so that whoever holds the frames (arrays in RAM, a block
 cache) gathers them. A `ReplayShard` is one window with that math, and a
 `ValidRowTable` lists the rows of the loaded windows that may be sampled;
 the draws (`draw_uniform`, `draw_one_checkpoint`) choose among them.
+
+The writer's per-transition math is one compiled call that releases the
+GIL: done with a dozen small numpy operations it held the GIL for some
+55 us of a batch, which kept a second sampling thread from scaling.
 """
 
 import collections
 import math
 
+import numba
 import numpy as np
 
 from fixed_replay.dataset import validity
@@ -97,28 +102,146 @@ class RowLayout:
     self.circular = np.array([is_circular(w) for w in windows], dtype=bool)
     self.suffixes = np.array([w.suffix for w in windows], dtype=np.int32)
     self.num_rows = int(counts.sum())
-
-  def locate(self, which: np.ndarray, file_rows: np.ndarray) -> np.ndarray:
-    """Positions in the arrays of `file_rows` (b,) or (b, k) of `which` (b,)."""
-    if len(self.offsets) == 1:  # One window: no per-row lookups.
-      if self.circular[0]:
-        return file_rows % self.file_rows[0]
-      return file_rows - self.starts[0]
-    if file_rows.ndim > 1:
-      which = which[:, None]
-    local = np.where(
-      self.circular[which],
-      file_rows % self.file_rows[which],
-      file_rows - self.starts[which],
-    )
-    return local + self.offsets[which]
+    # Position + shift = file row (a circular window starts at file row 0,
+    # so one rule serves both).
+    self.file_row_shift = self.starts - self.offsets
+    # The same, one row a window, for the compiled writer.
+    self.table = np.stack(
+      [self.offsets, self.starts, self.file_rows, self.circular], axis=1
+    ).astype(np.int64)
 
   def file_rows_of(
     self, which: np.ndarray, positions: np.ndarray
   ) -> np.ndarray:
     """The file rows at array `positions` (b, k) of windows `which` (b,)."""
-    # A circular window starts at file row 0, so one rule serves both.
-    return positions + (self.starts - self.offsets)[which][:, None]
+    return positions + self.file_row_shift[which][:, None]
+
+
+# Columns of RowLayout.table, one row per window.
+_OFFSET, _START, _FILE_ROWS, _CIRCULAR = range(4)
+
+
+@numba.njit(nogil=True, cache=True)
+def _pairwise_sum(values):
+  """numpy's float sum of a 1-D array, in its order (pairwise, 8 lanes).
+
+  np.sum adds blocks of up to 128 with 8 accumulators and splits larger
+  ones in two; the same order gives Dopamine's n-step returns bit for bit.
+  (numpy also adds the result to +0.0, which only turns -0.0 into +0.0:
+  the caller does that.)
+  """
+  n = values.size
+  if n < 8:
+    total = values[0]
+    for i in range(1, n):
+      total += values[i]
+    return total
+  if n <= 128:
+    lanes = values[:8].copy()
+    i = 8
+    while i < n - n % 8:
+      for j in range(8):
+        lanes[j] += values[i + j]
+      i += 8
+    total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + (
+      (lanes[4] + lanes[5]) + (lanes[6] + lanes[7])
+    )
+    for k in range(i, n):
+      total += values[k]
+    return total
+  half = n // 2
+  half -= half % 8
+  return _pairwise_sum(values[:half]) + _pairwise_sum(values[half:])
+
+
+@numba.njit(nogil=True, cache=True, inline='always')
+def _locate(table, window, file_row):
+  """The position in the arrays of `file_row` of `window` (RowLayout)."""
+  if table[window, _CIRCULAR]:
+    local = file_row % table[window, _FILE_ROWS]
+  else:
+    local = file_row - table[window, _START]
+  return local + table[window, _OFFSET]
+
+
+@numba.njit(nogil=True, cache=True)
+def _write_parts(
+  table,
+  suffixes,
+  terminal,
+  reward,
+  action,
+  discounts,
+  which,
+  file_rows,
+  destinations,
+  out_reward,
+  out_action,
+  out_next_action,
+  out_next_reward,
+  out_terminal,
+  out_indices,
+  out_suffix,
+  rows,
+  state_rows,
+  next_state_rows,
+):
+  """TransitionWriter.write_parts for one batch; False if a row is outside.
+
+  reward, action and their outputs are 2-D (rows, values per row).
+  """
+  horizon = discounts.size
+  stack = state_rows.shape[1]
+  num_rows = terminal.size
+  products = discounts * reward[0, 0]  # The type of Dopamine's products.
+  trajectory = np.empty(horizon, np.int64)
+  for b in range(file_rows.size):
+    window, file_row = which[b], file_rows[b]
+    if not 0 <= window < table.shape[0]:
+      return False
+    for k in range(horizon):
+      trajectory[k] = _locate(table, window, file_row + k)
+      if not 0 <= trajectory[k] < num_rows:
+        return False
+    # Dopamine's trajectory stops after its first terminal.
+    length, is_terminal = horizon, False
+    for k in range(horizon):
+      if terminal[trajectory[k]]:
+        length, is_terminal = k + 1, True
+        break
+    next_file_row = file_row + length
+    row = trajectory[0]
+    next_row = _locate(table, window, next_file_row)
+    for k in range(stack):
+      offset = k - stack + 1
+      state_rows[b, k] = _locate(table, window, file_row + offset)
+      next_state_rows[b, k] = _locate(table, window, next_file_row + offset)
+      if not (
+        0 <= state_rows[b, k] < num_rows
+        and 0 <= next_state_rows[b, k] < num_rows
+      ):
+        return False
+    d = destinations[b]
+    for j in range(reward.shape[1]):
+      for k in range(length):
+        products[k] = discounts[k] * reward[trajectory[k], j]
+      out_reward[d, j] = _pairwise_sum(products[:length]) + 0.0
+      out_next_reward[d, j] = reward[next_row, j]
+    for j in range(action.shape[1]):
+      out_action[d, j] = action[row, j]
+      out_next_action[d, j] = action[next_row, j]
+    out_terminal[d] = is_terminal
+    out_indices[d] = file_row
+    out_suffix[d] = suffixes[window]
+    rows[b] = row
+  return True
+
+
+def _rows_view(array):
+  """A C-contiguous array as (rows, values per row), never a copy."""
+  if not array.flags.c_contiguous:
+    raise ValueError('batch and stored arrays must be C-contiguous')
+  return array.reshape(len(array), -1)
 
 
 class TransitionWriter:
@@ -137,14 +260,18 @@ class TransitionWriter:
     """
     self.layout = layout
     self._arrays = arrays
-    self._terminal = arrays['terminal']
-    self._update_horizon = update_horizon
+    self._terminal = np.asarray(arrays['terminal'])
+    self._reward = _rows_view(np.asarray(arrays['reward']))
+    self._action = _rows_view(np.asarray(arrays['action']))
+    self._extras = {
+      name: array for name, array in arrays.items() if name not in _STANDARD
+    }
+    self.stack_size = stack_size
+    self.update_horizon = update_horizon
     # Same float32 discounts as Dopamine, so n-step sums match bit for bit.
     self._discounts = np.array(
       [math.pow(gamma, k) for k in range(update_horizon)], dtype=np.float32
     )
-    self._stack_offsets = np.arange(1 - stack_size, 1)
-    self._horizon_offsets = np.arange(update_horizon)
 
   def write_parts(
     self,
@@ -164,37 +291,46 @@ class TransitionWriter:
     Returns:
       (state_rows, next_state_rows): int64 arrays (b, stack_size), positions
       in the arrays of the frames of each state, oldest first.
-    """
-    locate = self.layout.locate
-    file_rows = np.asarray(indices, dtype=np.int64)
-    rows = locate(which, file_rows)
-    trajectory = locate(which, file_rows[:, None] + self._horizon_offsets)
-    trajectory_terminals = self._terminal[trajectory].astype(bool)
-    is_terminal = trajectory_terminals.any(axis=1)
-    # The trajectory stops after its first terminal, as in Dopamine.
-    length = np.where(
-      is_terminal, trajectory_terminals.argmax(axis=1) + 1, self._update_horizon
-    )
-    in_trajectory = self._horizon_offsets < length[:, None]
-    rewards = self._arrays['reward'][trajectory]
-    discounted = self._discounts * rewards * in_trajectory
-    next_file_rows = file_rows + length
-    next_rows = locate(which, next_file_rows)
 
-    batch['reward'][destinations] = discounted.sum(axis=1)
-    batch['action'][destinations] = self._arrays['action'][rows]
-    batch['next_action'][destinations] = self._arrays['action'][next_rows]
-    batch['next_reward'][destinations] = self._arrays['reward'][next_rows]
-    batch['terminal'][destinations] = is_terminal
-    batch['indices'][destinations] = indices
-    batch[SUFFIX_ELEMENT][destinations] = self.layout.suffixes[which]
-    for name, array in self._arrays.items():
-      if name not in _STANDARD and name in batch:
-        batch[name][destinations] = array[rows]
-    state_rows = locate(which, file_rows[:, None] + self._stack_offsets)
-    next_state_rows = locate(
-      which, next_file_rows[:, None] + self._stack_offsets
+    Raises:
+      IndexError: if a window or row lies outside the arrays.
+    """
+    file_rows = np.ascontiguousarray(indices, dtype=np.int64).reshape(-1)
+    count = len(file_rows)
+    destinations = np.ascontiguousarray(destinations, dtype=np.int64)
+    if destinations.size and (
+      destinations.min() < 0 or destinations.max() >= len(batch['indices'])
+    ):
+      raise IndexError(f'batch positions outside [0, {len(batch["indices"])})')
+    rows = np.empty(count, np.int64)
+    state_rows = np.empty((count, self.stack_size), np.int64)
+    next_state_rows = np.empty_like(state_rows)
+    inside = _write_parts(
+      self.layout.table,
+      self.layout.suffixes,
+      self._terminal,
+      self._reward,
+      self._action,
+      self._discounts,
+      np.ascontiguousarray(which, dtype=np.int64),
+      file_rows,
+      destinations,
+      _rows_view(batch['reward']),
+      _rows_view(batch['action']),
+      _rows_view(batch['next_action']),
+      _rows_view(batch['next_reward']),
+      batch['terminal'],
+      batch['indices'],
+      batch[SUFFIX_ELEMENT],
+      rows,
+      state_rows,
+      next_state_rows,
     )
+    if not inside:
+      raise IndexError('transition rows outside the loaded windows')
+    for name, array in self._extras.items():
+      if name in batch:
+        batch[name][destinations] = array[rows]
     return state_rows, next_state_rows
 
 

@@ -11,8 +11,8 @@ class ConvertOptions:
 
   Attributes:
     block_rows: int, frames per compressed unit (or block). Measured on
-      busy games (benchmarks/compact_store_benchmark.py): 1 (the default)
-      decodes exactly the frames a transition uses; 32 is the small point,
+      busy games (benchmarks/busy_store_benchmark.py): 1 (the default)
+      decodes exactly the frames a transition uses; 16 is the small point,
       smaller than Dopamine's gzip, decoding whole units.
     codec: str, a key of frame_blocks.CODECS. 'zstd' writes the `units`
       layout (format version 2), others blosc2 `blocks` (version 1).

@@ -27,11 +27,15 @@ from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import unit_decoding
 
 LAYOUT = 'units'
-# Trained-dictionary size. On 100k-row checkpoints of random MsPacman and
-# Asterix, one frame a unit, zstd 15 (benchmarks/busy_store_benchmark.py,
-# 2026-12-01): 112 KB stored 1.17x / 1.40x the bytes of Dopamine's gzip,
-# 1 MB 1.19x / 1.08x (all files). zstd returns a smaller dictionary where
-# the frames hold less to learn (163 KB on MsPacman).
+# Trained-dictionary size. On the 100k-row checkpoints of random play of
+# benchmarks/busy_store_benchmark.py, one frame a unit, the parser of
+# `unit_parameters` (2026-12-02, every 20th frame compressed, all files
+# counted against Dopamine's gzip), Seaquest, MsPacman, Asterix: 512 KB
+# 1.24x, 1.04x, 1.09x; 1 MB 1.22x, 1.02x, 1.01x. 2 MB trained on 9,000
+# frames: Seaquest 1.27x, Asterix 1.01x, though its units are 3-6% smaller,
+# which would pay on checkpoints of 1M rows (the DQN Replay Dataset's).
+# zstd returns a smaller dictionary where the frames hold less to learn
+# (300-500 KB on Breakout).
 DICTIONARY_BYTES = 1 << 20
 # zstd's k and d for the dictionary: what its own parameter search chose on
 # MsPacman and Seaquest. Fixed, training takes ~0.15 s a checkpoint instead
@@ -47,14 +51,52 @@ _FORMAT = zstandard.FORMAT_ZSTD1
 def zstd_level(clevel: int) -> int:
   """The zstd level of a store's clevel (0-9): 3 x clevel, at most 19.
 
-  The default clevel 5 is zstd 15. With the 1 MB dictionary, measured
-  2026-12-01 (benchmarks/busy_store_benchmark.py, random MsPacman and
-  Asterix): zstd 9 stores 1.28x / 1.07x gzip's bytes converting ~22,000
-  frames per CPU-second, zstd 15 1.19x / 1.08x at 16,000-19,000. Conversion
-  runs once per dataset, sampling every step of every experiment; decoding
-  takes 1.4-2.6 us a frame at every level.
+  The default clevel 5 is zstd 15, with the parser of `unit_parameters`.
   """
   return min(max(1, 3 * clevel), 19)
+
+
+# From zstd 15 (clevel 5) up, units are compressed with zstd's optimal
+# parser (btopt, or the level's own if stronger), matches from 3 bytes, and
+# the search going on until a match of 256 bytes. A one-frame unit is mostly
+# long copies from the dictionary; level 15's lazy parser stops at 32 bytes.
+# Converting the benchmark's checkpoints (2026-12-02, all the store's files
+# against Dopamine's gzip; Seaquest, MsPacman, Asterix, Breakout):
+#   zstd 15 as is:  1.28x, 1.19x, 1.08x, 1.58x at 12,100-20,400 frames/CPU-s;
+#   this parser:    1.22x, 1.12x, 1.02x, 1.50x at 2,500-11,300.
+# On every 40th frame, zstd 19 stores 1% less at half this parser's speed,
+# and zstd 16-18 as they are store more than zstd 15. Decoding takes the
+# same 1.0-1.8 us a frame with all of them.
+_OPTIMAL_FROM_LEVEL = 15
+_MIN_MATCH = 3
+_TARGET_LENGTH = 256
+_SEARCH_LOG = 6
+
+
+def unit_parameters(level: int) -> zstandard.ZstdCompressionParameters:
+  """zstd's parameters for units at `level` (see _OPTIMAL_FROM_LEVEL)."""
+  base = zstandard.ZstdCompressionParameters.from_level(level)
+  tuned = {}
+  if level >= _OPTIMAL_FROM_LEVEL:
+    tuned = dict(
+      strategy=max(base.strategy, zstandard.STRATEGY_BTOPT),
+      search_log=max(base.search_log, _SEARCH_LOG),
+      min_match=_MIN_MATCH,
+      target_length=max(base.target_length, _TARGET_LENGTH),
+    )
+  return zstandard.ZstdCompressionParameters(
+    window_log=base.window_log,
+    chain_log=base.chain_log,
+    hash_log=base.hash_log,
+    search_log=tuned.get('search_log', base.search_log),
+    min_match=tuned.get('min_match', base.min_match),
+    target_length=tuned.get('target_length', base.target_length),
+    strategy=tuned.get('strategy', base.strategy),
+    format=_FORMAT,
+    write_content_size=False,
+    write_checksum=False,
+    write_dict_id=False,
+  )
 
 
 def train_dictionary(frames, dictionary_bytes=DICTIONARY_BYTES):
@@ -83,29 +125,17 @@ def train_dictionary(frames, dictionary_bytes=DICTIONARY_BYTES):
   return trained.as_bytes()
 
 
-def _dictionary(data, for_compression=False, level=None):
-  if not data:
-    return None
-  dictionary = zstandard.ZstdCompressionDict(data)
-  if for_compression:
-    dictionary.precompute_compress(level=level)
-  return dictionary
-
-
 class UnitCompressor:
   """Compresses units against one dictionary; one per thread."""
 
   def __init__(self, dictionary, level):
-    params = zstandard.ZstdCompressionParameters.from_level(
-      level,
-      format=_FORMAT,
-      write_content_size=False,
-      write_checksum=False,
-      write_dict_id=False,
-    )
+    params = unit_parameters(level)
+    digested = None
+    if dictionary:
+      digested = zstandard.ZstdCompressionDict(dictionary)
+      digested.precompute_compress(compression_params=params)
     self._compressor = zstandard.ZstdCompressor(
-      dict_data=_dictionary(dictionary, True, level),
-      compression_params=params,
+      dict_data=digested, compression_params=params
     )
 
   def compress(self, frames):
