@@ -23,9 +23,10 @@ default when issue 18 was filed):
   alone in compiled code, or blosc2, on transitions' units at random rows
   of random checkpoints, each with its own dictionary, from memory) and the
   ratio to it; peak RSS increase; then 1 and 2 background threads (per wall
-  second and per CPU-second of the process: the machine may be shared),
-  beside what two threads of the bare decoder get over one at that moment
-  (the ceiling the machine leaves);
+  second and per CPU-second of the process: the machine may be shared;
+  medians of three alternating windows each, and the range of their
+  ratios), beside what two threads of the bare decoder get over one at
+  that moment (the ceiling the machine leaves);
 * Dopamine's OutOfGraphReplayBuffer on the same rows (one checkpoint in RAM,
   uncompressed) and Dopamine 4.x's JAX ReplayBuffer (uniform sampling,
   uncompressed, holding every stacked transition: filled with the first
@@ -74,6 +75,7 @@ _JAX_ROWS = flags.DEFINE_integer(
 
 BATCH = 32
 TARGET_RATE = 20_000
+THREAD_REPEATS = 3
 PNG_FRAMES = 5000
 # Sampling before each timed window: a block cache's arena fills in well
 # under a second (first touches of fresh memory are slow), threads start.
@@ -341,15 +343,25 @@ def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
   )
   digest = common.array_digest(dict(enumerate(batch)))
   buffer.close()
-  background = {}
-  for workers in (1, 2):
-    buffer = CompactReplayBuffer(
-      store, batch_size=BATCH, sampling_threads=workers, seed=0
-    )
-    background[workers] = _rate(buffer, seconds) + (
-      f'{os.getloadavg()[0]:.1f}',
-    )
-    buffer.close()
+  # One and two threads alternate, THREAD_REPEATS times: on a shared or
+  # virtual machine one window of each swings by 20% either way.
+  rates = {1: [], 2: []}
+  for _ in range(THREAD_REPEATS):
+    for workers in (1, 2):
+      buffer = CompactReplayBuffer(
+        store, batch_size=BATCH, sampling_threads=workers, seed=0
+      )
+      rates[workers].append(_rate(buffer, seconds))
+      buffer.close()
+  ratios = [
+    two[0] / one[0] for one, two in zip(rates[1], rates[2], strict=True)
+  ]
+  background = {
+    'one': np.median(rates[1], axis=0),
+    'two': np.median(rates[2], axis=0),
+    'ratios': ratios,
+    'load': f'{os.getloadavg()[0]:.1f}',
+  }
   return rate, per_transition, gil_free, digest, background
 
 
@@ -539,12 +551,15 @@ def run_game(game):
     'decoding) | CPU-h per 50M frames | transitions/CPU-s | vs '
     f'{baseline["layout"]} | vs OutOfGraph | vs JAX | units/transition | '
     'decode limit | of limit | peak RSS | 1 thread /wall-s (/CPU-s) | '
-    '2 threads /wall-s (/CPU-s) | 2 vs 1 (wall) | bare decoder 2 vs 1 | '
+    '2 threads /wall-s (/CPU-s) | 2 vs 1 (wall, median (range) of '
+    f'{THREAD_REPEATS}) | bare decoder 2 vs 1 | '
     'load | GIL-free share (2-thread ceiling) |'
   )
   print('|' + '---|' * 19)
   for row in rows:
-    (w1, c1, _), (w2, c2, load) = row['background'][1], row['background'][2]
+    threads = row['background']
+    (w1, c1), (w2, c2) = threads['one'], threads['two']
+    ratios = threads['ratios']
     per_frame = row['bytes'] / row['frames']
     print(
       f'| {row["layout"]} | {row["bytes"] / gzip_bytes:.2f}x | '
@@ -556,8 +571,9 @@ def run_game(game):
       f'{row["rate"] / jax.digest:.2f}x | {row["units"]:.2f} | '
       f'{row["limit"]:,.0f} | {row["rate"] / row["limit"]:.2f} | '
       f'{common.format_bytes(row["rss"])} | {w1:,.0f} ({c1:,.0f}) | '
-      f'{w2:,.0f} ({c2:,.0f}) | {w2 / w1:.2f}x | {row["machine"]:.2f}x | '
-      f'{load} | {row["gil_free"]:.2f} '
+      f'{w2:,.0f} ({c2:,.0f}) | {np.median(ratios):.2f}x '
+      f'({min(ratios):.2f}-{max(ratios):.2f}) | {row["machine"]:.2f}x | '
+      f'{threads["load"]} | {row["gil_free"]:.2f} '
       f'({1 / (1 - row["gil_free"] / 2):.2f}x) |'
     )
   return rows
