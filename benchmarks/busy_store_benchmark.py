@@ -285,18 +285,16 @@ class _GilFreeClock:
   def __init__(self):
     import blosc2
 
-    from fixed_replay.replay import frame_sources
-    from fixed_replay.replay import stacking
-    from fixed_replay.replay import transitions
+    from fixed_replay.replay import batch_kernels
 
     self.seconds = 0.0
     self._wrapped = []
     for module, name in (
-      (transitions, '_write_parts'),
-      (frame_sources, '_decode_stacks'),
+      (batch_kernels, 'write_parts'),
+      (batch_kernels, 'decode_stacks'),
       (unit_decoding, 'decode_units'),
-      (stacking, '_gather_uint8_stack4'),
-      (stacking, '_gather_pairs_uint8_stack4'),
+      (batch_kernels, '_gather_uint8_stack4'),
+      (batch_kernels, '_gather_pairs_uint8_stack4'),
       (blosc2, 'decompress2'),
     ):
       original = getattr(module, name)

@@ -7,7 +7,7 @@ data: the argument checks, the element signature, Dopamine's
 composed from two parts, in the spirit of Dopamine's JAX replay (a buffer
 given its sampling distribution) and TorchRL's storage/sampler split:
 
-* the *draw* (transitions.draw_uniform, draw_one_checkpoint): which
+* the *draw* (draw_uniform, draw_one_checkpoint): which
   valid transitions a minibatch holds;
 * a *frame source* (frame_sources.py): the loaded checkpoints' valid-row
   table and whatever writes their transitions into a batch (windows in
@@ -132,7 +132,7 @@ class ReplayCore:
     """
     self._arguments = arguments
     self._elements_by_batch_size = {}
-    self._draw = transitions.drawer(arguments.mix_checkpoints)
+    self._draw = drawer(arguments.mix_checkpoints)
     self._rng = rng
     self._source = None
     self._batches = None  # BatchPrefetcher of default-size batches.
@@ -356,3 +356,25 @@ class ReplayCore:
   def load(self, checkpoint_dir: str, suffix: int) -> None:
     """Does nothing: data comes from `data_dir`, never from a checkpoint."""
     del checkpoint_dir, suffix
+
+
+def draw_uniform(
+  table: transitions.ValidRowTable, rng: np.random.Generator, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """(positions, file rows): uniform over all valid transitions."""
+  return table.rows_at(rng.integers(0, table.total, batch_size))
+
+
+def draw_one_checkpoint(
+  table: transitions.ValidRowTable, rng: np.random.Generator, batch_size: int
+) -> tuple[np.ndarray, np.ndarray]:
+  """(positions, file rows): one checkpoint, chosen at random, per batch."""
+  chosen = int(rng.integers(len(table)))
+  offsets = rng.integers(0, table.num_valid(chosen), batch_size)
+  rows = table.valid_rows[chosen][offsets].astype(np.int64)
+  return np.full(batch_size, chosen, dtype=np.int64), rows
+
+
+def drawer(mix_checkpoints: bool):
+  """The draw for FixedReplayBuffer's `mix_checkpoints` argument."""
+  return draw_uniform if mix_checkpoints else draw_one_checkpoint

@@ -36,11 +36,11 @@ import numpy as np
 
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import layout
+from fixed_replay.replay import batch_kernels
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import checkpoint_sets
 from fixed_replay.replay import compact_windows
 from fixed_replay.replay import core
-from fixed_replay.replay import stacking
 from fixed_replay.store import block_cache
 from fixed_replay.store import manifest as manifest_lib
 
@@ -190,7 +190,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     """
     # The first batch needs the stacking kernels: load them while the
     # windows inflate.
-    stacking.warm_up_in_background()
+    batch_kernels.warm_up_in_background()
     a = core.BufferArguments.build(locals())
     kind, data_dir = locate_dataset(a.data_dir)
     logging.info('FixedReplayBuffer over %s: %s', kind, data_dir)

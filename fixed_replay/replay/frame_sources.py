@@ -22,111 +22,15 @@ import threading
 from typing import Protocol
 from typing import runtime_checkable
 
-import numba
 import numpy as np
 
-from fixed_replay.replay import stacking
+from fixed_replay.replay import batch_kernels
 from fixed_replay.replay import transitions
 from fixed_replay.store import frame_units
 from fixed_replay.store import unit_decoding
 
 # Transitions whose blocks are pinned together; bounds a batch's cache use.
 CHUNK = 32
-
-
-# numba's cache checks this file only: after changing the compiled functions
-# this calls (unit_decoding.decode_units, stacking.pack_stack4), touch it.
-@numba.njit(nogil=True, cache=True)
-def _decode_stacks(
-  functions,
-  table,
-  context,
-  unit_rows,
-  which,
-  file_row_shift,
-  state_rows,
-  next_rows,
-  frames,
-  states,
-  next_states,
-  units,
-  status,
-):
-  """Decodes the distinct units of a batch's states and packs the stacks.
-
-  The frames at positions state_rows, next_rows (b, stack) of windows
-  `which` (file row: position + file_row_shift[window]) lie in units of
-  `unit_rows` frames; each unit they need is decoded once, in (checkpoint,
-  unit) order (unit_decoding.decode_units reads runs of consecutive units
-  at once), into `frames`, scratch rows of one frame's bytes: unit k fills
-  rows [k * unit_rows, (k + 1) * unit_rows). states[b] and next_states[b]
-  (uint32 pixels, 4 frames each) are then packed from them. units[0],
-  units[1] get the decoded units' table rows and unit numbers, status[4]
-  their count (-1: a table row or file row out of range, -2: `frames` too
-  small), status[:4] the decoder's status.
-  """
-  batch, stack = state_rows.shape
-  frame_bytes = frames.shape[1]
-  # Rows of each checkpoint, from its units; keys are (checkpoint, row).
-  sources = table.shape[0]
-  num_rows = np.empty(sources, np.int64)
-  for s in range(sources):
-    if table[s, unit_decoding.UNIT_BYTES] != unit_rows * frame_bytes:
-      status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
-      return
-    num_rows[s] = (table[s, unit_decoding.NUM_UNITS] - 1) * unit_rows + (
-      table[s, unit_decoding.LAST_BYTES] // frame_bytes
-    )
-  stride = num_rows.max() + 1
-  keys = np.empty(2 * batch * stack, np.int64)
-  for b in range(batch):
-    source = which[b]
-    if not 0 <= source < sources:
-      status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
-      return
-    shift = file_row_shift[source]
-    for k in range(stack):
-      row, next_row = state_rows[b, k] + shift, next_rows[b, k] + shift
-      if not (0 <= row < num_rows[source] and 0 <= next_row < num_rows[source]):
-        status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
-        return
-      keys[b * stack + k] = source * stride + row
-      keys[(batch + b) * stack + k] = source * stride + next_row
-  order = np.argsort(keys)
-  slots = np.empty(keys.size, np.int64)
-  count = 0
-  for m in range(keys.size):
-    key = keys[order[m]]
-    source, row = key // stride, key % stride
-    unit = row // unit_rows
-    if (
-      count == 0 or source != units[0, count - 1] or unit != units[1, count - 1]
-    ):
-      if (count + 1) * unit_rows > frames.shape[0]:
-        status[4] = -2
-        return
-      units[0, count] = source
-      units[1, count] = unit
-      count += 1
-    slots[order[m]] = (count - 1) * unit_rows + row % unit_rows
-  status[4] = count
-  unit_decoding.decode_units(
-    functions,
-    table,
-    units[0, :count],
-    units[1, :count],
-    np.int64(frames.ctypes.data),
-    unit_rows * frame_bytes,
-    np.empty(0, np.int64),
-    context,
-    status,
-  )
-  if status[1] != unit_decoding.OK:
-    return
-  slots = slots.reshape(2 * batch, stack)
-  for b in range(batch):
-    stacking.pack_stack4(frames, slots[b], states[b])
-    stacking.pack_stack4(frames, slots[batch + b], next_states[b])
 
 
 def units_per_transition(unit_rows, stack_size, update_horizon):
@@ -239,10 +143,10 @@ class BlockFrames:
     # Uniform sampling over a run's frames almost never hits a cache: units
     # of frames (format 2) alike in every checkpoint are decoded for each
     # batch, cache bypassed; when stacks pack (uint8, stack of 4), in one
-    # compiled call with the stacking.
+    # compiled call with the batch_kernels.
     self._unit_rows = block_rows.pop() if units and len(block_rows) == 1 else 0
     first = stored[0].frames
-    self._compiled = self._unit_rows > 0 and stacking.packable(
+    self._compiled = self._unit_rows > 0 and batch_kernels.packable(
       first.dtype, writer.stack_size
     )
     self._per_frame = self._unit_rows == 1
@@ -303,7 +207,7 @@ class BlockFrames:
     frame_bytes = self._stored[0].frames.frame_bytes
     status = np.zeros(5, np.int64)
     units = np.empty((2, state.size * 2), np.int64)
-    _decode_stacks(
+    batch_kernels.decode_stacks(
       unit_decoding.FUNCTIONS,
       self.frame_reader.table,
       unit_decoding.context(),
@@ -351,7 +255,7 @@ class BlockFrames:
       checkpoint, unique - checkpoint * self._key_stride, frames
     )
     self.units_decoded += len(unique)
-    stacking.gather_state_pairs(
+    batch_kernels.gather_state_pairs(
       frames,
       inverse[:count],
       inverse[count:],
@@ -403,10 +307,10 @@ class BlockFrames:
         frame_rows - blocks * self._block_rows
       )
       frames = self.cache.frames()
-      stacking.gather_stacks(
+      batch_kernels.gather_stacks(
         frames, arena_rows[:count], batch['state'], destinations
       )
-      stacking.gather_stacks(
+      batch_kernels.gather_stacks(
         frames, arena_rows[count:], batch['next_state'], destinations
       )
     finally:

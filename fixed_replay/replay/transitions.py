@@ -9,22 +9,22 @@ checkpoints in one compiled pass, every element but the frames (n-step
 discounted reward, terminal, next action, ...) and says where the frames of
 each state lie, so that whoever holds the frames (arrays in RAM, a block
 cache) gathers them. A `ReplayShard` is one window with that math, and a
-`ValidRowTable` lists the rows of the loaded windows that may be sampled;
-the draws (`draw_uniform`, `draw_one_checkpoint`) choose among them.
+`ValidRowTable` lists the rows of the loaded windows that may be sampled
+(core.py's draws choose among them).
 
 The writer's per-transition math is one compiled call that releases the
-GIL: done with a dozen small numpy operations it held the GIL for some
-55 us of a batch, which kept a second sampling thread from scaling.
+GIL (batch_kernels.write_parts): done with a dozen small numpy operations
+it held the GIL for some 55 us of a batch, which kept a second sampling
+thread from scaling.
 """
 
 import collections
 import math
 
-import numba
 import numpy as np
 
 from fixed_replay.dataset import validity
-from fixed_replay.replay import stacking
+from fixed_replay.replay import batch_kernels
 
 # Same fields as Dopamine's circular_replay_buffer.ReplayElement, so either
 # kind can describe our elements.
@@ -117,126 +117,6 @@ class RowLayout:
     return positions + self.file_row_shift[which][:, None]
 
 
-# Columns of RowLayout.table, one row per window.
-_OFFSET, _START, _FILE_ROWS, _CIRCULAR = range(4)
-
-
-@numba.njit(nogil=True, cache=True)
-def _pairwise_sum(values):
-  """numpy's float sum of a 1-D array, in its order (pairwise, 8 lanes).
-
-  np.sum adds blocks of up to 128 with 8 accumulators and splits larger
-  ones in two; the same order gives Dopamine's n-step returns bit for bit.
-  (numpy also adds the result to +0.0, which only turns -0.0 into +0.0:
-  the caller does that.)
-  """
-  n = values.size
-  if n < 8:
-    total = values[0]
-    for i in range(1, n):
-      total += values[i]
-    return total
-  if n <= 128:
-    lanes = values[:8].copy()
-    i = 8
-    while i < n - n % 8:
-      for j in range(8):
-        lanes[j] += values[i + j]
-      i += 8
-    total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + (
-      (lanes[4] + lanes[5]) + (lanes[6] + lanes[7])
-    )
-    for k in range(i, n):
-      total += values[k]
-    return total
-  half = n // 2
-  half -= half % 8
-  return _pairwise_sum(values[:half]) + _pairwise_sum(values[half:])
-
-
-@numba.njit(nogil=True, cache=True, inline='always')
-def _locate(table, window, file_row):
-  """The position in the arrays of `file_row` of `window` (RowLayout)."""
-  if table[window, _CIRCULAR]:
-    local = file_row % table[window, _FILE_ROWS]
-  else:
-    local = file_row - table[window, _START]
-  return local + table[window, _OFFSET]
-
-
-@numba.njit(nogil=True, cache=True)
-def _write_parts(
-  table,
-  suffixes,
-  terminal,
-  reward,
-  action,
-  discounts,
-  which,
-  file_rows,
-  destinations,
-  out_reward,
-  out_action,
-  out_next_action,
-  out_next_reward,
-  out_terminal,
-  out_indices,
-  out_suffix,
-  rows,
-  state_rows,
-  next_state_rows,
-):
-  """TransitionWriter.write_parts for one batch; False if a row is outside.
-
-  reward, action and their outputs are 2-D (rows, values per row).
-  """
-  horizon = discounts.size
-  stack = state_rows.shape[1]
-  num_rows = terminal.size
-  products = discounts * reward[0, 0]  # The type of Dopamine's products.
-  trajectory = np.empty(horizon, np.int64)
-  for b in range(file_rows.size):
-    window, file_row = which[b], file_rows[b]
-    if not 0 <= window < table.shape[0]:
-      return False
-    for k in range(horizon):
-      trajectory[k] = _locate(table, window, file_row + k)
-      if not 0 <= trajectory[k] < num_rows:
-        return False
-    # Dopamine's trajectory stops after its first terminal.
-    length, is_terminal = horizon, False
-    for k in range(horizon):
-      if terminal[trajectory[k]]:
-        length, is_terminal = k + 1, True
-        break
-    next_file_row = file_row + length
-    row = trajectory[0]
-    next_row = _locate(table, window, next_file_row)
-    for k in range(stack):
-      offset = k - stack + 1
-      state_rows[b, k] = _locate(table, window, file_row + offset)
-      next_state_rows[b, k] = _locate(table, window, next_file_row + offset)
-      if not (
-        0 <= state_rows[b, k] < num_rows
-        and 0 <= next_state_rows[b, k] < num_rows
-      ):
-        return False
-    d = destinations[b]
-    for j in range(reward.shape[1]):
-      for k in range(length):
-        products[k] = discounts[k] * reward[trajectory[k], j]
-      out_reward[d, j] = _pairwise_sum(products[:length]) + 0.0
-      out_next_reward[d, j] = reward[next_row, j]
-    for j in range(action.shape[1]):
-      out_action[d, j] = action[row, j]
-      out_next_action[d, j] = action[next_row, j]
-    out_terminal[d] = is_terminal
-    out_indices[d] = file_row
-    out_suffix[d] = suffixes[window]
-    rows[b] = row
-  return True
-
-
 def _rows_view(array):
   """A C-contiguous array as (rows, values per row), never a copy."""
   if not array.flags.c_contiguous:
@@ -305,7 +185,7 @@ class TransitionWriter:
     rows = np.empty(count, np.int64)
     state_rows = np.empty((count, self.stack_size), np.int64)
     next_state_rows = np.empty_like(state_rows)
-    inside = _write_parts(
+    inside = batch_kernels.write_parts(
       self.layout.table,
       self.layout.suffixes,
       self._terminal,
@@ -412,7 +292,7 @@ class ReplayShard:
     state_rows, next_rows = self._writer.write_parts(
       which, indices, batch, destinations
     )
-    stacking.gather_state_pairs(
+    batch_kernels.gather_state_pairs(
       self.window.store['observation'],
       state_rows,
       next_rows,
@@ -509,25 +389,3 @@ class ValidRowTable:
     for suffix in np.unique(suffixes):
       which[suffixes == suffix] = self._position[int(suffix)]
     return which
-
-
-def draw_uniform(
-  table: ValidRowTable, rng: np.random.Generator, batch_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-  """(positions, file rows): uniform over all valid transitions."""
-  return table.rows_at(rng.integers(0, table.total, batch_size))
-
-
-def draw_one_checkpoint(
-  table: ValidRowTable, rng: np.random.Generator, batch_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-  """(positions, file rows): one checkpoint, chosen at random, per batch."""
-  chosen = int(rng.integers(len(table)))
-  offsets = rng.integers(0, table.num_valid(chosen), batch_size)
-  rows = table.valid_rows[chosen][offsets].astype(np.int64)
-  return np.full(batch_size, chosen, dtype=np.int64), rows
-
-
-def drawer(mix_checkpoints: bool):
-  """The draw for FixedReplayBuffer's `mix_checkpoints` argument."""
-  return draw_uniform if mix_checkpoints else draw_one_checkpoint

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from fixed_replay.replay import stacking
+from fixed_replay.replay import batch_kernels
 
 
 def _expected(frames, rows):
@@ -27,7 +27,7 @@ def test_gather_matches_numpy(dtype, observation_shape, stack_size):
   destinations = rng.permutation(10)[:7]
   shape = (10,) + observation_shape + (stack_size,)
   out, next_out = np.zeros(shape, dtype), np.zeros(shape, dtype)
-  stacking.gather_state_pairs(
+  batch_kernels.gather_state_pairs(
     frames, rows, next_rows, out, next_out, destinations
   )
   np.testing.assert_array_equal(out[destinations], _expected(frames, rows))
@@ -37,7 +37,7 @@ def test_gather_matches_numpy(dtype, observation_shape, stack_size):
   untouched = np.setdiff1d(np.arange(10), destinations)
   assert not out[untouched].any() and not next_out[untouched].any()
   single = np.zeros(shape, dtype)
-  stacking.gather_stacks(frames, rows, single, destinations)
+  batch_kernels.gather_stacks(frames, rows, single, destinations)
   np.testing.assert_array_equal(single, out)
 
 
@@ -45,6 +45,6 @@ def test_rows_outside_frames_raise_instead_of_crashing():
   frames = np.zeros((5, 84, 84), np.uint8)
   out = np.zeros((2, 84, 84, 4), np.uint8)
   with pytest.raises(IndexError, match=r'frame rows outside \[0, 5\)'):
-    stacking.gather_stacks(frames, np.array([[2, 3, 4, 5]]), out, [0])
+    batch_kernels.gather_stacks(frames, np.array([[2, 3, 4, 5]]), out, [0])
   with pytest.raises(IndexError, match='batch positions'):
-    stacking.gather_stacks(frames, np.array([[1, 2, 3, 4]]), out, [2])
+    batch_kernels.gather_stacks(frames, np.array([[1, 2, 3, 4]]), out, [2])

@@ -1,0 +1,392 @@
+"""The compiled kernels that assemble a minibatch, outside the GIL.
+
+Everything a sampled batch costs, beyond drawing its indices, runs here in
+numba code that releases the GIL, so a second sampling thread scales:
+
+* frame stacks in Dopamine's layout (stack axis last). Dopamine returns
+  states as (batch, 84, 84, stack): for each pixel, the `stack` frames sit
+  next to each other. Fancy indexing gives (batch, stack, 84, 84) quickly,
+  but moving the stack axis last is a byte-wise transpose that numpy does
+  slowly. These kernels read the `stack` source frames of a state once and
+  write each pixel's stack in a single pass; for uint8 frames in stacks of
+  4 (little-endian) each output pixel is one uint32 store, as fast as the
+  plain gather.
+* `decode_stacks`: a compact store's units a batch needs, each decoded once,
+  and the stacks packed from them (frame_sources.BlockFrames).
+* `write_parts`: every element but the frames (n-step discounted reward,
+  terminal, next action, ...) for transitions.TransitionWriter.
+"""
+
+import sys
+import threading
+
+import numba
+import numpy as np
+
+from fixed_replay.store import unit_decoding
+
+
+@numba.njit(nogil=True, cache=True, inline='always')
+def pack_stack4(frames, rows, target):
+  """target[p] packs frames[rows[0..3], p] as 4 bytes, little-endian.
+
+  Compiled code may call this (frame_sources does); it checks no bounds.
+  """
+  f0 = frames[rows[0]]
+  f1 = frames[rows[1]]
+  f2 = frames[rows[2]]
+  f3 = frames[rows[3]]
+  for p in range(frames.shape[1]):
+    target[p] = (
+      np.uint32(f0[p])
+      | (np.uint32(f1[p]) << 8)
+      | (np.uint32(f2[p]) << 16)
+      | (np.uint32(f3[p]) << 24)
+    )
+
+
+@numba.njit(nogil=True, cache=True)
+def _gather_uint8_stack4(frames, rows, destinations, out):
+  for b in range(rows.shape[0]):
+    pack_stack4(frames, rows[b], out[destinations[b]])
+
+
+@numba.njit(nogil=True, cache=True)
+def _gather_pairs_uint8_stack4(
+  frames, rows, next_rows, destinations, out, next_out
+):
+  # State and next state one transition at a time: their frames mostly
+  # overlap, so the second stack reads frames still in cache.
+  for b in range(rows.shape[0]):
+    pack_stack4(frames, rows[b], out[destinations[b]])
+    pack_stack4(frames, next_rows[b], next_out[destinations[b]])
+
+
+@numba.njit(nogil=True, cache=True)
+def _gather_any(frames, rows, destinations, out):
+  """out[d, p, k] = frames[rows[b, k], p] for any dtype and stack size."""
+  for b in range(rows.shape[0]):
+    target = out[destinations[b]]
+    for k in range(rows.shape[1]):
+      frame = frames[rows[b, k]]
+      for p in range(frames.shape[1]):
+        target[p, k] = frame[p]
+
+
+def _check_bounds(frames, rows, out, destinations):
+  # The kernels do no bounds checks; a bad row must not become a segfault.
+  if rows.size and (rows.min() < 0 or rows.max() >= len(frames)):
+    raise IndexError(f'frame rows outside [0, {len(frames)})')
+  if destinations.size and (
+    destinations.min() < 0 or destinations.max() >= len(out)
+  ):
+    raise IndexError(f'batch positions outside [0, {len(out)})')
+
+
+def packable(dtype: np.dtype, stack_size: int) -> bool:
+  """Whether stacks of `dtype` frames pack into uint32s (pack_stack4)."""
+  return dtype == np.uint8 and stack_size == 4 and sys.byteorder == 'little'
+
+
+def gather_state_pairs(frames, rows, next_rows, out, next_out, destinations):
+  """Writes states and next states in one pass (see gather_stacks).
+
+  Args:
+    frames: array (num_rows, *observation_shape), C-contiguous.
+    rows: int array (b, stack_size), frame rows of each state.
+    next_rows: int array (b, stack_size), frame rows of each next state.
+    out: array (batch, *observation_shape, stack_size) for the states.
+    next_out: same shape, for the next states.
+    destinations: int array (b,), positions in `out` and `next_out`.
+  """
+  rows = np.ascontiguousarray(rows, dtype=np.int64)
+  next_rows = np.ascontiguousarray(next_rows, dtype=np.int64)
+  destinations = np.ascontiguousarray(destinations, dtype=np.int64)
+  _check_bounds(frames, rows, out, destinations)
+  _check_bounds(frames, next_rows, next_out, destinations)
+  if not packable(frames.dtype, rows.shape[1]):
+    gather_stacks(frames, rows, out, destinations)
+    gather_stacks(frames, next_rows, next_out, destinations)
+    return
+  _gather_pairs_uint8_stack4(
+    frames.reshape(len(frames), -1),
+    rows,
+    next_rows,
+    destinations,
+    out.reshape(len(out), -1).view(np.uint32),
+    next_out.reshape(len(next_out), -1).view(np.uint32),
+  )
+
+
+def gather_stacks(frames, rows, out, destinations):
+  """Writes frame stacks into `out` in Dopamine's layout.
+
+  Args:
+    frames: array (num_rows, *observation_shape), C-contiguous.
+    rows: int array (b, stack_size), frame rows of each stack, oldest first.
+    out: array (batch, *observation_shape, stack_size), C-contiguous; rows
+      `destinations` are written.
+    destinations: int array (b,), positions in `out`.
+  """
+  rows = np.ascontiguousarray(rows, dtype=np.int64)
+  destinations = np.ascontiguousarray(destinations, dtype=np.int64)
+  _check_bounds(frames, rows, out, destinations)
+  flat_frames = frames.reshape(len(frames), -1)
+  stack_size = rows.shape[1]
+  if packable(frames.dtype, stack_size):
+    packed = out.reshape(len(out), -1).view(np.uint32)
+    _gather_uint8_stack4(flat_frames, rows, destinations, packed)
+  else:
+    _gather_any(
+      flat_frames, rows, destinations, out.reshape(len(out), -1, stack_size)
+    )
+
+
+_warm_up_lock = threading.Lock()
+_warm_up_thread = None
+
+
+def _load_kernels():
+  # Calls each kernel once with the argument types the buffers pass (uint8
+  # frames, int64 rows, C-contiguous), so numba loads those specializations
+  # from its cache (or compiles them) now rather than on the first batch.
+  frames = np.zeros((4, 2), np.uint8)
+  rows = np.zeros((1, 4), np.int64)
+  destinations = np.zeros(1, np.int64)
+  packed = np.zeros((1, 2), np.uint32)
+  _gather_uint8_stack4(frames, rows, destinations, packed)
+  _gather_pairs_uint8_stack4(
+    frames, rows, rows, destinations, packed, packed.copy()
+  )
+
+
+def warm_up_in_background() -> None:
+  """Loads the stacking kernels in a daemon thread, once per process.
+
+  Loading numba's cached machine code takes about 0.4 s of Python work; a
+  buffer starts this before it inflates its first windows (zlib-ng and isal
+  inflate without the GIL), so the load overlaps the inflate instead of
+  delaying the first batch. A batch that comes first simply waits for it.
+  """
+  global _warm_up_thread
+  with _warm_up_lock:
+    if _warm_up_thread is None:
+      _warm_up_thread = threading.Thread(
+        target=_load_kernels, name='fixed_replay-kernels-warm-up', daemon=True
+      )
+      _warm_up_thread.start()
+
+
+# numba's cache checks this file only: after changing the compiled functions
+# this calls (unit_decoding.decode_units), touch it.
+@numba.njit(nogil=True, cache=True)
+def decode_stacks(
+  functions,
+  table,
+  context,
+  unit_rows,
+  which,
+  file_row_shift,
+  state_rows,
+  next_rows,
+  frames,
+  states,
+  next_states,
+  units,
+  status,
+):
+  """Decodes the distinct units of a batch's states and packs the stacks.
+
+  The frames at positions state_rows, next_rows (b, stack) of windows
+  `which` (file row: position + file_row_shift[window]) lie in units of
+  `unit_rows` frames; each unit they need is decoded once, in (checkpoint,
+  unit) order (unit_decoding.decode_units reads runs of consecutive units
+  at once), into `frames`, scratch rows of one frame's bytes: unit k fills
+  rows [k * unit_rows, (k + 1) * unit_rows). states[b] and next_states[b]
+  (uint32 pixels, 4 frames each) are then packed from them. units[0],
+  units[1] get the decoded units' table rows and unit numbers, status[4]
+  their count (-1: a table row or file row out of range, -2: `frames` too
+  small), status[:4] the decoder's status.
+  """
+  batch, stack = state_rows.shape
+  frame_bytes = frames.shape[1]
+  # Rows of each checkpoint, from its units; keys are (checkpoint, row).
+  sources = table.shape[0]
+  num_rows = np.empty(sources, np.int64)
+  for s in range(sources):
+    if table[s, unit_decoding.UNIT_BYTES] != unit_rows * frame_bytes:
+      status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
+      return
+    num_rows[s] = (table[s, unit_decoding.NUM_UNITS] - 1) * unit_rows + (
+      table[s, unit_decoding.LAST_BYTES] // frame_bytes
+    )
+  stride = num_rows.max() + 1
+  keys = np.empty(2 * batch * stack, np.int64)
+  for b in range(batch):
+    source = which[b]
+    if not 0 <= source < sources:
+      status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
+      return
+    shift = file_row_shift[source]
+    for k in range(stack):
+      row, next_row = state_rows[b, k] + shift, next_rows[b, k] + shift
+      if not (0 <= row < num_rows[source] and 0 <= next_row < num_rows[source]):
+        status[1], status[4] = unit_decoding.NO_SUCH_UNIT, -1
+        return
+      keys[b * stack + k] = source * stride + row
+      keys[(batch + b) * stack + k] = source * stride + next_row
+  order = np.argsort(keys)
+  slots = np.empty(keys.size, np.int64)
+  count = 0
+  for m in range(keys.size):
+    key = keys[order[m]]
+    source, row = key // stride, key % stride
+    unit = row // unit_rows
+    if (
+      count == 0 or source != units[0, count - 1] or unit != units[1, count - 1]
+    ):
+      if (count + 1) * unit_rows > frames.shape[0]:
+        status[4] = -2
+        return
+      units[0, count] = source
+      units[1, count] = unit
+      count += 1
+    slots[order[m]] = (count - 1) * unit_rows + row % unit_rows
+  status[4] = count
+  unit_decoding.decode_units(
+    functions,
+    table,
+    units[0, :count],
+    units[1, :count],
+    np.int64(frames.ctypes.data),
+    unit_rows * frame_bytes,
+    np.empty(0, np.int64),
+    context,
+    status,
+  )
+  if status[1] != unit_decoding.OK:
+    return
+  slots = slots.reshape(2 * batch, stack)
+  for b in range(batch):
+    pack_stack4(frames, slots[b], states[b])
+    pack_stack4(frames, slots[batch + b], next_states[b])
+
+
+# Columns of transitions.RowLayout.table, one row per window.
+OFFSET, START, FILE_ROWS, CIRCULAR = range(4)
+
+
+@numba.njit(nogil=True, cache=True)
+def _pairwise_sum(values):
+  """numpy's float sum of a 1-D array, in its order (pairwise, 8 lanes).
+
+  np.sum adds blocks of up to 128 with 8 accumulators and splits larger
+  ones in two; the same order gives Dopamine's n-step returns bit for bit.
+  (numpy also adds the result to +0.0, which only turns -0.0 into +0.0:
+  the caller does that.)
+  """
+  n = values.size
+  if n < 8:
+    total = values[0]
+    for i in range(1, n):
+      total += values[i]
+    return total
+  if n <= 128:
+    lanes = values[:8].copy()
+    i = 8
+    while i < n - n % 8:
+      for j in range(8):
+        lanes[j] += values[i + j]
+      i += 8
+    total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + (
+      (lanes[4] + lanes[5]) + (lanes[6] + lanes[7])
+    )
+    for k in range(i, n):
+      total += values[k]
+    return total
+  half = n // 2
+  half -= half % 8
+  return _pairwise_sum(values[:half]) + _pairwise_sum(values[half:])
+
+
+@numba.njit(nogil=True, cache=True, inline='always')
+def _locate(table, window, file_row):
+  """The position in the arrays of `file_row` of `window` (RowLayout)."""
+  if table[window, CIRCULAR]:
+    local = file_row % table[window, FILE_ROWS]
+  else:
+    local = file_row - table[window, START]
+  return local + table[window, OFFSET]
+
+
+@numba.njit(nogil=True, cache=True)
+def write_parts(
+  table,
+  suffixes,
+  terminal,
+  reward,
+  action,
+  discounts,
+  which,
+  file_rows,
+  destinations,
+  out_reward,
+  out_action,
+  out_next_action,
+  out_next_reward,
+  out_terminal,
+  out_indices,
+  out_suffix,
+  rows,
+  state_rows,
+  next_state_rows,
+):
+  """TransitionWriter.write_parts for one batch; False if a row is outside.
+
+  reward, action and their outputs are 2-D (rows, values per row).
+  """
+  horizon = discounts.size
+  stack = state_rows.shape[1]
+  num_rows = terminal.size
+  products = discounts * reward[0, 0]  # The type of Dopamine's products.
+  trajectory = np.empty(horizon, np.int64)
+  for b in range(file_rows.size):
+    window, file_row = which[b], file_rows[b]
+    if not 0 <= window < table.shape[0]:
+      return False
+    for k in range(horizon):
+      trajectory[k] = _locate(table, window, file_row + k)
+      if not 0 <= trajectory[k] < num_rows:
+        return False
+    # Dopamine's trajectory stops after its first terminal.
+    length, is_terminal = horizon, False
+    for k in range(horizon):
+      if terminal[trajectory[k]]:
+        length, is_terminal = k + 1, True
+        break
+    next_file_row = file_row + length
+    row = trajectory[0]
+    next_row = _locate(table, window, next_file_row)
+    for k in range(stack):
+      offset = k - stack + 1
+      state_rows[b, k] = _locate(table, window, file_row + offset)
+      next_state_rows[b, k] = _locate(table, window, next_file_row + offset)
+      if not (
+        0 <= state_rows[b, k] < num_rows
+        and 0 <= next_state_rows[b, k] < num_rows
+      ):
+        return False
+    d = destinations[b]
+    for j in range(reward.shape[1]):
+      for k in range(length):
+        products[k] = discounts[k] * reward[trajectory[k], j]
+      out_reward[d, j] = _pairwise_sum(products[:length]) + 0.0
+      out_next_reward[d, j] = reward[next_row, j]
+    for j in range(action.shape[1]):
+      out_action[d, j] = action[row, j]
+      out_next_action[d, j] = action[next_row, j]
+    out_terminal[d] = is_terminal
+    out_indices[d] = file_row
+    out_suffix[d] = suffixes[window]
+    rows[b] = row
+  return True
