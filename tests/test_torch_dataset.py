@@ -230,3 +230,23 @@ def test_the_dopamine_path_does_not_import_torch(cartpole_dir):
   subprocess.run(
     [sys.executable, '-c', code], check=True, env=dict(os.environ), timeout=300
   )
+
+
+def test_workers_forked_as_the_dataset_is_built_sample(cartpole_dir):
+  # Building the dataset starts the kernels' warm-up thread, which holds
+  # numba's compiler lock while it loads them; a DataLoader that forks its
+  # worker at that moment once left the worker's first batch waiting on that
+  # lock forever. A fresh process, so that the kernels are not yet loaded.
+  code = (
+    'import numpy as np\n'
+    'from torch.utils.data import DataLoader\n'
+    'from fixed_replay.torch import ReplayDataset\n'
+    f'dataset = ReplayDataset({cartpole_dir!r}, num_batches=2, batch_size=8,'
+    ' observation_shape=(4, 1), stack_size=1, observation_dtype=np.float64)\n'
+    'batches = list(DataLoader(dataset, batch_size=None, num_workers=1))\n'
+    'assert len(batches) == 2, len(batches)\n'
+    'dataset.close()\n'
+  )
+  subprocess.run(
+    [sys.executable, '-c', code], check=True, env=dict(os.environ), timeout=120
+  )

@@ -17,6 +17,7 @@ numba code that releases the GIL, so a second sampling thread scales:
   terminal, next action, ...) for transitions.TransitionWriter.
 """
 
+import os
 import sys
 import threading
 
@@ -175,6 +176,20 @@ def warm_up_in_background() -> None:
         target=_load_kernels, name='fixed_replay-kernels-warm-up', daemon=True
       )
       _warm_up_thread.start()
+
+
+def _finish_warm_up_before_fork():
+  # While the warm-up thread loads the kernels it holds numba's compiler
+  # lock. A fork at that moment (a PyTorch DataLoader starting its workers
+  # right after the dataset is built) leaves the child's copy of the lock
+  # held for good, and the child's first compiled call hangs. So a fork
+  # waits for the warm-up (about 0.4 s at most, once per process).
+  thread = _warm_up_thread
+  if thread is not None and thread is not threading.current_thread():
+    thread.join()
+
+
+os.register_at_fork(before=_finish_warm_up_before_fork)
 
 
 # numba's cache checks this file only: after changing the compiled functions
