@@ -1,18 +1,14 @@
 """The compiled kernels that assemble a minibatch, outside the GIL.
 
-Everything a sampled batch costs, beyond drawing its indices, runs here in
-numba code that releases the GIL, so a second sampling thread scales:
+All of a batch's work beyond drawing its indices runs here, in numba code
+that releases the GIL, so a second sampling thread scales:
 
-* frame stacks in Dopamine's layout (stack axis last). Dopamine returns
-  states as (batch, 84, 84, stack): for each pixel, the `stack` frames sit
-  next to each other. Fancy indexing gives (batch, stack, 84, 84) quickly,
-  but moving the stack axis last is a byte-wise transpose that numpy does
-  slowly. These kernels read the `stack` source frames of a state once and
-  write each pixel's stack in a single pass; for uint8 frames in stacks of
-  4 (little-endian) each output pixel is one uint32 store, as fast as the
-  plain gather.
+* frame stacks in Dopamine's layout, stack axis last ((batch, 84, 84, 4)):
+  numpy's transpose of a gather is slow byte-wise work, so each state's
+  frames are read once and each pixel's stack written in one pass (for
+  uint8 stacks of 4, one uint32 store a pixel, as fast as a plain gather);
 * `decode_stacks`: a compact store's units a batch needs, each decoded once,
-  and the stacks packed from them (frame_sources.BlockFrames).
+  and the stacks packed from them (frame_sources.BlockFrames);
 * `write_parts`: every element but the frames (n-step discounted reward,
   terminal, next action, ...) for transitions.TransitionWriter.
 """
@@ -105,12 +101,14 @@ def gather_state_pairs(frames, rows, next_rows, out, next_out, destinations):
   destinations = np.ascontiguousarray(destinations, dtype=np.int64)
   _check_bounds(frames, rows, out, destinations)
   _check_bounds(frames, next_rows, next_out, destinations)
-  if not packable(frames.dtype, rows.shape[1]):
-    gather_stacks(frames, rows, out, destinations)
-    gather_stacks(frames, next_rows, next_out, destinations)
+  flat_frames, stack_size = frames.reshape(len(frames), -1), rows.shape[1]
+  if not packable(frames.dtype, stack_size):  # Checked once, not per call.
+    for stack_rows, target in ((rows, out), (next_rows, next_out)):
+      target = target.reshape(len(target), -1, stack_size)
+      _gather_any(flat_frames, stack_rows, destinations, target)
     return
   _gather_pairs_uint8_stack4(
-    frames.reshape(len(frames), -1),
+    flat_frames,
     rows,
     next_rows,
     destinations,
@@ -148,9 +146,8 @@ _warm_up_thread = None
 
 
 def _load_kernels():
-  # Calls each kernel once with the argument types the buffers pass (uint8
-  # frames, int64 rows, C-contiguous), so numba loads those specializations
-  # from its cache (or compiles them) now rather than on the first batch.
+  # One call with the types the buffers pass (uint8 frames, int64 rows), so
+  # numba loads (or compiles) those specializations now, not on a batch.
   frames = np.zeros((4, 2), np.uint8)
   rows = np.zeros((1, 4), np.int64)
   destinations = np.zeros(1, np.int64)
@@ -164,10 +161,9 @@ def _load_kernels():
 def warm_up_in_background() -> None:
   """Loads the stacking kernels in a daemon thread, once per process.
 
-  Loading numba's cached machine code takes about 0.4 s of Python work; a
-  buffer starts this before it inflates its first windows (zlib-ng and isal
-  inflate without the GIL), so the load overlaps the inflate instead of
-  delaying the first batch. A batch that comes first simply waits for it.
+  Loading numba's cached code takes about 0.4 s; a buffer starts it before
+  inflating its first windows (without the GIL), so the two overlap instead
+  of delaying the first batch, which would simply wait for it.
   """
   global _warm_up_thread
   with _warm_up_lock:
@@ -179,14 +175,11 @@ def warm_up_in_background() -> None:
 
 
 def _finish_warm_up_before_fork():
-  # While the warm-up thread loads the kernels it holds numba's compiler
-  # lock. A fork at that moment (a PyTorch DataLoader starting its workers
-  # right after the dataset is built) leaves the child's copy of the lock
-  # held for good, and the child's first compiled call hangs. So a fork
-  # waits for the warm-up (about 0.4 s at most, once per process).
-  thread = _warm_up_thread
-  if thread is not None and thread is not threading.current_thread():
-    thread.join()
+  # The warm-up holds numba's compiler lock while it loads; a child forked
+  # then (a DataLoader's worker) would inherit it held and hang on its first
+  # compiled call. A fork waits for the warm-up instead (0.4 s at most).
+  if _warm_up_thread is not None:
+    _warm_up_thread.join()
 
 
 os.register_at_fork(before=_finish_warm_up_before_fork)

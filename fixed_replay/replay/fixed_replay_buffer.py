@@ -195,7 +195,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     kind, data_dir = locate_dataset(a.data_dir)
     logging.info('FixedReplayBuffer over %s: %s', kind, data_dir)
     a = dataclasses.replace(a, data_dir=data_dir)
-    seed_sequence = np.random.SeedSequence(seed)
+    seed_sequence = np.random.SeedSequence(a.seed)
     # Over a store, the generator CompactReplayBuffer always drew from, so
     # seeded streams over a store stay what they were.
     rng_seed = seed_sequence.spawn(1)[0] if kind == STORE else seed_sequence
