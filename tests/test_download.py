@@ -12,9 +12,11 @@ import sys
 import time
 
 import pytest
+import rlu_data
 
 from fixed_replay.dataset import download
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import tfrecord
 from fixed_replay.store import rlu_convert
 
 
@@ -49,6 +51,18 @@ def _files(directory):
 
 
 def test_interrupted_download_resumes(bucket, tmp_path):
+  # Run 1's shards with their records 50 times over (written by TensorFlow,
+  # as the others are): copying and verifying one takes long enough for its
+  # temporary file to be seen and the process killed while it exists.
+  source = bucket
+  bucket = tmp_path / 'bucket'
+  (bucket / 'Breakout').mkdir(parents=True)
+  for name in os.listdir(source / 'Breakout'):
+    if name.startswith('run_1-'):
+      records = [
+        r for _, r in tfrecord.read_records(source / 'Breakout' / name)
+      ]
+      rlu_data.write_shard(bucket / 'Breakout' / name, records * 50)
   destination = tmp_path / 'rlu'
   target = destination / 'Breakout'
   process = subprocess.Popen(
@@ -62,11 +76,12 @@ def test_interrupted_download_resumes(bucket, tmp_path):
     if target.exists():
       temporary = [n for n in os.listdir(target) if '.download-' in n]
     time.sleep(0.002)
-  # Killed while the first shard is copied or verified (not yet renamed).
+  # Killed while a shard is copied or verified (not yet renamed).
   os.kill(process.pid, signal.SIGKILL)
   process.wait()
   assert temporary, 'the download never started'
-  assert not [n for n in os.listdir(target) if n.startswith('run_1-')]
+  done = [n for n in os.listdir(target) if n.startswith('run_1-')]
+  assert len(done) < 3, done
 
   completed = subprocess.run(
     _download('--run=1', destination, f'--source_root={bucket}'),
@@ -74,7 +89,8 @@ def test_interrupted_download_resumes(bucket, tmp_path):
     text=True,
   )
   assert completed.returncode == 0, completed.stderr[-3000:]
-  assert 'downloaded 3 shard(s), 0 already there' in completed.stdout
+  expected = f'downloaded {3 - len(done)} shard(s), {len(done)} already there'
+  assert expected in completed.stdout
   source = {
     n: b
     for n, b in _files(bucket / 'Breakout').items()

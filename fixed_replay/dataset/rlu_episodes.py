@@ -12,9 +12,11 @@ episode.
 import dataclasses
 
 import cv2
+from google.protobuf import message
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import tfrecord
 
 NUM_CHECKPOINTS = 50  # Checkpoints of a DQN Replay Dataset run: 0..49.
 FRAME_SHAPE = (84, 84)
@@ -145,10 +147,7 @@ def parse_episode(data: bytes, path: str, record: int) -> 'Episode':
       checkpoint_idx outside 0..49, a negative or too large action, a
       discount of 0 before the last step, or an episode without steps.
   """
-  from google.protobuf import message
-  from tensorflow.core.example import example_pb2
-
-  example = example_pb2.Example()
+  example = tfrecord.Example()
   try:
     example.ParseFromString(data)
   except message.DecodeError as error:

@@ -3,10 +3,9 @@
 RL Unplugged publishes each run as GZIP TFRecord shards
 `<Game>/run_<r>-<NNNNN>-of-<MMMMM>` (local or gs://), one `tf.train.Example`
 per episode (see rlu_episodes.py). This module finds the shards of a run,
-reads their records with TensorFlow's reader (which checks every record's
-length and data CRC), checks the gzip trailer TensorFlow leaves unread and
-yields the validated episodes. Every problem is a CheckpointError naming the
-shard and the episode.
+reads their records (io/tfrecord.py checks every record's length and data
+CRC and the gzip trailer) and yields the validated episodes. Every problem
+is a CheckpointError naming the shard and the episode.
 """
 
 from collections.abc import Callable
@@ -15,18 +14,19 @@ from collections.abc import Iterator
 from collections.abc import Sequence
 import dataclasses
 import re
-import struct
 
 from absl import logging
 
 from fixed_replay.dataset import rlu_episodes
 from fixed_replay.errors import CheckpointError
+from fixed_replay.errors import RemoteError
 from fixed_replay.io import files as storage
+from fixed_replay.io import tfrecord
+from fixed_replay.io.gzip_stream import GzipStream
 
 SHARD_NAME = re.compile(
   r'^run_(?P<run>\d+)-(?P<shard>\d{5})-of-(?P<total>\d{5})$'
 )
-_RECORD_FRAMING_BYTES = 16  # Length, its CRC and the data CRC of a record.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,44 +115,13 @@ def select_run(directory: str, run: int | None = None) -> list['Shard']:
   return shards
 
 
-def _damaged(path: str, error, count, last):
-  message = str(getattr(error, 'message', error))
-  # TF wraps the reader's words in op names; keep only the words.
-  message = re.sub(r'\{\{function_node [^}]*\}\}', '', message)
-  message = re.sub(r'\[Op:[^\]]*\].*$', '', message, flags=re.S).strip()
-  after = f'after {count} good record(s)'
-  if last is not None:
-    after += f', the last {last}'
-  return CheckpointError(path, f'damaged GZIP TFRecord ({message}), {after}')
-
-
-def _check_gzip_trailer(path: str, uncompressed_bytes):
-  """Checks the gzip trailer's length field, which TF's reader skips.
-
-  TensorFlow reads a GZIP TFRecord whose last (up to 8) bytes are cut off
-  without complaint; the trailer's ISIZE must be the stream's length mod 2^32.
-  """
-  size = storage.size(path)
-  if size < 18:
-    raise CheckpointError(path, f'{size} bytes: too short for gzip')
-  with storage.open_read(path) as stream:
-    stream.seek(size - 4)
-    (isize,) = struct.unpack('<I', stream.read(4))
-  if isize != uncompressed_bytes % 2**32:
-    raise CheckpointError(
-      path,
-      f'gzip trailer says {isize} bytes (mod 2^32), the records hold '
-      f'{uncompressed_bytes}: the file is truncated',
-    )
-
-
 def read_records(
   path: str, describe: Callable[[], str] | None = None
 ) -> Iterator[tuple[int, bytes]]:
   """Yields (record number, serialized bytes) of a GZIP TFRecord file.
 
-  Reads to the end: TF checks each record's length and data CRC-32C and the
-  gzip CRC-32; we add the gzip length check TF skips when the trailer is cut.
+  Reads to the end: every record's length and data CRC-32C, and the gzip
+  CRC-32 and length of the whole file, are checked (io/tfrecord.py).
 
   Args:
     path: str, local or gs://.
@@ -162,29 +131,22 @@ def read_records(
   Raises:
     CheckpointError: naming the file, for any damage.
   """
-  import tensorflow as tf
-  from tensorflow.python.util import deprecation
-
-  count, total = 0, 0
-  try:
-    # TF's record reader itself, without tf.data's machinery around it:
-    # half the CPU per record (benchmarks/rlu_convert_benchmark.py). Its
-    # deprecation names tf.data as the replacement, which reads the same.
-    with deprecation.silence():
-      records = tf.compat.v1.io.tf_record_iterator(
-        str(path), tf.io.TFRecordOptions('GZIP')
-      )
-    for record in records:
-      total += len(record) + _RECORD_FRAMING_BYTES
-      yield count, record
-      count += 1
-  except tf.errors.OpError as error:
-    if isinstance(error, tf.errors.NotFoundError):
-      raise CheckpointError(path, 'cannot open: not found') from error
-    raise _damaged(path, error, count, describe() if describe else None) from (
-      error
-    )
-  _check_gzip_trailer(path, total)
+  count = 0
+  with GzipStream(path) as stream:
+    try:
+      for _, record in tfrecord.read_records(path, stream):
+        yield count, record
+        count += 1
+    except RemoteError:
+      raise
+    except CheckpointError as error:
+      after = f'after {count} good record(s)'
+      last = describe() if describe else None
+      if last is not None:
+        after += f', the last {last}'
+      raise CheckpointError(
+        path, f'damaged GZIP TFRecord ({error.problem}), {after}'
+      ) from error
 
 
 def iter_episodes(

@@ -165,6 +165,20 @@ class GzipStream:
     self.readinto(buffer)
     return bytes(buffer)
 
+  def read_at_most(self, num_bytes: int) -> bytes:
+    """Returns num_bytes bytes, or fewer where the data ends first."""
+    buffer = bytearray(num_bytes)
+    with memoryview(buffer) as view:
+      filled = 0
+      while filled < num_bytes:
+        end = min(num_bytes, filled + READ_CHUNK_BYTES)
+        count = self._readinto_some(view[filled:end])
+        if not count:
+          break
+        filled += count
+    del buffer[filled:]
+    return bytes(buffer)
+
   def _discard(self, num_bytes: int) -> int:
     """Decompresses up to num_bytes into scratch; 0 at the data's end."""
     if self._scratch is None:
