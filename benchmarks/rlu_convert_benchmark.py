@@ -28,7 +28,8 @@ modules imported before the clock starts):
      Dopamine files, and Dopamine's own gzip (Python's gzip at level 9 over
      np.save of the same rows, which is what its save() writes), with that
      gzip's speed;
-  5. the check `download` runs on each copied shard, on the large one.
+  5. the check `download` runs on each copied shard, on the large one,
+     against TensorFlow's reader over the same records (CPU ratio).
 
 Usage: python benchmarks/rlu_convert_benchmark.py [--frames=100000]
 """
@@ -243,6 +244,16 @@ def verify_copy(path):
   return download.verify_shard(str(path)), os.path.getsize(path)
 
 
+def tensorflow_read(path):
+  """The baseline of (5): TensorFlow's reader over every record."""
+  import tensorflow as tf
+
+  records = tf.compat.v1.io.tf_record_iterator(
+    str(path), tf.io.TFRecordOptions('GZIP')
+  )
+  return sum(1 for _ in records), os.path.getsize(path)
+
+
 def dopamine_gzip(store, suffix=0):
   """Python gzip level 9 of the rows' np.save: (bytes, frames, seconds)."""
   from fixed_replay.dataset import checkpoints
@@ -276,7 +287,6 @@ def _mib(num_bytes):
 def worker_startup():
   """What a conversion worker imports before its first frame."""
   import cv2  # noqa: F401
-  import tensorflow as tf  # noqa: F401
 
   from fixed_replay.store import convert  # noqa: F401
   from fixed_replay.store import rlu_convert  # noqa: F401
@@ -436,13 +446,16 @@ def main(argv):
     )
     large_shard = next((data / 'large' / _GAME).iterdir())
     m = common.measure(setup, verify_copy, (large_shard,), _same)
+    base = common.measure(setup, tensorflow_read, (large_shard,), _same)
     records, size = m.digest
+    assert base.digest == m.digest, (base.digest, m.digest)
     frames = sizes['large', 'compact']['frames']
     print(
       f"\n5. download's check of a copy (large shard, every record read, "
       f'CRCs checked): {records:,} episodes, {size / 1e6:,.0f} MB in '
       f'{m.wall_s:.1f} s ({size / 1e6 / m.wall_s:,.0f} MB/s, '
-      f'{frames / m.wall_s:,.0f} frames/s)'
+      f'{frames / m.wall_s:,.0f} frames/s); CPU {_cpu(m):.2f} s against '
+      f"{_cpu(base):.2f} s for TensorFlow's reader: {_cpu(m) / _cpu(base):.2f}x"
     )
   finally:
     shutil.rmtree(work, ignore_errors=True)
