@@ -23,7 +23,7 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
   os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 
 # Sets up what TensorFlow must see before a test module imports it (legacy
-# Keras, quiet logs). Not dopamine_data: it imports TensorFlow (about 5 CPU-s),
+# Keras, quiet logs). Not dopamine_data: it imports TensorFlow (4-5 CPU-s),
 # which the xdist master, running no test, does not need; the fixtures and
 # test modules import it.
 import fixed_replay  # noqa: E402, F401
