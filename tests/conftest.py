@@ -22,7 +22,11 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
   # Tiny budgets compile in well under JAX's 1 s threshold for caching.
   os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
 
-import dopamine_data  # noqa: E402
+# Sets up what TensorFlow must see before a test module imports it (legacy
+# Keras, quiet logs). Not dopamine_data: it imports TensorFlow (4-5 CPU-s),
+# which the xdist master, running no test, does not need; the fixtures and
+# test modules import it.
+import fixed_replay  # noqa: E402, F401
 
 # The slow tier (`-m slow`) beyond the tests marked where they are defined
 # (test_dropin, test_demo, test_sweep, test_ray_convert): tests, or whole
@@ -155,6 +159,8 @@ def dopamine_dir(tmp_path_factory):
   suffix 7: full with the cursor inside the file and episode_end_indices
   holding cuts without a terminal.
   """
+  import dopamine_data
+
   directory = tmp_path_factory.mktemp('dopamine')
   capacity = 1000
   writers = {
@@ -215,6 +221,8 @@ def oracles(dopamine_dir):
 
   Each is loaded from dopamine_dir's files with Dopamine's `load`, once.
   """
+  import dopamine_data
+
   directory, capacity, _ = dopamine_dir
   loaded = {}
 
@@ -249,6 +257,8 @@ CARTPOLE_ROWS = 700
 @pytest.fixture(scope='session')
 def cartpole_dir(tmp_path_factory):
   """Two CartPole checkpoints written by Dopamine's buffer (random play)."""
+  import dopamine_data
+
   directory = tmp_path_factory.mktemp('cartpole')
   dopamine_data.write_cartpole_run(directory, CARTPOLE_ROWS)
   return str(directory)

@@ -55,6 +55,8 @@ def test_public_api_at_the_top():
 
 
 def test_import_is_light_in_a_fresh_process():
+  # And so is the tests' conftest.py, all that the xdist master (which runs
+  # no test) imports of this suite.
   result = _fresh(
     """
     import sys
@@ -62,10 +64,19 @@ def test_import_is_light_in_a_fresh_process():
     print('tensorflow' in sys.modules, 'jax' in sys.modules)
     from fixed_replay import CheckpointError
     print(CheckpointError.__module__)
+    sys.path.insert(0, 'tests')
+    import conftest
+    print('tensorflow' in sys.modules, 'jax' in sys.modules)
     """
   )
   assert result.returncode == 0, result.stderr[-2000:]
-  assert result.stdout.split() == ['False', 'False', 'fixed_replay.errors']
+  assert result.stdout.split() == [
+    'False',
+    'False',
+    'fixed_replay.errors',
+    'False',
+    'False',
+  ]
 
 
 @pytest.mark.parametrize(
