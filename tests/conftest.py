@@ -21,6 +21,15 @@ if 'JAX_COMPILATION_CACHE_DIR' not in os.environ:
   os.environ['JAX_COMPILATION_CACHE_DIR'] = _JAX_CACHE
   # Tiny budgets compile in well under JAX's 1 s threshold for caching.
   os.environ.setdefault('JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS', '0')
+  # Without a size limit JAX takes no lock, and writes an entry in place
+  # (jax/_src/lru_cache.py): a process reading it mid-write loads a cut
+  # executable and crashes (one JAX training run died of SIGSEGV at its
+  # first train step so). A limit makes every read and write take the
+  # cache's file lock; this one is never reached.
+  os.environ.setdefault('JAX_COMPILATION_CACHE_MAX_SIZE', str(8 << 30))
+
+# A fresh process that crashes prints every thread's Python stack.
+os.environ.setdefault('PYTHONFAULTHANDLER', '1')
 
 # Sets up what TensorFlow must see before a test module imports it (legacy
 # Keras, quiet logs). Not dopamine_data: it imports TensorFlow (4-5 CPU-s),

@@ -310,24 +310,21 @@ def _env(**extra):
 
 @pytest.fixture(scope='session')
 def docs_data(tmp_path_factory):
-  """$DATA: two tiny Dopamine-written runs of real Pong."""
+  """$DATA: two tiny Dopamine-written runs of real Pong.
+
+  Made in this process (which has TensorFlow already): setup, not an
+  example, so it needs no fresh process of its own.
+  """
+  from fixed_replay.dataset import generate
+
   data = tmp_path_factory.mktemp('docs_data')
   run_1 = data / 'Pong' / '1' / 'replay_logs'
-  subprocess.run(
-    [
-      sys.executable,
-      '-m',
-      'fixed_replay.cli',
-      'generate',
-      '--game=Pong',
-      '--num_checkpoints=2',
-      '--checkpoint_rows=1000',
-      f'--output_dir={run_1}',
-    ],
-    env=_env(),
-    capture_output=True,
-    timeout=300,
-    check=True,
+  generate.generate_dataset(
+    str(run_1),
+    game='Pong',
+    num_checkpoints=2,
+    checkpoint_rows=1000,
+    progress=False,
   )
   shutil.copytree(run_1, data / 'Pong' / '2' / 'replay_logs')
   return data
@@ -336,15 +333,18 @@ def docs_data(tmp_path_factory):
 @pytest.fixture(scope='session')
 def rlu_mirror(tmp_path_factory):
   """$RLU_MIRROR: two shards of real Breakout, laid out like the bucket."""
-  mirror = tmp_path_factory.mktemp('rlu_mirror')
-  subprocess.run(
-    [sys.executable, '-c', _WRITE_MIRROR, str(mirror / 'Breakout')],
-    env=_env(),
-    capture_output=True,
-    timeout=300,
-    check=True,
-  )
-  return mirror
+  import rlu_data
+
+  directory = tmp_path_factory.mktemp('rlu_mirror') / 'Breakout'
+  directory.mkdir()
+  episodes = rlu_data.play(4, max_steps=150)
+  for number in range(2):
+    first = number * len(episodes)  # episode_idx runs on across the run
+    shard = [
+      rlu_data.relabel(e, number, first + i) for i, e in enumerate(episodes)
+    ]
+    rlu_data.write_shard(rlu_data.shard_path(directory, 1, number, 50), shard)
+  return directory.parent
 
 
 @pytest.fixture(scope='session')
@@ -356,23 +356,6 @@ def batch_rl_checkout(tmp_path_factory):
     batch_rl / 'batch_rl' / 'fixed_replay' / 'configs',
   )
   return batch_rl
-
-
-# Two shards of real Breakout in RL Unplugged's layout (tests/rlu_data.py).
-_WRITE_MIRROR = f"""
-import os, sys
-sys.path.insert(0, {str(ROOT / 'tests')!r})
-import rlu_data
-directory = sys.argv[1]
-os.makedirs(directory)
-episodes = rlu_data.play(4, max_steps=150)
-for number in range(2):
-  first = number * len(episodes)  # episode_idx runs on across the run
-  shard = [
-    rlu_data.relabel(e, number, first + i) for i, e in enumerate(episodes)
-  ]
-  rlu_data.write_shard(rlu_data.shard_path(directory, 1, number, 50), shard)
-"""
 
 
 _FIXTURES = {
