@@ -89,7 +89,10 @@ def _environment(servers):
   }
   environment['GCE_METADATA_HOST'] = running['metadata'].address
   environment['PYTHONPATH'] = REPO
-  # Same retry logic as the defaults, shorter pauses: a faster test.
+  # The defaults' retry path, taken once instead of three times and with
+  # shorter pauses (each retry also waits up to 1 s of TensorFlow's random
+  # jitter): a faster test.
+  environment['GCS_RETRY_CONFIG_MAX_RETRIES'] = '1'
   environment['GCS_RETRY_CONFIG_INIT_DELAY_TIME_US'] = '100000'
   environment['GCS_RETRY_CONFIG_MAX_DELAY_TIME_US'] = '200000'
   environment['GCS_REQUEST_CONNECTION_TIMEOUT_SECS'] = '2'
