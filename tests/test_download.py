@@ -54,19 +54,18 @@ def test_interrupted_download_resumes(bucket, tmp_path):
   # Run 1's shards with their records 50 times over (written by TensorFlow,
   # as the others are): copying and verifying one takes long enough for its
   # temporary file to be seen and the process killed while it exists.
-  source = bucket
-  bucket = tmp_path / 'bucket'
-  (bucket / 'Breakout').mkdir(parents=True)
-  for name in os.listdir(source / 'Breakout'):
+  long_bucket = tmp_path / 'bucket'
+  (long_bucket / 'Breakout').mkdir(parents=True)
+  for name in os.listdir(bucket / 'Breakout'):
     if name.startswith('run_1-'):
       records = [
-        r for _, r in tfrecord.read_records(source / 'Breakout' / name)
+        r for _, r in tfrecord.read_records(bucket / 'Breakout' / name)
       ]
-      rlu_data.write_shard(bucket / 'Breakout' / name, records * 50)
+      rlu_data.write_shard(long_bucket / 'Breakout' / name, records * 50)
   destination = tmp_path / 'rlu'
   target = destination / 'Breakout'
   process = subprocess.Popen(
-    _download('--run=1', destination, f'--source_root={bucket}'),
+    _download('--run=1', destination, f'--source_root={long_bucket}'),
     stdout=subprocess.DEVNULL,
     stderr=subprocess.DEVNULL,
   )
@@ -84,7 +83,7 @@ def test_interrupted_download_resumes(bucket, tmp_path):
   assert len(done) < 3, done
 
   completed = subprocess.run(
-    _download('--run=1', destination, f'--source_root={bucket}'),
+    _download('--run=1', destination, f'--source_root={long_bucket}'),
     capture_output=True,
     text=True,
   )
@@ -93,13 +92,13 @@ def test_interrupted_download_resumes(bucket, tmp_path):
   assert expected in completed.stdout
   source = {
     n: b
-    for n, b in _files(bucket / 'Breakout').items()
+    for n, b in _files(long_bucket / 'Breakout').items()
     if n.startswith('run_1')
   }
   assert _files(target) == source  # No temporary left, every byte copied.
 
   result, _, _ = download.download_run(
-    'Breakout', 1, destination, [0, 2], root=str(bucket)
+    'Breakout', 1, destination, [0, 2], root=str(long_bucket)
   )
   assert result.downloaded == [] and len(result.skipped) == 2
 

@@ -137,6 +137,17 @@ class GzipStream:
     self.position += count
     return count
 
+  def _fill(self, view: memoryview) -> int:
+    """Decompresses into view until it is full or the data ends: the count."""
+    filled = 0
+    while filled < len(view):
+      end = min(len(view), filled + READ_CHUNK_BYTES)
+      count = self._readinto_some(view[filled:end])
+      if not count:
+        break
+      filled += count
+    return filled
+
   def readinto(self, buffer) -> None:
     """Fills `buffer` (any writable buffer) completely.
 
@@ -147,17 +158,13 @@ class GzipStream:
       CheckpointError: if the data ends first or is corrupt.
     """
     view = memoryview(buffer).cast('B')
-    filled = 0
-    while filled < len(view):
-      end = min(len(view), filled + READ_CHUNK_BYTES)
-      count = self._readinto_some(view[filled:end])
-      if not count:
-        raise CheckpointError(
-          self.path,
-          f'data ends after {self.position} uncompressed bytes, '
-          f'{len(view) - filled} bytes short of what its header promises',
-        )
-      filled += count
+    missing = len(view) - self._fill(view)
+    if missing:
+      raise CheckpointError(
+        self.path,
+        f'data ends after {self.position} uncompressed bytes, '
+        f'{missing} bytes short of what its header promises',
+      )
 
   def read(self, num_bytes: int) -> bytes:
     """Returns exactly num_bytes bytes (small reads such as headers)."""
@@ -169,13 +176,7 @@ class GzipStream:
     """Returns num_bytes bytes, or fewer where the data ends first."""
     buffer = bytearray(num_bytes)
     with memoryview(buffer) as view:
-      filled = 0
-      while filled < num_bytes:
-        end = min(num_bytes, filled + READ_CHUNK_BYTES)
-        count = self._readinto_some(view[filled:end])
-        if not count:
-          break
-        filled += count
+      filled = self._fill(view)
     del buffer[filled:]
     return bytes(buffer)
 
