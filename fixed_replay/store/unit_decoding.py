@@ -155,7 +155,23 @@ def decode_units(
       return
     at = table[source, OFFSETS] + 8 * unit
     total += _load_int64(at + 8) - _load_int64(at)
+  # numba frees an array right after the last use of its variable, and the
+  # reads below use only its address: held here as an argument of the call,
+  # it lives until they are done. (Taken from a local array, the address
+  # pointed at freed memory that other threads' allocations reused: CRC
+  # failures on sound stores, and heap corruption.)
   scratch = np.empty(max(total, 1), np.uint8)
+  _read_and_decode(
+    functions, table, which, units, out_at, stride, slots, dctx, status, scratch
+  )
+
+
+@numba.njit(nogil=True, cache=True)
+def _read_and_decode(
+  functions, table, which, units, out_at, stride, slots, dctx, status, scratch
+):
+  """decode_units' reads and decoding, into the caller's `scratch`."""
+  count = len(units)
   scratch_at = np.int64(scratch.ctypes.data)
   k = 0
   read = 0  # Bytes of scratch filled.
