@@ -185,8 +185,10 @@ def _finish_warm_up_before_fork():
 os.register_at_fork(before=_finish_warm_up_before_fork)
 
 
-# numba's cache checks this file only: after changing the compiled functions
-# this calls (unit_decoding.decode_units), touch it.
+# numba's cache checks this file only: a change to the compiled functions
+# this calls (unit_decoding.decode_units) comes with a change to this file
+# (a touch does not survive git), or caches compiled before keep the old
+# code.
 @numba.njit(nogil=True, cache=True)
 def decode_stacks(
   functions,

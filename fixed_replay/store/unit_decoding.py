@@ -156,10 +156,10 @@ def decode_units(
     at = table[source, OFFSETS] + 8 * unit
     total += _load_int64(at + 8) - _load_int64(at)
   # numba frees an array right after the last use of its variable, and the
-  # reads below use only its address: held here as an argument of the call,
-  # it lives until they are done. (Taken from a local array, the address
-  # pointed at freed memory that other threads' allocations reused: CRC
-  # failures on sound stores, and heap corruption.)
+  # reads use only its address: passed as an argument, it lives until the
+  # call returns. (Taken from a local array, the address pointed at freed
+  # memory that other threads' allocations reused: CRC failures on sound
+  # stores, and heap corruption.)
   scratch = np.empty(max(total, 1), np.uint8)
   _read_and_decode(
     functions, table, which, units, out_at, stride, slots, dctx, status, scratch
