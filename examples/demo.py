@@ -28,9 +28,13 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from fixed_replay import heavy_imports
 from fixed_replay import quiet
 
-quiet.install()  # Before anything imports TensorFlow, as the CLI does.
+# Before anything imports TensorFlow, as the CLI does: no third-party noise,
+# and the heavy imports without the cyclic collector (a few CPU-s).
+quiet.install()
+heavy_imports.install()
 
 import fixed_replay  # noqa: E402
 from fixed_replay.cli import tables  # noqa: E402

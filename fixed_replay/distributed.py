@@ -207,7 +207,10 @@ class Outcome:
 
 
 def _call(fn, args):
-  """Runs inside a Ray worker."""
+  """Runs inside a Ray worker, a process of ours (see heavy_imports.py)."""
+  from fixed_replay import heavy_imports
+
+  heavy_imports.install()
   return fn(*args)
 
 

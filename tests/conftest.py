@@ -36,6 +36,11 @@ os.environ.setdefault('PYTHONFAULTHANDLER', '1')
 # which the xdist master, running no test, does not need; the fixtures and
 # test modules import it.
 import fixed_replay  # noqa: E402, F401
+from fixed_replay import heavy_imports  # noqa: E402
+
+# The workers import TensorFlow and JAX once each, as the commands do: with
+# the collector paused, and what they left frozen (heavy_imports.py).
+heavy_imports.install()
 
 # The slow tier (`-m slow`) beyond the tests marked where they are defined
 # (test_dropin, test_demo, test_sweep, test_ray_convert): tests, or whole

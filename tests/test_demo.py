@@ -17,6 +17,7 @@ def _demo(output_dir, *flags):
       os.path.join(ROOT, 'examples', 'demo.py'),
       f'--output_dir={output_dir}',
       '--checkpoint_rows=400',
+      '--num_iterations=2',
       '--training_steps=200',
       '--evaluation_steps=200',
       *flags,
@@ -42,7 +43,7 @@ def test_demo_generates_verifies_samples_and_learns(tmp_path):
   cartpole = [
     r for r in rows if r[:2] == ['dqn', 'CartPole'] and r[2].isdigit()
   ]
-  assert [r[2] for r in pong] == ['0', '1', '2']
+  assert [r[2] for r in pong] == ['0', '1']
   assert [r[2] for r in cartpole] == ['0', '1']
   # ... and offline DQN learned CartPole from random play (episodes of
   # about 22 steps) to near the 200-step cap (the README shows a run).

@@ -90,17 +90,20 @@ def _take_verbose_flag(argv):
   return kept, len(kept) != len(argv)
 
 
-def quiet_unless_verbose(verbose):
-  """Filters third-party output from here on, unless `verbose`.
+def set_up_process(verbose):
+  """Sets up a command's process before anything imports TensorFlow.
 
-  Call before TensorFlow is imported; `verbose` also reaches the processes
-  this one starts (FIXED_REPLAY_VERBOSE).
+  Filters third-party output from here on, unless `verbose` (which also
+  reaches the processes this one starts: FIXED_REPLAY_VERBOSE), and pauses
+  the cyclic collector during the heavy imports (heavy_imports.py).
   """
+  from fixed_replay import heavy_imports
   from fixed_replay import quiet
 
   if verbose:
     quiet.set_verbose()
   quiet.install()
+  heavy_imports.install()
 
 
 def define_verbose_flag(verbose, module_name):
@@ -130,7 +133,7 @@ def run_module(command, command_main, module_name, argv=None):
     argv: the command line (default sys.argv).
   """
   argv, verbose = _take_verbose_flag(list(sys.argv if argv is None else argv))
-  quiet_unless_verbose(verbose)
+  set_up_process(verbose)
   define_verbose_flag(verbose, module_name)
   app.run(functools.partial(run_command, command, command_main), argv=argv)
 
@@ -160,7 +163,7 @@ def main(argv=None):
       file=sys.stderr,
     )
     return 2
-  quiet_unless_verbose(verbose)  # Before the subcommand imports TensorFlow.
+  set_up_process(verbose)  # Before the subcommand imports TensorFlow.
   module = importlib.import_module(f'fixed_replay.cli.{command}')
   define_verbose_flag(verbose, module.__name__)
   # absl's --help prints __main__'s docstring and the flags defined by the
