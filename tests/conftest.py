@@ -3,6 +3,7 @@
 import atexit
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -41,6 +42,44 @@ from fixed_replay import heavy_imports  # noqa: E402
 # The workers import TensorFlow and JAX once each, as the commands do: with
 # the collector paused, and what they left frozen (heavy_imports.py).
 heavy_imports.install()
+
+
+def pytest_configure(config):
+  """The session's process (not an xdist worker) compiles numba's kernels.
+
+  In a process of its own, while the workers start: tests/warm_kernels.py.
+  """
+  if hasattr(config, 'workerinput'):
+    return
+  scratch = tempfile.mkdtemp(prefix='fixed_replay_tests_warm_kernels_')
+  log = open(os.path.join(scratch, 'log'), 'w+')  # noqa: SIM115
+  process = subprocess.Popen(
+    [
+      sys.executable,
+      os.path.join(os.path.dirname(__file__), 'warm_kernels.py'),
+      os.path.join(scratch, 'data'),
+    ],
+    stdout=log,
+    stderr=subprocess.STDOUT,
+  )
+  config.stash[_WARM_KERNELS] = (process, log, scratch)
+
+
+def pytest_unconfigure(config):
+  process, log, scratch = config.stash.get(_WARM_KERNELS, (None, None, None))
+  if process is None:
+    return
+  code = process.wait()
+  if code:  # Only slower: the tests compile the kernels themselves.
+    log.seek(0)
+    sys.stderr.write(
+      f'tests/warm_kernels.py exited {code}; its output:\n{log.read()[-3000:]}'
+    )
+  log.close()
+  shutil.rmtree(scratch, ignore_errors=True)
+
+
+_WARM_KERNELS = pytest.StashKey()
 
 # The slow tier (`-m slow`) beyond the tests marked where they are defined
 # (test_dropin, test_demo, test_sweep, test_ray_convert): tests, or whole
