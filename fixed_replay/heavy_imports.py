@@ -60,7 +60,7 @@ _was_enabled = True  # The collector's state before the outermost pause.
 
 
 @contextlib.contextmanager
-def collector_paused():
+def _collector_paused():
   """Runs the block with the collector off; freezes what it left alive.
 
   Nested or concurrent pauses end together: the collector stays off until
@@ -96,30 +96,25 @@ class _PausedLoader(importlib.abc.Loader):
   def exec_module(self, module):
     # The module sees its own loader, during its import and after it.
     module.__spec__.loader = module.__loader__ = self.loader
-    with collector_paused():
+    with _collector_paused():
       self.loader.exec_module(module)
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-  """Finds HEAVY_PACKAGES as the other finders do; pauses their import."""
-
-  def __init__(self):
-    self._finding = threading.local()
+  """Finds HEAVY_PACKAGES with the finders after it; pauses their import."""
 
   def find_spec(self, fullname, path=None, target=None):
-    if (
-      _depth  # Inside a pause already: nothing to add.
-      or fullname.partition('.')[0] not in HEAVY_PACKAGES
-      or getattr(self._finding, 'on', False)
-    ):
+    if _depth or fullname.partition('.')[0] not in HEAVY_PACKAGES:
+      return None  # Inside a pause already, or not heavy.
+    for finder in sys.meta_path:
+      if finder is not self and hasattr(finder, 'find_spec'):
+        spec = finder.find_spec(fullname, path, target)
+        if spec is not None:
+          break
+    else:
       return None
-    self._finding.on = True  # importlib.util.find_spec asks us again.
-    try:
-      spec = importlib.util.find_spec(fullname)
-    finally:
-      self._finding.on = False
-    if spec is None or not hasattr(spec.loader, 'exec_module'):
-      return None
+    if not hasattr(spec.loader, 'exec_module'):
+      return spec  # A loader of the old protocol: imported as it is.
     spec.loader = _PausedLoader(spec.loader)
     return spec
 
@@ -128,9 +123,9 @@ _FINDER = _Finder()
 
 
 def install() -> None:
-  """Pauses the collector during the first import of each heavy package.
+  """Pauses the collector while a module of HEAVY_PACKAGES imports.
 
-  Idempotent. Packages already imported are left as they are.
+  Idempotent. Modules already imported are left as they are.
   """
   if _FINDER not in sys.meta_path:
     sys.meta_path.insert(0, _FINDER)

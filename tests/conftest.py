@@ -44,6 +44,9 @@ from fixed_replay import heavy_imports  # noqa: E402
 heavy_imports.install()
 
 
+_WARM_KERNELS = pytest.StashKey()
+
+
 def pytest_configure(config):
   """The session's process (not an xdist worker) compiles numba's kernels.
 
@@ -78,8 +81,6 @@ def pytest_unconfigure(config):
   log.close()
   shutil.rmtree(scratch, ignore_errors=True)
 
-
-_WARM_KERNELS = pytest.StashKey()
 
 # The slow tier (`-m slow`) beyond the tests marked where they are defined
 # (test_dropin, test_demo, test_sweep, test_ray_convert): tests, or whole

@@ -7,17 +7,13 @@ entry points' processes on the real ones.
 
 import gc
 import importlib
-import os
-import subprocess
 import sys
-import textwrap
 
 import pytest
+from test_imports import fresh_python
 
 from fixed_replay import distributed
 from fixed_replay import heavy_imports
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 _RECORD = (
   'import gc, {probe}\n{probe}.seen.append((__name__, gc.isenabled()))\n'
@@ -105,23 +101,10 @@ def test_other_imports_are_not_paused(heavy_package, tmp_path):
   assert probe.seen == [('light_probe_mod', True)]
 
 
-def _fresh(code):
-  result = subprocess.run(
-    [sys.executable, '-c', textwrap.dedent(code)],
-    env=dict(os.environ, PYTHONPATH=ROOT),
-    capture_output=True,
-    text=True,
-    timeout=300,
-    check=False,
-  )
-  assert result.returncode == 0, result.stderr[-3000:]
-  return result.stdout.split()
-
-
 def test_commands_pause_the_real_imports_and_the_library_does_not():
   # Both in one fresh process: first as a library (import fixed_replay),
   # then as the command-line entry point sets its process up.
-  installed_by_library, frozen, enabled, tf_loader = _fresh(
+  result = fresh_python(
     """
     import gc, sys
     import fixed_replay
@@ -133,6 +116,8 @@ def test_commands_pause_the_real_imports_and_the_library_does_not():
     print(type(tensorflow.__loader__).__name__)
     """
   )
+  assert result.returncode == 0, result.stderr[-3000:]
+  installed_by_library, frozen, enabled, tf_loader = result.stdout.split()
   assert installed_by_library == 'False'
   # TensorFlow's import leaves hundreds of thousands of objects.
   assert int(frozen) > 100_000 and enabled == 'True'

@@ -25,7 +25,8 @@ PUBLIC = {
 }
 
 
-def _fresh(code, **env):
+def fresh_python(code, **env):
+  """`python -c CODE` (dedented) in a fresh process, from the repository."""
   return subprocess.run(
     [sys.executable, '-c', textwrap.dedent(code)],
     cwd=ROOT,
@@ -57,7 +58,7 @@ def test_public_api_at_the_top():
 def test_import_is_light_in_a_fresh_process():
   # And so is the tests' conftest.py, all that the xdist master (which runs
   # no test) imports of this suite.
-  result = _fresh(
+  result = fresh_python(
     """
     import sys
     import fixed_replay
@@ -178,7 +179,7 @@ def test_a_real_module_of_the_same_name_wins(tmp_path):
   (tmp_path / 'batch_rl' / '__init__.py').write_text('')
   (package / '__init__.py').write_text('')
   (package / 'run_experiment.py').write_text('REAL = True\n')
-  result = _fresh(
+  result = fresh_python(
     """
     import fixed_replay
     import batch_rl.fixed_replay.run_experiment as module
