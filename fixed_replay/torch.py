@@ -24,24 +24,230 @@ This module imports torch; the rest of the library never imports it.
 """
 
 from collections.abc import Iterator
+import contextlib
+import itertools
+import math
+import mmap
+import multiprocessing.util
+import os
+import threading
 from typing import Any
+import weakref
 
 import numpy as np
 import torch
 from torch.utils import data
 
 from fixed_replay import batches
+from fixed_replay.replay import transitions
+
+# Where worker batches travel; DataLoader's own path is taken where it is
+# missing (not Linux).
+_SHARED_DIR = '/dev/shm'
+# Slots of a worker's ring: DataLoader keeps prefetch_factor (2) batches of a
+# worker in flight and a training loop holds one or two; a batch that finds
+# every slot still held travels DataLoader's own way instead.
+_SLOTS = 8
+# Element offsets in a slot, so that every dtype's view is aligned.
+_ALIGN = 64
+# The ring's header: one in-use byte a slot, then the worker's exit byte.
+_HEADER = _ALIGN
+_EXITED = _HEADER - 1
+
+_names = itertools.count()
+# This process's worker ring, made with its first batch (one per worker
+# process, so persistent workers reuse it across passes).
+_worker_ring = None
+# The rings of workers this (training) process has mapped: name -> mmap.
+_mapped_rings = {}
 
 
-def _to_tensors(named, channels_first):
-  tensors = {}
-  for name, array in named.items():
-    if channels_first and name in ('state', 'next_state'):
-      # Dopamine stacks frames last (B, H, W, stack); convolutions in
-      # PyTorch want the stack as channels (B, stack, H, W).
-      array = np.ascontiguousarray(np.moveaxis(array, -1, 1))
-    tensors[name] = torch.from_numpy(array)
-  return tensors
+def _aligned(size):
+  return -(-size // _ALIGN) * _ALIGN
+
+
+class _SlotRing:
+  """A worker's minibatch slots, in one shared-memory file.
+
+  DataLoader would give every tensor of a batch its own shared-memory
+  segment and send each over a socket (tens of ms of CPU a batch, more than
+  sampling it). Instead the worker's buffer writes each batch straight into a
+  free slot of this ring (its `allocate_batch`), and only (ring, slot,
+  layout) travels; the training process maps the ring once and hands out
+  tensors that are views of the slot, whose in-use byte it clears when the
+  last of them is collected. Neither process copies a batch, and the slots'
+  pages stay mapped, so no batch pays for fresh memory either.
+  """
+
+  def __init__(self, layout, slot_bytes, channels_first):
+    self.layout = layout
+    self.slot_bytes = slot_bytes
+    # Stacks the buffer writes channels last: sent moved, so written aside.
+    self._moved = {'state', 'next_state'} if channels_first else set()
+    self._indices_at = next(o for n, _, _, o in layout if n == 'indices')
+    self.name = f'fixed_replay_{os.getpid()}_{next(_names)}'
+    self.path = os.path.join(_SHARED_DIR, self.name)
+    descriptor = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+      os.ftruncate(descriptor, _HEADER + _SLOTS * slot_bytes)
+      self._map = mmap.mmap(descriptor, 0)
+    finally:
+      os.close(descriptor)
+    self._bytes = np.frombuffer(self._map, np.uint8)
+    self._in_use = self._bytes[:_HEADER]
+    self._views = [
+      _slot_views(self._bytes[_HEADER + slot * slot_bytes :], layout)
+      for slot in range(_SLOTS)
+    ]
+    self._claim_lock = threading.Lock()  # Sampling threads claim slots.
+    self._next = 0
+    # The training process unlinks the ring when it maps it; one it never
+    # mapped goes with this worker (DataLoader drops batches still queued at
+    # shutdown unread).
+    multiprocessing.util.Finalize(self, self.close, exitpriority=0)
+
+  def _claim(self):
+    with self._claim_lock:
+      free = np.flatnonzero(self._in_use[:_SLOTS] == 0)
+      if not len(free):
+        return None
+      slot = int(free[np.searchsorted(free, self._next) % len(free)])
+      self._in_use[slot] = 1
+      self._next = (slot + 1) % _SLOTS
+      return slot
+
+  def allocate(self, elements):
+    """The buffer's batch arrays: a free slot's, else fresh ones."""
+    fits = [(e.name, np.dtype(e.type).str) for e in elements] == [
+      (name, dtype) for name, dtype, _, _ in self.layout
+    ]
+    slot = self._claim() if fits else None
+    if slot is None:
+      return transitions.empty_batch(elements)
+    views = self._views[slot]
+    batch = {}
+    for element in elements:
+      if element.name in self._moved:
+        batch[element.name] = np.empty(element.shape, element.type)
+      else:
+        batch[element.name] = views[element.name]
+    return batch
+
+  def send(self, named, channels_first):
+    """What carries `named` to the training process.
+
+    Its place in the ring when the buffer wrote it there, else its tensors
+    (DataLoader's own way).
+    """
+    offset = named['indices'].ctypes.data - self._bytes.ctypes.data - _HEADER
+    slot, within = divmod(offset, self.slot_bytes)
+    if not 0 <= slot < _SLOTS or within != self._indices_at:
+      return to_tensors(named, channels_first)
+    views = self._views[slot]
+    for name in self._moved:
+      np.copyto(views[name], _moved(name, named[name], channels_first))
+    start = _HEADER + slot * self.slot_bytes
+    return _SharedBatch(self.name, start, self.slot_bytes, slot, self.layout)
+
+  def close(self):
+    self._in_use[_EXITED] = 1
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(self.path)
+
+
+def _moved(name, array, channels_first):
+  if channels_first and name in ('state', 'next_state'):
+    # Dopamine stacks frames last (B, H, W, stack); convolutions in
+    # PyTorch want the stack as channels (B, stack, H, W).
+    return np.moveaxis(array, -1, 1)
+  return array
+
+
+class _SharedBatch:
+  """A batch in a worker's ring, as it travels: its place, not its bytes."""
+
+  def __init__(self, ring, start, size, slot, layout):
+    self.place = (ring, start, size, slot, layout)
+
+  def __reduce__(self):
+    return _batch_in_ring, self.place
+
+
+def _batch_in_ring(ring, start, size, slot, layout):
+  """The training process's tensors of a batch in a worker's ring."""
+  ring_map = _mapped_rings.get(ring)
+  if ring_map is None:
+    for name, old in list(_mapped_rings.items()):
+      if old[_EXITED]:  # That worker is gone; its batches keep the map.
+        del _mapped_rings[name]
+    path = os.path.join(_SHARED_DIR, ring)
+    descriptor = os.open(path, os.O_RDWR)
+    try:
+      ring_map = _mapped_rings[ring] = mmap.mmap(descriptor, 0)
+    finally:
+      os.close(descriptor)
+    os.unlink(path)  # Mapped by both: nothing is left behind if either dies.
+  slot_bytes = np.frombuffer(ring_map, np.uint8, size, start)
+  # Every tensor below is a view of slot_bytes (numpy keeps it as their
+  # base), so it is collected with the last of them: the slot is free again.
+  weakref.finalize(slot_bytes, _release, ring_map, slot)
+  return {
+    name: torch.from_numpy(view)
+    for name, view in _slot_views(slot_bytes, layout).items()
+  }
+
+
+def _slot_views(slot_bytes, layout):
+  """{name: array} of a slot's elements, views of its bytes."""
+  return {
+    name: slot_bytes[offset : offset + _nbytes(dtype, shape)]
+    .view(dtype)
+    .reshape(shape)
+    for name, dtype, shape, offset in layout
+  }
+
+
+def _release(ring_map, slot):
+  ring_map[slot] = 0
+
+
+def _nbytes(dtype, shape):
+  return np.dtype(dtype).itemsize * math.prod(shape)
+
+
+def _layout(elements, channels_first):
+  """((name, dtype, shape, offset), ...) of a slot, and its size."""
+  layout, offset = [], 0
+  for element in elements:
+    shape = tuple(element.shape)
+    if channels_first and element.name in ('state', 'next_state'):
+      shape = (shape[0], shape[-1]) + shape[1:-1]
+    dtype = np.dtype(element.type)
+    layout.append((element.name, dtype.str, shape, offset))
+    offset += _aligned(_nbytes(dtype, shape))
+  return tuple(layout), max(offset, _ALIGN)
+
+
+def to_tensors(
+  named: dict[str, np.ndarray], channels_first: bool
+) -> dict[str, torch.Tensor]:
+  """A named batch as tensors (stacks moved first if `channels_first`)."""
+  return {
+    name: torch.from_numpy(
+      np.ascontiguousarray(_moved(name, array, channels_first))
+    )
+    for name, array in named.items()
+  }
+
+
+def _ring_for(buffer, channels_first):
+  """This worker's ring, set up as `buffer`'s batch allocator."""
+  global _worker_ring
+  layout, slot_bytes = _layout(buffer.get_transition_elements(), channels_first)
+  if _worker_ring is None or _worker_ring.layout != layout:
+    _worker_ring = _SlotRing(layout, slot_bytes, channels_first)
+  buffer.allocate_batch = _worker_ring.allocate
+  return _worker_ring
 
 
 class ReplayDataset(data.IterableDataset):
@@ -131,13 +337,13 @@ class ReplayDataset(data.IterableDataset):
   def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
     info = data.get_worker_info()
     if info is None:
-      return self._stream(self.buffer, self.num_batches)
+      return self._stream(self.buffer, self.num_batches, to_tensors)
     return self._worker_stream(info)
 
-  def _stream(self, buffer, num_batches):
+  def _stream(self, buffer, num_batches, send):
     count = 0
     for named in batches.sample(buffer, num_batches):
-      yield _to_tensors(named, self.channels_first)
+      yield send(named, self.channels_first)
       count += 1
       if self.reload_every and count % self.reload_every == 0:
         buffer.reload_buffer()
@@ -147,10 +353,17 @@ class ReplayDataset(data.IterableDataset):
     arguments = dict(
       self.buffer_arguments, seed=self.worker_seed(info.id, info.seed)
     )
+    import os as _o
+
+    if _o.environ.get('ST') is not None:
+      arguments.setdefault('sampling_threads', int(_o.environ['ST']))
     buffer = None
     try:
       buffer = batches.open_buffer(self.data_dir, arguments)
-      yield from self._stream(buffer, share)
+      send = to_tensors
+      if os.path.isdir(_SHARED_DIR):
+        send = _ring_for(buffer, self.channels_first).send
+      yield from self._stream(buffer, share, send)
     except Exception as error:
       # DataLoader re-raises this in the training process, where the user
       # needs to know which data failed and why, not only the traceback.

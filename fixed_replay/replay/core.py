@@ -95,10 +95,10 @@ _SIGNATURE = tuple(
 )[1:]
 
 
-def _sample_into(source, draw, rng, elements):
-  """One minibatch drawn from `source` and written."""
+def _sample_into(source, draw, rng, elements, allocate):
+  """One minibatch drawn from `source` and written where `allocate` says."""
   which, rows = draw(source.table, rng, elements[0].shape[0])
-  batch = transitions.empty_batch(elements)
+  batch = allocate(elements)
   source.write(batch, which, rows)
   return batch
 
@@ -113,8 +113,9 @@ def _sample_current(buffer_ref, draw, rng, elements):
   if buffer is None:
     raise RuntimeError('the buffer of this sampling thread is gone')
   source = buffer._current()  # noqa: SLF001  (the buffer's own thread)
+  allocate = buffer.allocate_batch
   del buffer
-  return _sample_into(source, draw, rng, elements)
+  return _sample_into(source, draw, rng, elements, allocate)
 
 
 class ReplayCore:
@@ -138,6 +139,11 @@ class ReplayCore:
     self._batches = None  # BatchPrefetcher of default-size batches.
     self._batch_threads = None  # (seed sequence, threads, depth) to start.
     self.sampling_threads = 0
+    # Where sampled batches are written: callable(elements) -> {name: array}
+    # of each element's shape and dtype (C order), called from the sampling
+    # threads. A DataLoader worker points it at shared memory
+    # (fixed_replay/torch.py), so batches are written where they travel.
+    self.allocate_batch = transitions.empty_batch
 
   # --------------------------------------------------------- for subclasses
 
@@ -289,6 +295,7 @@ class ReplayCore:
           self._draw,
           self._rng,
           self.get_transition_elements(batch_size),
+          self.allocate_batch,
         )
     else:
       source = self._current()

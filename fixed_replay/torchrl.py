@@ -1,0 +1,216 @@
+"""The buffer's exact transitions as a TorchRL replay buffer.
+
+TorchRL users sample offline data from a `TensorDictReplayBuffer` (its
+`AtariDQNExperienceReplay` reads the DQN Replay Dataset from the closed
+bucket) and train with objectives such as `DQNLoss` that read TorchRL's
+transition keys. `FixedReplayDataset` gives them any directory the buffers
+read, Dopamine's checkpoints or a compact store, in those terms.
+
+It is composed as TorchRL composes its own datasets, each part choosing one
+thing:
+
+* `ReplaySampler` decides which transitions: the buffer's own draw
+  (`sample_index_batch`), so sampling is uniform over the valid rows of the
+  loaded checkpoints exactly as the buffer's, and seeded by its `seed`;
+* `ReplayStorage` decides what a transition holds: the buffer's
+  `sample_transition_batch(indices=..., suffixes=...)` for each (checkpoint,
+  file row), i.e. Dopamine's transition for that row, under TorchRL's keys;
+* the writer is TorchRL's `ImmutableDatasetWriter`: the data is read-only.
+
+A sample's keys, for a batch of B (Dopamine's element in brackets):
+`observation` [state], `action` [action, as int64, the dtype TorchRL's
+losses index with], `("next", "observation")` [next_state],
+`("next", "reward")` [reward], `("next", "done")` and
+`("next", "terminated")` [terminal, as bool], all with Dopamine's values;
+reward, done and terminated are (B, 1) as TorchRL's environments give them.
+With `update_horizon` n > 1 the reward is Dopamine's discounted n-step sum
+and the next observation n steps on. `indices` and `suffix` say where each
+transition came from (file row and checkpoint), and TorchRL adds `index`,
+the pair of them.
+"""
+
+from typing import Any
+
+import numpy as np
+from tensordict import TensorDict
+import torch
+from torchrl.data import TensorDictReplayBuffer
+from torchrl.data.replay_buffers.samplers import Sampler
+from torchrl.data.replay_buffers.storages import Storage
+from torchrl.data.replay_buffers.writers import ImmutableDatasetWriter
+
+from fixed_replay import batches
+from fixed_replay import torch as fixed_replay_torch
+
+
+def _read_only(data_dir):
+  return RuntimeError(
+    f'FixedReplayDataset of {data_dir} is read-only: a fixed replay dataset '
+    'is sampled, never written'
+  )
+
+
+def transitions_tensordict(named: dict[str, np.ndarray], channels_first: bool):
+  """A buffer's named batch under TorchRL's transition keys."""
+  tensors = fixed_replay_torch.to_tensors(named, channels_first)
+  size = len(named['indices'])
+  terminal = tensors['terminal'].bool().reshape(size, 1)
+  return TensorDict(
+    {
+      'observation': tensors['state'],
+      'action': tensors['action'].long(),
+      'next': {
+        'observation': tensors['next_state'],
+        'reward': tensors['reward'].reshape(size, 1),
+        'done': terminal,
+        'terminated': terminal.clone(),
+      },
+      'indices': tensors['indices'],
+      'suffix': tensors['suffix'],
+    },
+    batch_size=[size],
+  )
+
+
+class ReplayStorage(Storage):
+  """Read-only storage of a buffer's valid transitions.
+
+  An index is a (B, 2) int64 tensor of (checkpoint suffix, file row) pairs,
+  as `ReplaySampler` draws them.
+  """
+
+  def __init__(self, buffer, channels_first: bool = False):
+    """Wraps `buffer`.
+
+    Args:
+      buffer: a FixedReplayBuffer (see fixed_replay.batches.open_buffer).
+      channels_first: bool, observations as (B, stack, *observation_shape).
+    """
+    super().__init__(max_size=buffer.num_valid_transitions)
+    self.buffer = buffer
+    self.channels_first = channels_first
+
+  def get(self, index) -> TensorDict:
+    """The transitions at (suffix, row) pairs, Dopamine's for each row.
+
+    Raises:
+      ValueError: if a row is not a valid transition of its checkpoint.
+    """
+    pairs = torch.as_tensor(index, dtype=torch.int64).reshape(-1, 2).numpy()
+    batch = self.buffer.sample_transition_batch(
+      len(pairs), indices=pairs[:, 1], suffixes=pairs[:, 0]
+    )
+    named = batches.named(self.buffer, batch)
+    return transitions_tensordict(named, self.channels_first)
+
+  def set(self, cursor, data, *, set_cursor: bool = True):
+    raise _read_only(self.buffer.data_dir)
+
+  def __len__(self) -> int:
+    return self.buffer.num_valid_transitions
+
+  def state_dict(self) -> dict[str, Any]:
+    return {}
+
+  def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    del state_dict
+
+  def _empty(self):
+    raise _read_only(self.buffer.data_dir)
+
+
+class ReplaySampler(Sampler):
+  """Draws (suffix, row) pairs as the buffer draws its minibatches."""
+
+  def sample(self, storage: ReplayStorage, batch_size: int):
+    suffixes, rows = storage.buffer.sample_index_batch(batch_size)
+    pairs = np.stack([suffixes.astype(np.int64), rows.astype(np.int64)], -1)
+    return torch.from_numpy(pairs), {}
+
+  def state_dict(self) -> dict[str, Any]:
+    return {}
+
+  def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    del state_dict
+
+  def _empty(self):
+    return
+
+  # Nothing of its own to save: the draw is the buffer's (see its seed).
+  def dumps(self, path):
+    del path
+
+  def loads(self, path):
+    del path
+
+
+def _as_is(data):
+  return data
+
+
+class _ReadOnlyWriter(ImmutableDatasetWriter):
+  def __init__(self, data_dir):
+    super().__init__()
+    self.WRITING_ERR = str(_read_only(data_dir))
+
+
+class FixedReplayDataset(TensorDictReplayBuffer):
+  """A replay directory as a TorchRL dataset of exact transitions.
+
+  Example:
+
+    dataset = FixedReplayDataset('/data/Pong/1/replay_logs', batch_size=32,
+                                 seed=0, channels_first=True)
+    td = dataset.sample()  # TensorDict of 32 transitions
+    td['observation']      # uint8 (32, 4, 84, 84)
+    for td in dataset:     # endless
+      ...
+
+  Keys and dtypes: see the module docstring.
+  """
+
+  def __init__(
+    self,
+    data_dir: str,
+    batch_size: int = 32,
+    channels_first: bool = False,
+    **buffer_arguments: Any,
+  ):
+    """Builds (and so checks) the buffer.
+
+    Args:
+      data_dir: str, Dopamine checkpoints (local or gs://) or a compact
+        store.
+      batch_size: int, transitions a sample.
+      channels_first: bool, give observations as (B, stack,
+        *observation_shape) instead of Dopamine's (B, *observation_shape,
+        stack).
+      **buffer_arguments: the buffer's arguments (stack_size,
+        observation_shape, update_horizon, gamma, seed, replay_capacity,
+        subsample, ...).
+
+    Raises:
+      CheckpointError, ValueError, TypeError, MemoryError: the buffer's own
+        error for a directory it cannot read or arguments it refuses.
+    """
+    self.data_dir = str(data_dir)
+    buffer = batches.open_buffer(
+      self.data_dir, dict(buffer_arguments, batch_size=batch_size)
+    )
+    super().__init__(
+      storage=ReplayStorage(buffer, channels_first),
+      sampler=ReplaySampler(),
+      writer=_ReadOnlyWriter(self.data_dir),
+      # The storage's batches are whole TensorDicts already.
+      collate_fn=_as_is,
+      batch_size=batch_size,
+    )
+
+  @property
+  def buffer(self):
+    """The FixedReplayBuffer sampled."""
+    return self._storage.buffer
+
+  def close(self):
+    """Stops the buffer's threads."""
+    self.buffer.close()
