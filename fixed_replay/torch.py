@@ -334,6 +334,19 @@ class ReplayDataset(data.IterableDataset):
       return int(torch_seed) % 2**63 if torch_seed is not None else None
     return batches.stream_seed(self.seed, worker_id)
 
+  def worker_arguments(self, worker_id: int, torch_seed: int | None = None):
+    """The buffer arguments of DataLoader worker `worker_id`.
+
+    Its seed (see worker_seed) and, unless given, no sampling thread: the
+    workers are the parallelism, and a thread in each only adds a hand-off
+    per batch.
+    """
+    return {
+      'sampling_threads': 0,
+      **self.buffer_arguments,
+      'seed': self.worker_seed(worker_id, torch_seed),
+    }
+
   def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
     info = data.get_worker_info()
     if info is None:
@@ -350,16 +363,11 @@ class ReplayDataset(data.IterableDataset):
 
   def _worker_stream(self, info):
     share = batches.stream_share(self.num_batches, info.id, info.num_workers)
-    arguments = dict(
-      self.buffer_arguments, seed=self.worker_seed(info.id, info.seed)
-    )
-    import os as _o
-
-    if _o.environ.get('ST') is not None:
-      arguments.setdefault('sampling_threads', int(_o.environ['ST']))
     buffer = None
     try:
-      buffer = batches.open_buffer(self.data_dir, arguments)
+      buffer = batches.open_buffer(
+        self.data_dir, self.worker_arguments(info.id, info.seed)
+      )
       send = to_tensors
       if os.path.isdir(_SHARED_DIR):
         send = _ring_for(buffer, self.channels_first).send

@@ -16,6 +16,7 @@ torch = pytest.importorskip('torch')
 from torch.utils.data import DataLoader  # noqa: E402
 
 from fixed_replay import batches  # noqa: E402
+from fixed_replay import torch as fixed_replay_torch  # noqa: E402
 from fixed_replay.errors import CheckpointError  # noqa: E402
 from fixed_replay.torch import ReplayDataset  # noqa: E402
 
@@ -88,8 +89,7 @@ def _expected_worker_stream(data_dir, dataset, num_workers, per_worker):
   """What each worker's buffer, seeded as the dataset says, samples."""
   streams = []
   for worker in range(num_workers):
-    arguments = dict(dataset.buffer_arguments, seed=dataset.worker_seed(worker))
-    buffer = batches.open_buffer(data_dir, arguments)
+    buffer = batches.open_buffer(data_dir, dataset.worker_arguments(worker))
     streams.append(list(batches.sample(buffer, per_worker)))
     buffer.close()
   # DataLoader hands out the workers' items in turn.
@@ -256,3 +256,58 @@ def test_workers_forked_as_the_dataset_is_built_sample(cartpole_dir):
   subprocess.run(
     [sys.executable, '-c', code], check=True, env=dict(os.environ), timeout=120
   )
+
+
+def _ring_files():
+  return {name for name in os.listdir('/dev/shm') if 'fixed_replay' in name}
+
+
+@pytest.mark.parametrize('channels_first', [False, True])
+def test_worker_batches_travel_in_shared_slots_exactly(store, channels_first):
+  arguments = dict(replay_capacity=1000, batch_size=8, seed=6)
+  # More batches than a worker has slots, all held: the later ones find
+  # every slot taken and travel DataLoader's own way, with the same data.
+  count = 3 * fixed_replay_torch._SLOTS  # noqa: SLF001
+  dataset = ReplayDataset(
+    str(store), num_batches=count, channels_first=channels_first, **arguments
+  )
+  before = _ring_files()
+  held = list(DataLoader(dataset, batch_size=None, num_workers=1))
+  assert len(held) == count
+  # The first batches are views of the worker's ring, mapped here once and
+  # already unlinked (nothing is left in /dev/shm).
+  assert held[0]['state'].numpy().base is not None
+  assert _ring_files() == before
+  expected = _expected_worker_stream(str(store), dataset, 1, count)
+  for item, want in zip(held, expected, strict=True):
+    want = fixed_replay_torch.to_tensors(want, channels_first)
+    _assert_same(_numpy(item), _numpy(want))
+  dataset.close()
+
+
+def test_a_slot_is_free_again_once_its_tensors_are_collected(store):
+  slots = fixed_replay_torch._SLOTS  # noqa: SLF001
+  dataset = ReplayDataset(
+    str(store), replay_capacity=1000, batch_size=8, seed=6
+  )
+  iterator = iter(DataLoader(dataset, batch_size=None, num_workers=1))
+  for _ in range(3 * slots):  # Slots are reused: more batches than slots.
+    batch = next(iterator)
+  time.sleep(1)  # The worker fills the batches it was asked for, then waits.
+  rings = fixed_replay_torch._mapped_rings  # noqa: SLF001
+  ring = rings[list(rings)[-1]]
+
+  def held():
+    return sum(ring[slot] for slot in range(slots))
+
+  # The batch in hand and those DataLoader asked for ahead (2), no more.
+  assert held() == 3
+  views = [batch['state'][1:], batch['action']]
+  del batch
+  gc.collect()
+  assert held() == 3  # Views of its tensors still hold the slot ...
+  del views
+  gc.collect()
+  assert held() == 2  # ... and it is free once they are gone.
+  del iterator
+  dataset.close()

@@ -6,8 +6,8 @@ from replay_oracle import assert_equals_oracle
 
 torchrl = pytest.importorskip('torchrl')
 
-import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
+import torch  # noqa: E402
 from torchrl.data import TensorDictReplayBuffer  # noqa: E402
 
 from fixed_replay import batches  # noqa: E402
@@ -84,7 +84,9 @@ def test_sampling_is_seeded_and_uniform_over_the_valid_rows(cartpole_dir):
     dataset = FixedReplayDataset(
       cartpole_dir, batch_size=256, seed=seed, **CARTPOLE
     )
-    pairs = [td['index'].numpy() for _, td in zip(range(count), dataset)]
+    pairs = [
+      td['index'].numpy() for _, td in zip(range(count), dataset, strict=False)
+    ]
     assert len(dataset) == dataset.buffer.num_valid_transitions
     dataset.close()
     return np.concatenate(pairs)
