@@ -18,8 +18,9 @@ modules imported before the clock starts):
      memory (frames per CPU-second), at the start and again after 2;
   2. `fixed-replay convert` of the pair run as it runs by default, one
      worker process per checkpoint (threads=1 each), into the compact store
-     with the defaults for RL Unplugged input (blosc2 clevel 3) and at the
-     store's default clevel 5, and into Dopamine's files at gzip level 2
+     at the store's default (the same for every source: zstd units, clevel
+     5) and at clevel 3 (this route's default before 2026-12-04), and into
+     Dopamine's files at gzip level 2
      (the default) and 6: frames per CPU-second of the workers, less their
      start-up (imports, measured apart), against (1): target >= 70%;
   3. the small and the large shard converted in one process: the peak RSS
@@ -214,8 +215,9 @@ def convert_run(
 ):
   """Converts a run; returns frames, bytes, CPU of this process and workers."""
   from fixed_replay.store import rlu_convert
+  from fixed_replay.store.convert_options import ConvertOptions
 
-  options = rlu_convert.default_options(output_format=output_format)
+  options = ConvertOptions(output_format=output_format)
   if clevel is not None:
     options = dataclasses.replace(options, clevel=clevel)
   if gzip_level is not None:
@@ -349,7 +351,7 @@ def main(argv):
     measured = {}
     variants = {
       'compact': ('compact', None, None),
-      'compact, clevel 5': ('compact', 5, None),
+      'compact, clevel 3': ('compact', 3, None),
       'dopamine': ('dopamine', None, None),
       'dopamine, gzip 6': ('dopamine', None, 6),
     }
@@ -428,7 +430,7 @@ def main(argv):
     dopamine = sizes['small', 'dopamine']
     forms = [
       ('RL Unplugged shard (PNG in GZIP TFRecord)', small['source_bytes']),
-      ('compact store (blosc2 zstd clevel 3, 16 frames)', small['store_bytes']),
+      ('compact store (the default)', small['store_bytes']),
       ('Dopamine files, ours (zlib-ng level 2)', dopamine['store_bytes']),
       ("Dopamine's own gzip (Python gzip level 9)", gzip_bytes),
     ]

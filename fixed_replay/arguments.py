@@ -13,8 +13,8 @@ import numbers
 # values keep their meaning.
 _INTEGER_RANGES = {
   'batch_size': (1, False),
-  'stack_size': (1, False),
-  'update_horizon': (1, False),
+  'stack_size': (1, True),
+  'update_horizon': (1, True),
   'replay_capacity': (1, False),
   'max_sample_attempts': (1, False),
   'num_buffers_to_load': (1, True),

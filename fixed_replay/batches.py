@@ -39,6 +39,10 @@ def open_buffer(data_dir: str, arguments: dict[str, Any]):
 
   class SeededOrderBuffer(fixed_replay_buffer.FixedReplayBuffer):
     store_sampling_threads = 1
+    # Built outside gin, with every argument given here: gin's bindings are
+    # for its agents, and its note on errors ("In call to configurable
+    # 'FixedReplayBuffer'") would only mislead.
+    __init__ = fixed_replay_buffer.FixedReplayBuffer.__init__.__wrapped__
 
   # The buffer alone decides what data_dir holds (once).
   return SeededOrderBuffer(data_dir, **arguments)

@@ -26,6 +26,7 @@ over its host program's stderr.
 """
 
 import atexit
+import contextlib
 import logging as std_logging
 import os
 import re
@@ -167,14 +168,17 @@ class _Forwarder:
 
   def stop(self, timeout=2.0):
     """Gives descriptor 2 back and forwards what is left in the pipe."""
-    for stream in (sys.stdout, sys.stderr):
-      try:
-        stream.flush()
-      except (OSError, ValueError):
-        pass
+    flush_streams()
     os.dup2(self.real, 2)  # Closes our write end of the pipe.
     # Child processes may hold the write end still; do not wait for them.
     self.thread.join(timeout)
+
+
+def flush_streams() -> None:
+  """Flushes stdout and stderr, whichever are still open."""
+  for stream in (sys.stdout, sys.stderr):
+    with contextlib.suppress(OSError, ValueError):
+      stream.flush()
 
 
 def install():

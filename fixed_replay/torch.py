@@ -10,7 +10,9 @@ Why it is built the way it is:
 
 * Each item is a whole minibatch (use `DataLoader(dataset, batch_size=None)`):
   the buffer draws and gathers a minibatch in one vectorized pass; letting
-  the loader collate single transitions would be ~100x slower.
+  the loader collate single transitions would be ~100x slower. A DataLoader
+  left to collate items raises a TypeError saying so, instead of adding a
+  dimension.
 * The buffer is built once in the training process when the dataset is
   created, so a bad path or argument fails there with the buffer's own
   error, and that buffer serves `num_workers=0`. Each DataLoader worker builds
@@ -37,6 +39,7 @@ import weakref
 import numpy as np
 import torch
 from torch.utils import data
+from torch.utils.data._utils import collate
 
 from fixed_replay import batches
 from fixed_replay.replay import transitions
@@ -60,10 +63,6 @@ _names = itertools.count()
 _worker_ring = None
 # The rings of workers this (training) process has mapped: name -> mmap.
 _mapped_rings = {}
-
-
-def _aligned(size):
-  return -(-size // _ALIGN) * _ALIGN
 
 
 class _SlotRing:
@@ -190,11 +189,11 @@ def _batch_in_ring(ring, start, size, slot, layout):
   slot_bytes = np.frombuffer(ring_map, np.uint8, size, start)
   # Every tensor below is a view of slot_bytes (numpy keeps it as their
   # base), so it is collected with the last of them: the slot is free again.
-  weakref.finalize(slot_bytes, _release, ring_map, slot)
-  return {
-    name: torch.from_numpy(view)
+  weakref.finalize(slot_bytes, ring_map.__setitem__, slot, 0)
+  return Minibatch(
+    (name, torch.from_numpy(view))
     for name, view in _slot_views(slot_bytes, layout).items()
-  }
+  )
 
 
 def _slot_views(slot_bytes, layout):
@@ -205,10 +204,6 @@ def _slot_views(slot_bytes, layout):
     .reshape(shape)
     for name, dtype, shape, offset in layout
   }
-
-
-def _release(ring_map, slot):
-  ring_map[slot] = 0
 
 
 def _nbytes(dtype, shape):
@@ -224,20 +219,36 @@ def _layout(elements, channels_first):
       shape = (shape[0], shape[-1]) + shape[1:-1]
     dtype = np.dtype(element.type)
     layout.append((element.name, dtype.str, shape, offset))
-    offset += _aligned(_nbytes(dtype, shape))
+    offset += -(-_nbytes(dtype, shape) // _ALIGN) * _ALIGN
   return tuple(layout), max(offset, _ALIGN)
 
 
-def to_tensors(
-  named: dict[str, np.ndarray], channels_first: bool
-) -> dict[str, torch.Tensor]:
+class Minibatch(dict):
+  """A dataset item: one whole minibatch, {element name: tensor}.
+
+  A dict in every way but one: DataLoader's default collation refuses it.
+  Left to collate items (its default `batch_size=1`), a DataLoader would
+  silently add a leading dimension of 1 to every tensor.
+  """
+
+
+def _refuse_collation(batch, *, collate_fn_map=None):
+  raise TypeError(
+    'A ReplayDataset item is already a whole minibatch: give the DataLoader '
+    '`batch_size=None`, e.g. DataLoader(dataset, batch_size=None, '
+    "num_workers=2) (set the minibatch size with the dataset's batch_size)"
+  )
+
+
+def to_tensors(named: dict[str, np.ndarray], channels_first: bool) -> Minibatch:
   """A named batch as tensors (stacks moved first if `channels_first`)."""
-  return {
-    name: torch.from_numpy(
-      np.ascontiguousarray(_moved(name, array, channels_first))
+  return Minibatch(
+    (
+      name,
+      torch.from_numpy(np.ascontiguousarray(_moved(name, a, channels_first))),
     )
-    for name, array in named.items()
-  }
+    for name, a in named.items()
+  )
 
 
 def _ring_for(buffer, channels_first):
@@ -319,35 +330,20 @@ class ReplayDataset(data.IterableDataset):
       raise RuntimeError(f'ReplayDataset of {self.data_dir} is closed')
     return self._buffer
 
-  def worker_seed(self, worker_id: int, torch_seed: int | None = None):
-    """The buffer seed of DataLoader worker `worker_id`.
-
-    Args:
-      worker_id: int.
-      torch_seed: int or None, the worker's torch seed
-        (`get_worker_info().seed`), used when the dataset has no seed.
-
-    Returns:
-      int.
-    """
-    if self.seed is None:
-      return int(torch_seed) % 2**63 if torch_seed is not None else None
-    return batches.stream_seed(self.seed, worker_id)
-
   def worker_arguments(self, worker_id: int, torch_seed: int | None = None):
     """The buffer arguments of DataLoader worker `worker_id`.
 
-    Its seed (see worker_seed) and, unless given, no sampling thread: the
-    workers are the parallelism, and a thread in each only adds a hand-off
-    per batch.
+    Its seed is the dataset seed's stream `worker_id`, or, when the dataset
+    has no seed, the worker's torch seed (`get_worker_info().seed`). Unless
+    given, it has no sampling thread: the workers are the parallelism, and a
+    thread in each only adds a hand-off per batch.
     """
-    return {
-      'sampling_threads': 0,
-      **self.buffer_arguments,
-      'seed': self.worker_seed(worker_id, torch_seed),
-    }
+    seed = None if torch_seed is None else int(torch_seed) % 2**63
+    if self.seed is not None:
+      seed = batches.stream_seed(self.seed, worker_id)
+    return {'sampling_threads': 0, **self.buffer_arguments, 'seed': seed}
 
-  def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+  def __iter__(self) -> Iterator[Minibatch]:
     info = data.get_worker_info()
     if info is None:
       return self._stream(self.buffer, self.num_batches, to_tensors)
@@ -394,3 +390,10 @@ class ReplayDataset(data.IterableDataset):
     state = self.__dict__.copy()
     state['_buffer'] = None
     return state
+
+
+# default_collate looks an item's type up in this map first (the hook
+# torch's `collate` documents), so a worker collating the items it sends, or
+# the training process collating num_workers=0 items, gets the error.
+for _item_type in (Minibatch, _SharedBatch):
+  collate.default_collate_fn_map[_item_type] = _refuse_collation

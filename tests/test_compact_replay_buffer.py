@@ -252,9 +252,13 @@ def test_unit_with_a_matching_crc_that_does_not_decode_is_named(
 
 
 def test_store_must_match_what_the_agent_asks(store):
-  with pytest.raises(CheckpointError, match=r'shape \(84, 84\), but obs'):
+  with pytest.raises(
+    CheckpointError, match=r'holds observation_shape=\(84, 84\), but obs'
+  ):
     _buffer(store, observation_shape=(42, 42))
-  with pytest.raises(CheckpointError, match=r'dtype uint8, but observation_'):
+  with pytest.raises(
+    CheckpointError, match=r'holds observation_dtype=uint8, but observation_'
+  ):
     _buffer(store, observation_dtype=np.float32)
 
 

@@ -246,11 +246,17 @@ def _cli(*args):
   )
 
 
-def test_inspect_names_the_format_version(any_store):
-  version = manifest_lib.read_manifest(any_store / 'checkpoint_0')['version']
+def test_inspect_names_the_format_version_and_settings(any_store):
+  manifest = manifest_lib.read_manifest(any_store / 'checkpoint_0')
+  spec = manifest['observation']
   completed = _cli('inspect', any_store)
   assert completed.returncode == 0, completed.stderr[-2000:]
-  assert f'compact store format version {version};' in completed.stdout
+  # The version and the settings the frames were written with.
+  kind = 'units' if manifest['version'] == 2 else 'blocks'
+  assert (
+    f"compact store format version {manifest['version']} ({spec['codec']} "
+    f"frame {kind} of {spec['block_rows']}, clevel {spec['clevel']});"
+  ) in completed.stdout
 
 
 def test_convert_rewrites_an_old_store_without_its_source(

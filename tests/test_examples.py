@@ -1,6 +1,8 @@
 """The single-file examples, run as a user runs them, with tiny budgets.
 
-Whether they learn is benchmarks/offline_dqn_examples.py's question.
+Whether they learn on every seed and layout is
+benchmarks/offline_dqn_examples.py's question; the slow tier runs the
+TorchRL example's full budget once.
 """
 
 import os
@@ -40,7 +42,11 @@ def _run(example, *flags):
 # ReplayBatches' tests; here it is the script end to end.
 @pytest.mark.parametrize(
   'example, layout',
-  [('torch_offline_dqn.py', 'dopamine'), ('jax_offline_dqn.py', 'store')],
+  [
+    ('torch_offline_dqn.py', 'dopamine'),
+    ('jax_offline_dqn.py', 'store'),
+    ('torchrl_offline_dqn.py', 'dopamine'),
+  ],
 )
 def test_cartpole(example, layout, cartpole_dir, cartpole_store):
   replay_dir = cartpole_dir if layout == 'dopamine' else cartpole_store
@@ -57,7 +63,8 @@ def test_cartpole(example, layout, cartpole_dir, cartpole_store):
 
 
 @pytest.mark.parametrize(
-  'example', ['torch_offline_dqn.py', 'jax_offline_dqn.py']
+  'example',
+  ['torch_offline_dqn.py', 'jax_offline_dqn.py', 'torchrl_offline_dqn.py'],
 )
 def test_atari_store_unchanged(example, store):
   value, log = _run(
@@ -70,3 +77,24 @@ def test_atari_store_unchanged(example, store):
   )
   assert 'update 2/2' in log
   assert -30 <= value <= 30
+
+
+@pytest.mark.slow
+def test_torchrl_example_learns_cartpole_from_a_store(tmp_path):
+  """The issue's mark: >= 150 on random play within 4,000 updates."""
+  import dopamine_data
+
+  from fixed_replay.store import convert
+
+  (tmp_path / 'dopamine').mkdir()
+  dopamine_data.write_cartpole_run(tmp_path / 'dopamine', 5000)
+  convert.convert(tmp_path / 'dopamine', tmp_path / 'store', workers=0)
+  value, log = _run(
+    'torchrl_offline_dqn.py',
+    f'--replay_dir={tmp_path / "store"}',
+    '--environment=cartpole',
+    '--num_updates=4000',
+    '--seed=0',
+  )
+  assert 'update 4000/4000' in log
+  assert value >= 150, log[-2000:]

@@ -20,6 +20,7 @@ import tensorflow as tf
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import compact_store
 from fixed_replay.store import rlu_convert
+from fixed_replay.store.convert_options import ConvertOptions
 
 _STEPS = 24  # Frames per episode here: the damage matters, not the length.
 
@@ -216,7 +217,7 @@ def test_damage_leaves_no_dopamine_files(episodes, tmp_path):
   shard = _write_run(directory, episodes, episodes[2:4])
   _file_damage('truncated', shard)
   store = tmp_path / 'store'
-  options = rlu_convert.default_options(output_format='dopamine')
+  options = ConvertOptions(output_format='dopamine')
   with pytest.raises(CheckpointError, match='run_1-00001-of-00003'):
     rlu_convert.convert_rlu(directory, store, options=options, workers=0)
   names = sorted(os.listdir(store))

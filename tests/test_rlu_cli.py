@@ -12,6 +12,7 @@ from dopamine_data import file_digests
 from fixed_replay.store import dopamine_output
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import rlu_convert
+from fixed_replay.store.convert_options import ConvertOptions
 
 
 def _cli(*args, **kwargs):
@@ -49,7 +50,7 @@ def test_run_all_converts_each_run_as_alone(rlu_dir, tmp_path):
 def test_killed_dopamine_conversion_resumes_identical(rlu_dir, tmp_path):
   """Killed after its first checkpoint; the rerun ends byte-identical."""
   directory, _ = rlu_dir
-  options = rlu_convert.default_options(output_format='dopamine')
+  options = ConvertOptions(output_format='dopamine')
   reference = tmp_path / 'reference'
   rlu_convert.convert_rlu(
     directory, reference, run=2, options=options, workers=0

@@ -18,9 +18,11 @@ from fixed_replay.dataset import checkpoints
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.store import compact_store
+from fixed_replay.store import convert
 from fixed_replay.store import dopamine_output
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import rlu_convert
+from fixed_replay.store.convert_options import ConvertOptions
 
 CHECKPOINTS = (0, 1, 2)
 
@@ -37,7 +39,7 @@ def stores(rlu_dir, tmp_path_factory):
         directory,
         store,
         run=run,
-        options=rlu_convert.default_options(output_format=output_format),
+        options=ConvertOptions(output_format=output_format),
         # Once in worker processes (sources travel pickled), else here.
         workers=2 if (run, output_format) == (1, 'compact') else 0,
       )
@@ -156,6 +158,38 @@ def test_both_outputs_hold_the_same_rows(stores):
       )
     finally:
       stored.close()
+
+
+def test_every_route_writes_the_same_store(stores, tmp_path):
+  """Shards straight to a store, or through Dopamine's files: one default.
+
+  The same frames get the same settings and (within 1%) the same size.
+  """
+  straight, _ = stores[1, 'compact']
+  files, _ = stores[1, 'dopamine']
+  through_files = tmp_path / 'through_files'
+  convert.convert(str(files), str(through_files), workers=0)
+  for checkpoint in CHECKPOINTS:
+    name = manifest_lib.checkpoint_dirname(checkpoint)
+    manifests = [
+      manifest_lib.read_manifest(store / name)
+      for store in (straight, through_files)
+    ]
+    settings = [
+      (m['version'], {k: m['observation'][k] for k in _SETTINGS})
+      for m in manifests
+    ]
+    assert settings[0] == settings[1], checkpoint
+    assert manifests[0]['version'] == manifest_lib.VERSION
+    sizes = [_store_bytes(store / name) for store in (straight, through_files)]
+    assert abs(sizes[0] - sizes[1]) <= 0.01 * sizes[1], (checkpoint, sizes)
+
+
+_SETTINGS = ('codec', 'clevel', 'block_rows', 'layout')
+
+
+def _store_bytes(directory):
+  return sum(path.stat().st_size for path in directory.iterdir())
 
 
 def test_published_layout_reads_each_shard_once(stores):

@@ -21,6 +21,7 @@ import rlu_data
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.store import rlu_convert
+from fixed_replay.store.convert_options import ConvertOptions
 
 CHECKPOINTS = (0, 1)
 EXTRAS = [rlu_data.UNCLIPPED_REWARD, rlu_data.EPISODE_IDX]
@@ -50,7 +51,7 @@ def converted(tmp_path_factory):
     result = rlu_convert.convert_rlu(
       directory,
       outputs[output_format],
-      options=rlu_convert.default_options(output_format=output_format),
+      options=ConvertOptions(output_format=output_format),
       workers=0,
     )
     assert result.converted == list(CHECKPOINTS)

@@ -151,8 +151,7 @@ def _usage():
 
 def main(argv=None):
   """Runs `fixed-replay COMMAND ...`."""
-  argv = list(sys.argv if argv is None else argv)
-  argv, verbose = _take_verbose_flag(argv)
+  argv, verbose = _take_verbose_flag(list(sys.argv if argv is None else argv))
   if len(argv) < 2 or argv[1] in ('-h', '--help', 'help'):
     print(_usage())
     return 0 if len(argv) >= 2 else 2
@@ -200,18 +199,15 @@ def run_command(command, command_main, argv):
     # An installation step, not a bug: one line, no traceback.
     print(f'fixed-replay {command}: {error}', file=sys.stderr)
     code = 1
-  except (CheckpointError, UsageError) as error:
+  except Exception as error:
     if remote.hanging():
       traceback.print_exc()
       remote.exit_now(1)
+    if not isinstance(error, CheckpointError | UsageError):
+      raise
     print(f'fixed-replay {command}: {user_message(error)}', file=sys.stderr)
     remote.exit_now(1)
     return 1
-  except Exception:
-    if remote.hanging():
-      traceback.print_exc()
-      remote.exit_now(1)
-    raise
   remote.exit_now(code or 0)
   return code
 

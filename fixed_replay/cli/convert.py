@@ -49,7 +49,6 @@ Then train on DST, either format, with `fixed-replay train --replay_dir=DST
   fixed-replay convert /data/rlu/Pong /data/compact/Pong --run=all
 """
 
-import dataclasses
 import os
 import re
 import sys
@@ -83,17 +82,17 @@ _CODEC = flags.DEFINE_enum(
 )
 _CLEVEL = flags.DEFINE_integer(
   'clevel',
-  None,
-  f'blosc2 compression level (default {_DEFAULTS.clevel} for Dopamine '
-  f'checkpoints, {rlu_convert.CLEVEL} for RL Unplugged input, where PNG '
-  'decoding already dominates the time).',
+  _DEFAULTS.clevel,
+  'compression level: zstd level 3 x clevel (at most 19) for zstd units, '
+  "blosc2's level for blocks; the same default whatever the source.",
   lower_bound=0,
   upper_bound=9,
 )
 _STACK_SIZE = flags.DEFINE_integer(
   'stack_size',
   _DEFAULTS.stack_size,
-  'Frames per state, for the precomputed table of valid rows.',
+  'Frames per state, for the precomputed table of valid rows (default: 4 '
+  'for Atari frames, else 1).',
   lower_bound=1,
 )
 _UPDATE_HORIZON = flags.DEFINE_integer(
@@ -222,12 +221,6 @@ def _ray():
   return None
 
 
-def _clevel(kind):
-  if _CLEVEL.value is not None:
-    return _CLEVEL.value
-  return _DEFAULTS.clevel if kind == 'dopamine' else rlu_convert.CLEVEL
-
-
 def _check_dopamine_flags(options):
   if options.output_format == 'dopamine':
     raise app.UsageError(
@@ -281,9 +274,6 @@ def _convert_runs(runs, options):
         'Unplugged runs of one shard directory convert with --run=all'
       )
   _check_dopamine_flags(options)
-  options = dataclasses.replace(
-    options, clevel=_clevel('dopamine'), game=_game()
-  )
   results = convert.convert_runs(runs, options, _WORKERS.value, _ray())
   return 'dopamine', results
 
@@ -313,7 +303,6 @@ def _convert_all_runs(source, destination, options):
   """--run=all: [(store, result)] of every run of the shards in SRC."""
   if _source(source)[0] != 'rlu':
     raise app.UsageError('--run=all is for RL Unplugged shards (--source=rlu)')
-  options = dataclasses.replace(options, clevel=_clevel('rlu'), game=_game())
   results = rlu_convert.convert_all_runs(
     source, destination, options, workers=_WORKERS.value, ray=_ray()
   )
@@ -325,7 +314,6 @@ def _convert_all_runs(source, destination, options):
 
 def _convert(source, destination, options):
   kind, directory = _source(source)
-  options = dataclasses.replace(options, clevel=_clevel(kind), game=_game())
   if kind == 'dopamine':
     _check_dopamine_flags(options)
     return kind, convert.convert(
@@ -369,10 +357,12 @@ def main(argv):
   options = convert_options.ConvertOptions(
     block_rows=_BLOCK_ROWS.value,
     codec=_CODEC.value,
+    clevel=_CLEVEL.value,
     stack_size=_STACK_SIZE.value,
     update_horizon=_UPDATE_HORIZON.value,
     output_format=_FORMAT.value,
     gzip_level=_GZIP_LEVEL.value,
+    game=_game(),
   )
   sources, destination = argv[1:-1], argv[-1]
   try:

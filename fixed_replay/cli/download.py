@@ -24,7 +24,7 @@ from absl import flags
 from fixed_replay.dataset import download
 from fixed_replay.errors import CheckpointError
 from fixed_replay.progress import format_bytes
-from fixed_replay.store import rlu_convert
+from fixed_replay.store.convert_options import ConvertOptions
 
 _GAME = flags.DEFINE_string(
   'game', None, 'Atari game, e.g. Pong (as RL Unplugged names it).'
@@ -83,7 +83,7 @@ def main(argv):
         store,
         checkpoints,
         _SOURCE_ROOT.value,
-        rlu_convert.default_options(output_format=_FORMAT.value),
+        ConvertOptions(output_format=_FORMAT.value),
       )
     else:
       result, _, store = download.download_run(

@@ -57,14 +57,16 @@ _RUN = flags.DEFINE_integer(
 )
 _STACK_SIZE = flags.DEFINE_integer(
   'stack_size',
-  4,
-  'Frames per state, for the count of valid transitions.',
+  None,
+  "Frames per state, for the count of valid transitions (default: a store's, "
+  'else 4 for Atari frames and 1 for other observations).',
   lower_bound=1,
 )
 _UPDATE_HORIZON = flags.DEFINE_integer(
   'update_horizon',
-  1,
-  'n of the n-step return, for the count of valid transitions.',
+  None,
+  'n of the n-step return, for the count of valid transitions (default: a '
+  "store's, else 1).",
   lower_bound=1,
 )
 _JSON = flags.DEFINE_boolean(
@@ -74,8 +76,8 @@ _JSON = flags.DEFINE_boolean(
 _REMOTE_TIMEOUT = cli.define_remote_timeout_flag(__name__)
 
 _USAGE = (
-  'usage: fixed-replay inspect DIR [--verify] [--run=N] [--stack_size=4] '
-  '[--update_horizon=1] [--json]'
+  'usage: fixed-replay inspect DIR [--verify] [--run=N] [--stack_size=N] '
+  '[--update_horizon=N] [--json]'
 )
 
 

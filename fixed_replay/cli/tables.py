@@ -138,11 +138,15 @@ def format_table(summary):
     )
   )
   mode = 'verified' if summary.verified else 'headers only, not verified'
-  versions = sorted(
-    {s.format_version for s in summary.checkpoints if s.format_version}
+  formats = sorted(
+    {
+      f'{s.format_version} ({s.compression})'
+      for s in summary.checkpoints
+      if s.format_version
+    }
   )
-  if versions:
-    mode += ', compact store format version ' + ', '.join(map(str, versions))
+  if formats:
+    mode += ', compact store format version ' + ', '.join(formats)
   columns, rows, note = _with_game_scores(
     _DIRECTORY_COLUMNS,
     rows,

@@ -56,15 +56,13 @@ def store_header_errors(
     list of CheckpointError: arrays that are 0-d, empty, too long or of
     another length than the reference.
   """
-  errors = []
-  for name, header in sorted(headers.items()):
-    if not header.shape:
-      errors.append(
-        CheckpointError(
-          files.store_paths[name],
-          'a 0-d array, expected one row per transition',
-        )
-      )
+  errors = [
+    CheckpointError(
+      files.store_paths[name], 'a 0-d array, expected one row per transition'
+    )
+    for name, header in sorted(headers.items())
+    if not header.shape
+  ]
   if reference not in headers or not headers[reference].shape:
     return errors
   rows = headers[reference].num_rows

@@ -119,9 +119,7 @@ class GzipNpyWriter:
       self._file.flush()
       os.fsync(self._file.fileno())
     finally:
-      self._file.close()
-      self._file = None
-      self._pool.shutdown()
+      self.abort()
 
   def abort(self) -> None:
     if self._file is not None:

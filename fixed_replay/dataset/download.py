@@ -99,8 +99,7 @@ def list_run(root: str, game: str, run: int) -> dict[int, 'RemoteShard']:
   Raises:
     CheckpointError: naming the directory if it holds no shard of the run.
   """
-  directory = storage.join(root, game)
-  shards = rlu_shards.select_run(directory, run)
+  shards = rlu_shards.select_run(storage.join(root, game), run)
   return [
     RemoteShard(s.name, s.number, s.path, storage.size(s.path)) for s in shards
   ]
@@ -142,10 +141,7 @@ def verify_shard(path: str, expected_bytes: int | None = None) -> None:
     raise CheckpointError(
       path, f'{size} bytes, the source has {expected_bytes}: incomplete copy'
     )
-  records = 0
-  for _ in rlu_shards.read_records(path):
-    records += 1
-  return records
+  return sum(1 for _ in rlu_shards.read_records(path))
 
 
 def fetch(shard: 'RemoteShard', directory: str) -> tuple[str, int]:
@@ -266,13 +262,13 @@ def download_and_convert(
     store_dir: str, the converted output.
     checkpoints: optional iterable of shard numbers.
     root: str, the bucket directory or a local stand-in.
-    options: convert_options.ConvertOptions (rlu_convert.default_options()).
+    options: ConvertOptions (ConvertOptions() when None).
 
   Returns:
     DownloadResult with `conversion` set.
   """
   began = time.perf_counter()
-  options = options or rlu_convert.default_options()
+  options = options or ConvertOptions()
   shards, directory = _prepare(root, game, run, checkpoints, destination)
   by_name = {shard.name: shard for shard in shards}
   os.makedirs(store_dir, exist_ok=True)

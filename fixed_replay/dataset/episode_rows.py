@@ -86,8 +86,7 @@ class EpisodeRows:
         self._filled = 0
 
   def _decode(self, episode, start, out) -> None:
-    parts = len(out) // _MIN_FRAMES_PER_THREAD
-    parts = min(self._threads, parts)
+    parts = min(self._threads, len(out) // _MIN_FRAMES_PER_THREAD)
     if parts <= 1:
       rlu_episodes.decode_frames(episode, start, out)
       return

@@ -100,6 +100,8 @@ class CheckpointSummary:
     verified: bool, whether every file was decompressed and checked.
     problems: list of Problem.
     format_version: int, a compact store's format version, else None.
+    compression: str, how a compact store's frames were written (layout,
+      codec, clevel, frames a unit or block), else None.
     game_episodes: EpisodeStats of the same episodes' game-score returns
       (sums of the `unclipped_reward` element), or None when the data does
       not record the game's reward.
@@ -122,6 +124,7 @@ class CheckpointSummary:
   problems: list = dataclasses.field(default_factory=list)
   # A compact store's format version (manifest.py); None for other data.
   format_version: int = None
+  compression: str = None
   game_episodes: EpisodeStats = None
 
   @property
@@ -160,10 +163,7 @@ class DirectorySummary:
   @property
   def all_problems(self) -> list[str]:
     """Directory problems, then each checkpoint's, in suffix order."""
-    result = list(self.problems)
-    for summary in self.checkpoints:
-      result += summary.problems
-    return result
+    return self.problems + [p for s in self.checkpoints for p in s.problems]
 
   @property
   def ok(self) -> bool:

@@ -15,6 +15,7 @@ and length, reads multi-member files as one stream and skips zero padding, as
 does the same more slowly.
 """
 
+import contextlib
 import gzip
 import os
 import zlib
@@ -40,18 +41,14 @@ MAX_INFLATE_RATIO = 1032
 
 def _load_backends():
   backends = []
-  try:
+  with contextlib.suppress(ImportError):
     from zlib_ng import zlib_ng
 
     backends.append(('zlib-ng', zlib_ng))
-  except ImportError:
-    pass
-  try:
+  with contextlib.suppress(ImportError):
     from isal import isal_zlib
 
     backends.append(('isal', isal_zlib))
-  except ImportError:
-    pass
   backends.append(('zlib', zlib))
   return dict(backends)
 

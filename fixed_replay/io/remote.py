@@ -186,13 +186,12 @@ class _Call:
     self.where = None  # and the storage it waits for (_storage).
     self.result = None
     self.error = None
-    thread = threading.Thread(
+    threading.Thread(
       target=self._run,
       args=(function, args),
       name='fixed_replay_remote',
       daemon=True,  # A call stuck in the network must not block exit.
-    )
-    thread.start()
+    ).start()
 
   def _run(self, function, args) -> None:
     try:
@@ -295,11 +294,7 @@ def _flush() -> None:
   """Before os._exit: writes out what the streams (and quiet's filter) hold."""
   from fixed_replay import quiet
 
-  for stream in (sys.stdout, sys.stderr):
-    try:
-      stream.flush()
-    except (OSError, ValueError):
-      pass
+  quiet.flush_streams()
   quiet.stop()
 
 

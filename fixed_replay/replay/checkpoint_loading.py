@@ -122,8 +122,15 @@ def check_fits(needed: int, budget: int, what: str) -> None:
     )
 
 
-def total(values) -> int:
-  return int(np.sum(values, dtype=np.int64))
+def warn_no_valid(suffix: int, start: int, count: int, valid: int) -> None:
+  """Warns if `valid`, the count of valid rows in [start, +count), is 0."""
+  if not valid:
+    logging.warning(
+      'Checkpoint %d has no valid transition in rows [%d, %d)',
+      suffix,
+      start,
+      start + count,
+    )
 
 
 def check_extra_elements(
@@ -290,7 +297,7 @@ class WindowLoader:
           count,
           _SMALL + self._extra_names,
         )
-    return total([self._bytes[s] for s in suffixes])
+    return sum(self._bytes[s] for s in suffixes)
 
   def load_shard(self, suffix: int) -> transitions.ReplayShard:
     """Reads one checkpoint window and wraps it as a ReplayShard."""
@@ -328,13 +335,7 @@ class WindowLoader:
       if self._verify
       else 'verify_checksums=False: files not checked past the window',
     )
-    if not shard.num_valid:
-      logging.warning(
-        'Checkpoint %d has no valid transition in rows [%d, %d)',
-        suffix,
-        start,
-        start + count,
-      )
+    warn_no_valid(suffix, start, count, shard.num_valid)
     return shard
 
   def load_shards(

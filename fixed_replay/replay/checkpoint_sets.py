@@ -14,6 +14,7 @@ Which checkpoints may be used at all (`replay_suffix`, the
 """
 
 import concurrent.futures
+import contextlib
 import threading
 import time
 
@@ -295,10 +296,8 @@ class SetRotation(core.ReplayCore):
   def _cancel_pending(self):
     if self._pending is not None:
       self._pending.cancel()
-      try:
+      with contextlib.suppress(concurrent.futures.CancelledError):
         self._pending.result()
-      except concurrent.futures.CancelledError:
-        pass
       self._pending = None
 
   def close(self) -> None:

@@ -53,7 +53,8 @@ def check_selection(
 
   Reads only the manifests, so a store sampled a few checkpoints at a time
   is checked whole before anything is sampled: the frames' shape and dtype
-  (alike in every checkpoint and as configured), the stack_size a store
+  (alike in every checkpoint; observation_spec checked the first against
+  the configuration), the stack_size a store
   made from episodes was padded for, and the extra storage elements.
 
   Args:
@@ -78,18 +79,6 @@ def check_selection(
         directory,
         f'frames of shape {ours[0]} and dtype {ours[1]}, but checkpoint '
         f'{first[0]} has shape {first[1][0]} and dtype {first[1][1]}',
-      )
-    if ours[0] != tuple(s.observation_shape):
-      raise CheckpointError(
-        directory,
-        f'frames of shape {ours[0]}, but observation_shape='
-        f'{tuple(s.observation_shape)}',
-      )
-    if ours[1] != np.dtype(s.observation_dtype):
-      raise CheckpointError(
-        directory,
-        f'frames of dtype {ours[1]}, but observation_dtype='
-        f'{np.dtype(s.observation_dtype)}',
       )
     stored_stack = manifest['valid_rows']['stack_size']
     # Rows made from episodes (RL Unplugged) hold stack_size - 1 padding
@@ -331,11 +320,7 @@ def _valid_rows(stored, window, s):
       s.subsample_fraction,
       subsample_lib.episode_rng(s.seed, stored.suffix),
     )
-  if not len(rows):
-    logging.warning(
-      'Checkpoint %d has no valid transition in rows [%d, %d)',
-      stored.suffix,
-      window.start,
-      window.start + window.num_rows,
-    )
+  checkpoint_loading.warn_no_valid(
+    stored.suffix, window.start, window.num_rows, len(rows)
+  )
   return rows

@@ -25,7 +25,6 @@ sampled, and no row of a damaged file ever reaches the samplers.
 "x% of the data" (see fixed_replay/dataset/subsample.py).
 """
 
-import dataclasses
 import os
 import sys
 import types
@@ -34,8 +33,10 @@ from absl import logging
 import gin
 import numpy as np
 
+from fixed_replay import arguments as arguments_lib
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import layout
+from fixed_replay.dataset import observation_spec
 from fixed_replay.replay import batch_kernels
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import checkpoint_sets
@@ -78,15 +79,15 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
     self,
     data_dir,
     replay_suffix=None,
-    observation_shape=(84, 84),
-    stack_size=4,
+    observation_shape=None,
+    stack_size=None,
     replay_capacity=1_000_000,
     batch_size=32,
-    update_horizon=1,
+    update_horizon=None,
     gamma=0.99,
     max_sample_attempts=1000,
     extra_storage_types=None,
-    observation_dtype=np.uint8,
+    observation_dtype=None,
     terminal_dtype=np.uint8,
     action_shape=(),
     action_dtype=np.int32,
@@ -116,13 +117,16 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
         replay_logs/, local or gs://) or a compact store.
       replay_suffix: int or None; if set, only this checkpoint is used (0 is
         a checkpoint like any other).
-      observation_shape: tuple, shape of one observation.
-      stack_size: int, frames per state.
+      observation_shape: tuple, shape of one observation, or None (the
+        default) for the data's (see dataset/observation_spec.py).
+      stack_size: int, frames per state, or None: a store's, else 4 for
+        Atari frames (84x84 uint8) and 1 for other observations.
       replay_capacity: int, rows kept per checkpoint, counted from
         replay_transitions_start_index; larger than a checkpoint means the
         whole checkpoint.
       batch_size: int, default minibatch size.
-      update_horizon: int, n of the n-step return.
+      update_horizon: int, n of the n-step return, or None: the one a
+        store was converted for, else 1.
       gamma: float, discount.
       max_sample_attempts: int, kept for Dopamine compatibility; sampling
         draws only valid rows, so it never retries.
@@ -132,7 +136,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
         row, as Dopamine does: e.g. `ReplayElement('unclipped_reward', (),
         np.float32)`, the game's reward, which conversions of RL Unplugged
         data keep. Every selected checkpoint must hold them.
-      observation_dtype: dtype of observations.
+      observation_dtype: dtype of observations, or None for the data's.
       terminal_dtype: dtype of the returned terminal flags.
       action_shape: tuple, shape of one action.
       action_dtype: dtype of actions.
@@ -183,18 +187,34 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       CheckpointError: if the directory holds no usable checkpoint, or a
         file of the first set is damaged, a selected checkpoint lacks an
         element of extra_storage_types (naming it and the checkpoint's
-        file), or a store's checkpoints disagree with each other or with
-        the observation shape, dtype or stack_size asked for.
+        file), a store's checkpoints disagree with each other, or the
+        observation shape or dtype asked for disagrees with the data.
       ValueError: on inconsistent arguments.
       MemoryError: if the configuration cannot fit, before allocating.
     """
     # The first batch needs the stacking kernels: load them while the
     # windows inflate.
     batch_kernels.warm_up_in_background()
-    a = core.BufferArguments.build(locals())
-    kind, data_dir = locate_dataset(a.data_dir)
+    arguments = dict(locals())
+    arguments_lib.check_arguments(arguments)
+    kind, data_dir = locate_dataset(data_dir)
     logging.info('FixedReplayBuffer over %s: %s', kind, data_dir)
-    a = dataclasses.replace(a, data_dir=data_dir)
+    if kind == STORE:
+      found = manifest_lib.find_stored_checkpoints(data_dir)
+    else:
+      found = checkpoints.find_checkpoints(data_dir, wanted=replay_suffix)
+    selected = checkpoint_sets.select_checkpoints(
+      found,
+      None if replay_suffix is None else int(replay_suffix),
+      replay_file_start_index,
+      replay_file_end_index,
+      data_dir,
+    )
+    arguments.update(
+      observation_spec.resolve(selected[min(selected)], arguments),
+      data_dir=data_dir,
+    )
+    a = core.BufferArguments.build(arguments)
     seed_sequence = np.random.SeedSequence(a.seed)
     # Over a store, the generator CompactReplayBuffer always drew from, so
     # seeded streams over a store stay what they were.
@@ -227,17 +247,6 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
         np.dtype(e.type).itemsize * int(np.prod(e.shape))
         for e in self.get_transition_elements()
       ),
-    )
-    if kind == STORE:
-      found = manifest_lib.find_stored_checkpoints(data_dir)
-    else:
-      found = checkpoints.find_checkpoints(data_dir, wanted=a.replay_suffix)
-    selected = checkpoint_sets.select_checkpoints(
-      found,
-      a.replay_suffix,
-      replay_file_start_index,
-      replay_file_end_index,
-      data_dir,
     )
     sets = checkpoint_sets.RandomSets(selected, self._rng, data_dir)
     if kind == STORE:

@@ -145,9 +145,8 @@ class BlockFrames:
     # batch, cache bypassed; when stacks pack (uint8, stack of 4), in one
     # compiled call with the batch_kernels.
     self._unit_rows = block_rows.pop() if units and len(block_rows) == 1 else 0
-    first = stored[0].frames
     self._compiled = self._unit_rows > 0 and batch_kernels.packable(
-      first.dtype, writer.stack_size
+      stored[0].frames.dtype, writer.stack_size
     )
     self._per_frame = self._unit_rows == 1
     self._units_per_transition = units_per_transition(

@@ -332,12 +332,8 @@ class ValidRowTable:
     joined = np.concatenate(list(valid_rows)).astype(
       dtype or np.int64, copy=False
     )
-    counts = [len(r) for r in valid_rows]
-    ends = np.cumsum(counts)
-    views = [
-      joined[end - count : end] for end, count in zip(ends, counts, strict=True)
-    ]
-    return cls(suffixes, views, concatenated=joined)
+    ends = np.cumsum([len(r) for r in valid_rows])
+    return cls(suffixes, np.split(joined, ends[:-1]), concatenated=joined)
 
   def __len__(self):
     return len(self.suffixes)

@@ -36,6 +36,7 @@ from absl import logging
 from fixed_replay.dataset import audit
 from fixed_replay.dataset import checkpoints
 from fixed_replay.dataset import layout
+from fixed_replay.dataset import observation_spec
 from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import CheckpointProblems
 from fixed_replay.io import files as storage
@@ -230,6 +231,9 @@ def convert_runs(
     runs = [(_absolute(str(s)), _absolute(str(d))) for s, d in runs]
   # Every run's files are checked before any store is created or locked.
   rounds = [[_run_sources(str(source_dir))] for source_dir, _ in runs]
+  if options.stack_size is None:  # The first run's data decides.
+    stack_size = observation_spec.resolve_directory(runs[0][0], {})
+    options = dataclasses.replace(options, stack_size=stack_size['stack_size'])
   return convert_source_runs(
     [(s, d, r) for (s, d), r in zip(runs, rounds, strict=True)],
     options,

@@ -18,7 +18,9 @@ class ConvertOptions:
       layout (format version 2), others blosc2 `blocks` (version 1).
     clevel: int, compression level (0-9); for units zstd level
       frame_units.zstd_level(clevel), for blocks blosc2's.
-    stack_size: int, frames per state, for the table of valid rows.
+    stack_size: int, frames per state, for the table of valid rows; None
+      (the default): the data's (observation_spec: 4 for Atari frames, else
+      1).
     update_horizon: int, n of the n-step return, for that table.
     slice_bytes: int, uncompressed frame bytes read per step (the worker's
       memory beyond the small arrays).
@@ -40,7 +42,7 @@ class ConvertOptions:
   block_rows: int = 1
   codec: str = 'zstd'
   clevel: int = 5
-  stack_size: int = 4
+  stack_size: int | None = None
   update_horizon: int = 1
   slice_bytes: int = 64 << 20
   output_format: str = 'compact'

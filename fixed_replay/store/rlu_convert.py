@@ -26,6 +26,7 @@ from typing import Any
 from absl import logging
 
 from fixed_replay.dataset import layout
+from fixed_replay.dataset import observation_spec
 from fixed_replay.dataset import rlu_episodes
 from fixed_replay.dataset import rlu_shards
 from fixed_replay.dataset import rlu_tfds
@@ -39,26 +40,18 @@ from fixed_replay.store.convert_options import ConversionResult
 from fixed_replay.store.convert_options import ConvertOptions
 
 KINDS = ('rlu', 'tfds')
-# Decoding a PNG already costs ~60 us a frame. blosc2's zstd at level 3
-# compresses ~1.7x faster than the store's default 5 for 1-5% more bytes,
-# still fewer than Dopamine's gzip (measured on random play of Breakout,
-# Asterix, Seaquest and Enduro); benchmarks/rlu_convert_benchmark.py shows
-# what it does to the conversion's speed.
-CLEVEL = 3
 _KIND_OF = {layout.Kind.RLU: 'rlu', layout.Kind.TFDS: 'tfds'}
 _BYTES_PER_FRAME_GUESS = 1000  # RL Unplugged's PNGs: ~1 KB a frame.
 
 
-def default_options(**overrides: Any) -> ConvertOptions:
-  """ConvertOptions for RL Unplugged input: the store's, but CLEVEL."""
-  return ConvertOptions(**{'clevel': CLEVEL, **overrides})
-
-
-def _with_game(options, source):
-  """options, with the game the source's path names if it has none."""
-  if options.game is not None:
-    return options
-  return dataclasses.replace(options, game=layout.game_of(str(source)))
+def _for_source(options, source):
+  """options, with the game the source's path names if it has none, and
+  (unless given) the stack of Atari frames, which RL Unplugged's are."""
+  return dataclasses.replace(
+    options,
+    game=options.game or layout.game_of(str(source)),
+    stack_size=options.stack_size or observation_spec.ATARI_STACK_SIZE,
+  )
 
 
 def discover(
@@ -210,6 +203,7 @@ def unfinished(
     the parts it needs} for the checkpoints of the indexed parts that are
     not stored as planned.
   """
+  options = _for_source(options, location)
   output = checkpoint_commit.output_of(options)
   unindexed = [p for p in parts if rlu_plan.read_index(store_dir, p) is None]
   indexed = [p for p in parts if p not in unindexed]
@@ -288,7 +282,7 @@ def convert_rlu(
     kind: 'rlu', 'tfds' or None to detect it.
     run: int or None; required when the directory holds several runs.
     options: convert_options.ConvertOptions (output_format, stack_size, ...);
-      default_options() when None.
+      ConvertOptions() when None.
     workers: int or None, as for convert.convert.
     parts: optional list of rlu_plan.Part to convert instead of all the
       run's (their files may be absent where already indexed and not needed).
@@ -305,7 +299,7 @@ def convert_rlu(
     CheckpointError: naming the shard and the episode for damaged input;
       as convert.convert for the store.
   """
-  options = _with_game(options or default_options(), source)
+  options = _for_source(options or ConvertOptions(), source)
   location, store_dir, rounds = _prepare(
     source, store_dir, kind, run, options, parts, recheck, plan, ray
   )
@@ -370,7 +364,7 @@ def convert_all_runs(
   Raises:
     CheckpointError: as for `convert_rlu`.
   """
-  options = _with_game(options or default_options(), source)
+  options = _for_source(options or ConvertOptions(), source)
   runs = sorted(rlu_shards.find_runs(str(source)))
   prepared = [
     _prepare(

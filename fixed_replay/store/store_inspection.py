@@ -20,6 +20,7 @@ import numpy as np
 from fixed_replay.dataset import file_names
 from fixed_replay.dataset import inspection
 from fixed_replay.dataset import layout
+from fixed_replay.dataset import observation_spec
 from fixed_replay.dataset import summaries
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
@@ -53,6 +54,16 @@ def _data_bytes(manifest, stored):
   return manifest['num_rows'] * row_bytes + arrays
 
 
+def _compression(manifest):
+  """The settings a checkpoint's frames were written with, for a person."""
+  spec = manifest['observation']
+  units = manifest['version'] == manifest_lib.UNITS_VERSION
+  what = 'frame units' if units else 'frame blocks'
+  return (
+    f"{spec['codec']} {what} of {spec['block_rows']}, clevel {spec['clevel']}"
+  )
+
+
 def summarize_checkpoint(
   directory: str, stack_size: int, update_horizon: int, verify: bool
 ) -> summaries.CheckpointSummary:
@@ -72,6 +83,7 @@ def summarize_checkpoint(
   try:
     manifest = stored.manifest
     summary.format_version = manifest['version']
+    summary.compression = _compression(manifest)
     summary.rows = stored.num_rows
     summary.add_count = stored.add_count
     summary.cursor = stored.add_count % stored.num_rows
@@ -176,21 +188,29 @@ def summarize_store(
 
 def summarize_data(
   data: 'str | layout.Layout',
-  stack_size: int = 4,
-  update_horizon: int = 1,
+  stack_size: int | None = None,
+  update_horizon: int | None = None,
   verify: bool = False,
 ) -> summaries.DirectorySummary:
   """Summarises a compact store or Dopamine's files, whichever is there.
 
   Args:
     data: a directory, or what layout.detect found there.
-    stack_size, update_horizon, verify: as for summarize_store.
+    stack_size, update_horizon, verify: as for summarize_store; None takes
+      the data's (observation_spec.resolve), or 4 and 1 when its first
+      checkpoint cannot be read (the summary then lists the damage).
 
   Raises:
     CheckpointError: if it holds neither (layout's error, naming what it
       found), or remote storage does not answer.
   """
   found = data if isinstance(data, layout.Layout) else layout.detect(data)
+  asked = {'stack_size': stack_size, 'update_horizon': update_horizon}
+  try:
+    asked = observation_spec.resolve_directory(found.data_dir, asked)
+  except CheckpointError:  # Unreadable: the summary says what is damaged.
+    asked = {'stack_size': stack_size or 4, 'update_horizon': update_horizon}
+  stack_size, update_horizon = asked['stack_size'], asked['update_horizon'] or 1
   if layout.Kind.STORE in (found.kind, found.partial_of):
     return summarize_store(found.data_dir, stack_size, update_horizon, verify)
   if found.kind in (layout.Kind.DOPAMINE, layout.Kind.DOPAMINE_RUN) or (

@@ -134,6 +134,7 @@ def parse_configs(dataset, gin_files, gin_bindings):
   gin_files_lib.load_gin_configs(list(gin_files), [], finalize_config=False)
   file_game = bound_game()
   gin_files_lib.load_gin_configs([], list(gin_bindings), finalize_config=False)
+  game = None
   if plays_atari():
     binds_game = any(_GAME_BINDING.search(b.strip()) for b in gin_bindings)
     game = choose(
@@ -143,8 +144,6 @@ def parse_configs(dataset, gin_files, gin_bindings):
       bound_game() if binds_game else None,
     )
     gin.bind_parameter(GAME_PARAMETER, game)
-  else:
-    game = None
   gin.finalize()
   return game
 

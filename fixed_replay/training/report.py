@@ -124,6 +124,14 @@ class Row:
   note: str = ''
 
 
+def _grouped(items, key):
+  """[(key, items with that key)], sorted by key, items in their order."""
+  groups = collections.defaultdict(list)
+  for item in items:
+    groups[key(item)].append(item)
+  return sorted(groups.items())
+
+
 def _mean_std(values):
   values = np.asarray(values, dtype=np.float64)
   std = float(np.std(values, ddof=1)) if len(values) > 1 else math.nan
@@ -132,11 +140,8 @@ def _mean_std(values):
 
 def summarize(curves: Sequence[Any]) -> list['Row']:
   """Returns one Row per (game, agent), sorted by game then agent."""
-  groups = collections.defaultdict(list)
-  for curve in curves:
-    groups[curve.game, curve.agent].append(curve)
   rows = []
-  for (game, agent), group in sorted(groups.items()):
+  for (game, agent), group in _grouped(curves, lambda c: (c.game, c.agent)):
     final_mean, final_std = _mean_std([c.returns[-1] for c in group])
     best_mean, best_std = _mean_std([c.returns.max() for c in group])
     lengths = [int(c.iterations[-1]) + 1 for c in group]
@@ -168,11 +173,8 @@ def summarize(curves: Sequence[Any]) -> list['Row']:
 
 def medians(rows: Sequence['Row']) -> list[tuple]:
   """Per agent: (agent, games, median DQN-normalized, median human-norm.)."""
-  by_agent = collections.defaultdict(list)
-  for row in rows:
-    by_agent[row.agent].append(row)
   result = []
-  for agent, group in sorted(by_agent.items()):
+  for agent, group in _grouped(rows, lambda r: r.agent):
     dqn = [r.dqn_normalized for r in group if r.dqn_normalized is not None]
     human = [
       r.human_normalized for r in group if r.human_normalized is not None
@@ -318,10 +320,7 @@ def make_game_figure(game: str, curves: Sequence[Any]) -> Any:
 
   figure = Figure(figsize=(8, 5), dpi=100, layout='constrained')
   axes = figure.add_subplot()
-  by_agent = collections.defaultdict(list)
-  for curve in curves:
-    by_agent[curve.agent].append(curve)
-  for agent, group in sorted(by_agent.items()):
+  for agent, group in _grouped(curves, lambda c: c.agent):
     iterations, mean, std, _ = mean_curve(group)
     (line,) = axes.plot(
       iterations, mean, label=f'{agent} ({len(group)} trials)'

@@ -36,11 +36,20 @@ class LossTap:
     return means
 
 
-class TappedFileWriter:
+class _Forwarding:
+  """Passes every attribute it lacks on to the object it wraps."""
+
+  def __getattr__(self, name):
+    if name.startswith('__'):
+      raise AttributeError(name)
+    return getattr(self._wrapped, name)
+
+
+class TappedFileWriter(_Forwarding):
   """A tf.compat.v1 FileWriter that also shows summaries to a LossTap."""
 
   def __init__(self, writer: Any, tap: 'LossTap') -> None:
-    self._writer = writer
+    self._wrapped = writer
     self._tap = tap
 
   def add_summary(self, summary: Any, global_step: int | None = None) -> None:
@@ -50,30 +59,20 @@ class TappedFileWriter:
     for value in proto.value:
       if value.WhichOneof('value') == 'simple_value':
         self._tap.record(value.tag, value.simple_value)
-    self._writer.add_summary(summary, global_step)
-
-  def __getattr__(self, name):
-    if name.startswith('__'):
-      raise AttributeError(name)
-    return getattr(self._writer, name)
+    self._wrapped.add_summary(summary, global_step)
 
 
-class TappedDispatcher:
+class TappedDispatcher(_Forwarding):
   """A Dopamine CollectorDispatcher that also shows losses to a LossTap."""
 
   def __init__(self, dispatcher: Any, tap: 'LossTap') -> None:
-    self._dispatcher = dispatcher
+    self._wrapped = dispatcher
     self._tap = tap
 
   def write(self, statistics: Any, *args: Any, **kwargs: Any) -> None:
     for statistic in statistics:
       self._tap.record(statistic.name, statistic.value)
-    self._dispatcher.write(statistics, *args, **kwargs)
-
-  def __getattr__(self, name):
-    if name.startswith('__'):
-      raise AttributeError(name)
-    return getattr(self._dispatcher, name)
+    self._wrapped.write(statistics, *args, **kwargs)
 
 
 def log_iteration(

@@ -55,6 +55,21 @@ def chosen_action_values(
   return tf.reduce_sum(values * one_hot, axis=1)
 
 
+def minimize_mean(agent: Any, loss: tf.Tensor, name: str) -> tf.Operation:
+  """Sets agent.loss to the mean loss (and its summary); returns the update op.
+
+  Args:
+    agent: the TF agent (its summary_writer and optimizer).
+    loss: tensor of per-transition (or per-head) losses.
+    name: str, the loss's summary name ('HuberLoss', ...).
+  """
+  agent.loss = tf.reduce_mean(loss)
+  if agent.summary_writer is not None:
+    with tf.compat.v1.variable_scope('Losses'):
+      tf.compat.v1.summary.scalar(name, agent.loss)
+  return agent.optimizer.minimize(agent.loss)
+
+
 def random_convex_weights(
   num_heads: int, num_combinations: int = 1
 ) -> tf.Tensor:
@@ -183,12 +198,4 @@ class FixedReplayMultiHeadDQNAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
     loss = tf.compat.v1.losses.huber_loss(
       target, chosen_q, reduction=tf.compat.v1.losses.Reduction.NONE
     )
-    return self._minimize(loss)
-
-  def _minimize(self, loss):
-    """Records the mean loss (and its summary); returns the update op."""
-    self.loss = tf.reduce_mean(loss)
-    if self.summary_writer is not None:
-      with tf.compat.v1.variable_scope('Losses'):
-        tf.compat.v1.summary.scalar('HuberLoss', self.loss)
-    return self.optimizer.minimize(self.loss)
+    return minimize_mean(self, loss, 'HuberLoss')

@@ -41,6 +41,10 @@ MultiHeadNetworkType = collections.namedtuple(
 QuantileNetworkType = collections.namedtuple(
   'qr_dqn_network', ['quantile_values', 'q_values']
 )
+# MLPTorso's rescaling bounds of the `Cartpole*` classes: Dopamine's.
+_CARTPOLE_BOUNDS = dict(
+  min_vals=gym_lib.CARTPOLE_MIN_VALS, max_vals=gym_lib.CARTPOLE_MAX_VALS
+)
 
 
 class NatureTorso(tf.keras.layers.Layer):
@@ -288,11 +292,7 @@ class CartpoleQNetwork(MLPQNetwork):
     hidden_units: Sequence[int] = (64, 64),
   ) -> None:
     super().__init__(
-      num_actions,
-      name=name,
-      hidden_units=hidden_units,
-      min_vals=gym_lib.CARTPOLE_MIN_VALS,
-      max_vals=gym_lib.CARTPOLE_MAX_VALS,
+      num_actions, name=name, hidden_units=hidden_units, **_CARTPOLE_BOUNDS
     )
 
 
@@ -307,8 +307,7 @@ class _CartpoleHeadedNetwork(_MLPHeadedNetwork):
       num_outputs,
       name=name,
       hidden_units=hidden_units,
-      min_vals=gym_lib.CARTPOLE_MIN_VALS,
-      max_vals=gym_lib.CARTPOLE_MAX_VALS,
+      **_CARTPOLE_BOUNDS,
     )
 
 
@@ -338,8 +337,6 @@ class CartpoleMultiNetworkQNetwork(_MultiNetworkQNetwork):
     hidden_units: Sequence[int] = (64, 64),
   ) -> None:
     def make_torso():
-      return MLPTorso(
-        hidden_units, gym_lib.CARTPOLE_MIN_VALS, gym_lib.CARTPOLE_MAX_VALS
-      )
+      return MLPTorso(hidden_units, **_CARTPOLE_BOUNDS)
 
     super().__init__(make_torso, num_actions, num_networks, name=name)

@@ -143,8 +143,4 @@ class FixedReplayQuantileAgent(offline.OfflineAgent, dqn_agent.DQNAgent):
     )
     target = tf.stop_gradient(self._build_target_quantiles())
     loss = quantile_huber_loss(target, chosen_quantiles, self.kappa)
-    self.loss = tf.reduce_mean(loss)
-    if self.summary_writer is not None:
-      with tf.compat.v1.variable_scope('Losses'):
-        tf.compat.v1.summary.scalar('QuantileLoss', self.loss)
-    return self.optimizer.minimize(self.loss)
+    return multi_head_dqn_agent.minimize_mean(self, loss, 'QuantileLoss')
