@@ -1,5 +1,20 @@
-"""PyTorch DataLoader workers, the JAX route and TorchRL over the same data.
+"""Is the training step ever kept waiting? PyTorch workers, JAX, TorchRL.
 
+The first table (`--tables=fed`, the default) answers the question a GPU
+user asks. A training loop takes each batch into a stand-in for a GPU step:
+`--gil_ms` of Python holding the GIL (as kernel launches do), then a
+GIL-free wait to the end of the step (as waiting on the device does). Each
+loader runs that loop on a busy-frame store (`--busy_game`, MsPacman) and on
+Breakout, at batch 32 with a 1 ms step and at batch 256 with a 4 ms step
+(`--steps`): `DataLoader(ReplayDataset(...), batch_size=None,
+num_workers=N)` for N = 0, 1 and 2, and `jax_batches.ReplayBatches` (device
+prefetch, CPU device here). "fed" is the loop's rate over the step's rate
+alone, measured in the same run: 1.00 means the step never waited for data.
+"loader CPU" is the training process's own CPU per batch beyond the step
+alone: for N = 0 and JAX all the sampling (its thread), for workers the
+hand-off. The workers' CPU per batch is beside it.
+
+The second table (`--tables=alone`) is the loader alone, no step:
 Samples stacked Breakout transitions (the benchmark checkpoint of common.py)
 from its Dopamine files and from its compact store (`fixed-replay convert`),
 each method in a fresh process, for `--seconds` after `--warmup_s` (worker
@@ -27,8 +42,10 @@ each).
 
 Usage:
   python benchmarks/torch_loader_benchmark.py --rows=50000
+  python benchmarks/torch_loader_benchmark.py --rows=50000 --tables=alone
 """
 
+import itertools
 import os
 import shutil
 import statistics
@@ -54,7 +71,19 @@ _DATA_DIR = flags.DEFINE_string(
   'data_dir', str(common.DATA_DIR), 'Where the benchmark checkpoint lives.'
 )
 _WORK_DIR = flags.DEFINE_string(
-  'work_dir', None, 'Where the store and the memmap go (default: a temp dir).'
+  'work_dir', None, 'Where the stores and the memmap go (default: a temp dir).'
+)
+_TABLES = flags.DEFINE_list(
+  'tables', ['fed'], "'fed' (a loop with a stand-in step) and/or 'alone'."
+)
+_BUSY_GAME = flags.DEFINE_string(
+  'busy_game', 'MsPacman', 'The busy-frame game of the fed table.'
+)
+_GIL_MS = flags.DEFINE_float(
+  'gil_ms', 0.4, "The stand-in step's Python work holding the GIL, ms."
+)
+_STEPS = flags.DEFINE_list(
+  'steps', ['32:1', '256:4'], 'batch:step ms pairs of the fed table.'
 )
 
 ATARI = dict(observation_shape=(84, 84), stack_size=4)
@@ -210,6 +239,112 @@ def run_floor(batch_size, flag_values):
   return outcome
 
 
+def stand_in_step(gil_s, step_s):
+  """A GPU training step's shape: Python work holding the GIL, then a wait.
+
+  The wait (to `step_s` after the start) releases the GIL, as a device
+  synchronisation does, so a sampling thread may run in it.
+  """
+  began = time.perf_counter()
+  while time.perf_counter() - began < gil_s:
+    pass
+  left = step_s - (time.perf_counter() - began)
+  if left > 0:
+    time.sleep(left)
+
+
+def _fed_loop(iterator, step_s, flag_values):
+  """Steps on each batch for --warmup_s, then --seconds; returns the counts."""
+  flags.FLAGS(flag_values)
+  gil_s = _GIL_MS.value / 1000
+  warm_until = time.perf_counter() + _WARMUP_S.value
+  while time.perf_counter() < warm_until:
+    next(iterator)
+    stand_in_step(gil_s, step_s)
+  began, cpu = time.perf_counter(), time.process_time()
+  workers_cpu, steps = _children_cpu(), 0
+  while time.perf_counter() - began < _SECONDS.value:
+    next(iterator)
+    stand_in_step(gil_s, step_s)
+    steps += 1
+  return dict(
+    steps=steps,
+    wall=time.perf_counter() - began,
+    cpu=time.process_time() - cpu,
+    workers_cpu=_children_cpu() - workers_cpu,
+  )
+
+
+def fed_step_alone(step_s, flag_values):
+  return _fed_loop(itertools.repeat(0), step_s, flag_values)
+
+
+def fed_torch(data_dir, batch_size, num_workers, step_s, flag_values):
+  from torch.utils.data import DataLoader
+
+  from fixed_replay.torch import ReplayDataset
+
+  dataset = ReplayDataset(data_dir, batch_size=batch_size, seed=0)
+  loader = DataLoader(dataset, batch_size=None, num_workers=num_workers)
+  outcome = _fed_loop(iter(loader), step_s, flag_values)
+  dataset.close()
+  return outcome
+
+
+def fed_jax(data_dir, batch_size, step_s, flag_values):
+  from fixed_replay.jax_batches import ReplayBatches
+
+  replay = ReplayBatches(data_dir, batch_size=batch_size, seed=0)
+  outcome = _fed_loop(iter(replay), step_s, flag_values)
+  replay.close()
+  return outcome
+
+
+def fed_table(stores, flag_values):
+  """Prints the fed table: every loader in the loop, each data and step."""
+  print(
+    f'\nFed: a loop of stand-in steps ({_GIL_MS.value:g} ms holding the GIL, '
+    f'then a GIL-free wait); {_WARMUP_S.value:g} s warm-up, '
+    f'{_SECONDS.value:g} s timed, each in a fresh process; '
+    f'{common.load_average()}'
+  )
+  print(
+    f'{"data":<10} {"batch":>5} {"step":>5} {"loader":<8} {"steps/s":>8} '
+    f'{"fed":>5} {"loader CPU ms/batch":>20} {"workers CPU ms/batch":>21}'
+  )
+  for pair in _STEPS.value:
+    batch_size, step_ms = (float(x) for x in pair.split(':'))
+    batch_size, step_s = int(batch_size), step_ms / 1000
+    alone = common.measure(
+      common._no_setup, fed_step_alone, (step_s, flag_values), _identity
+    ).digest
+    alone_rate = alone['steps'] / alone['wall']
+    alone_cpu = alone['cpu'] / alone['steps']
+    for game, store in stores.items():
+      runs = {
+        f'torch w{n}': (fed_torch, (store, batch_size, n, step_s, flag_values))
+        for n in (0, 1, 2)
+      }
+      runs['jax'] = (fed_jax, (store, batch_size, step_s, flag_values))
+      for name, (function, args) in runs.items():
+        outcome = common.measure(
+          common._no_setup, function, args, _identity
+        ).digest
+        rate = outcome['steps'] / outcome['wall']
+        loader_cpu = outcome['cpu'] / outcome['steps'] - alone_cpu
+        print(
+          f'{game:<10} {batch_size:>5} {step_ms:>4g}ms {name:<8} '
+          f'{rate:>8,.0f} {rate / alone_rate:>5.2f} '
+          f'{loader_cpu * 1e3:>20.3f} '
+          f'{outcome["workers_cpu"] / outcome["steps"] * 1e3:>21.3f}',
+          flush=True,
+        )
+    print(
+      f'{"step alone":<10} {batch_size:>5} {step_ms:>4g}ms {"":<8} '
+      f'{alone_rate:>8,.0f} {1:>5.2f} {alone_cpu * 1e3:>20.3f} (the step)'
+    )
+
+
 def _dopamine_rows(checkpoint, npz):
   """The checkpoint's rows as arrays (what TorchRL's storage holds)."""
   import gzip
@@ -232,24 +367,8 @@ def _median(measurements):
   return measurements[rates.index(statistics.median_low(rates))]
 
 
-def main(argv):
-  del argv
-  logging.set_verbosity(logging.WARNING)
-  flag_values = [
-    'benchmark',
-    f'--seconds={_SECONDS.value}',
-    f'--warmup_s={_WARMUP_S.value}',
-    f'--start_method={_START_METHOD.value}',
-  ]
-  checkpoint = str(
-    common.build_checkpoint(common.ROWS.value, data_dir=_DATA_DIR.value)
-  )
-  work = _WORK_DIR.value or tempfile.mkdtemp(prefix='torch_loader_bench_')
-  store = os.path.join(work, 'store')
-  if not os.path.isdir(store):
-    from fixed_replay.store import convert
-
-    convert.convert(checkpoint, store, workers=0)
+def alone_table(checkpoint, store, work, flag_values):
+  """Prints the loader-alone table (no step) on Breakout."""
   npz = os.path.join(work, 'rows.npz')
   if not os.path.exists(npz):
     _dopamine_rows(checkpoint, npz)
@@ -315,6 +434,40 @@ def main(argv):
           f'{disks[name] / 2**20:>7.1f}Mi',
           flush=True,
         )
+
+
+def _stored(checkpoint, store):
+  """`checkpoint` converted into `store` (once)."""
+  if not os.path.isdir(store):
+    from fixed_replay.store import convert
+
+    convert.convert(checkpoint, store, workers=0)
+  return store
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)
+  flag_values = [
+    'benchmark',
+    f'--seconds={_SECONDS.value}',
+    f'--warmup_s={_WARMUP_S.value}',
+    f'--start_method={_START_METHOD.value}',
+    f'--gil_ms={_GIL_MS.value}',
+  ]
+  rows = common.ROWS.value
+  checkpoint = str(common.build_checkpoint(rows, data_dir=_DATA_DIR.value))
+  work = _WORK_DIR.value or tempfile.mkdtemp(prefix='torch_loader_bench_')
+  store = _stored(checkpoint, os.path.join(work, 'store'))
+  print(f'{rows:,}-row checkpoints; {os.cpu_count()} CPUs')
+  if 'fed' in _TABLES.value:
+    busy = common.build_checkpoint(
+      rows, data_dir=_DATA_DIR.value, game=_BUSY_GAME.value
+    )
+    busy_store = _stored(str(busy), os.path.join(work, 'busy_store'))
+    fed_table({_BUSY_GAME.value: busy_store, 'Breakout': store}, flag_values)
+  if 'alone' in _TABLES.value:
+    alone_table(checkpoint, store, work, flag_values)
   if not _WORK_DIR.value:
     shutil.rmtree(work)
 

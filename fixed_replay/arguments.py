@@ -35,16 +35,12 @@ _INTEGER_RANGES = {
 }
 
 
-def _is_integer(value):
-  return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
 def _check_integer(name, value, lowest, none_allowed):
   allowed = 'an integer' + ('' if lowest is None else f' >= {lowest}')
   allowed += ' or None' if none_allowed else ''
   if value is None and none_allowed:
     return
-  if not _is_integer(value):
+  if not isinstance(value, numbers.Integral) or isinstance(value, bool):
     raise ValueError(
       f'{name} must be {allowed}, got {value!r} ({type(value).__name__})'
     )

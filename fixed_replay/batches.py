@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 
-def open_buffer(data_dir: str, arguments: dict[str, Any]):
+def open_buffer(data_dir: str, arguments: dict[str, Any]) -> Any:
   """The buffer that reads `data_dir`, built with `arguments`.
 
   FixedReplayBuffer reads whatever `data_dir` holds (Dopamine's gzip
@@ -48,7 +48,7 @@ def open_buffer(data_dir: str, arguments: dict[str, Any]):
   return SeededOrderBuffer(data_dir, **arguments)
 
 
-def named(buffer, batch: tuple) -> dict[str, np.ndarray]:
+def named(buffer: Any, batch: tuple) -> dict[str, np.ndarray]:
   """A buffer's batch tuple as {element name: array}, in Dopamine's order."""
   elements = buffer.get_transition_elements(len(batch[0]))
   return {e.name: array for e, array in zip(elements, batch, strict=True)}

@@ -102,6 +102,6 @@ class ReplayBatches:
       batches.sample(self.buffer, self.num_batches), self.depth, self.device
     )
 
-  def close(self):
+  def close(self) -> None:
     """Stops the buffer's threads."""
     self.buffer.close()

@@ -148,7 +148,7 @@ class _SlotRing:
     start = _HEADER + slot * self.slot_bytes
     return _SharedBatch(self.name, start, self.slot_bytes, slot, self.layout)
 
-  def close(self):
+  def close(self) -> None:
     self._in_use[_EXITED] = 1
     with contextlib.suppress(FileNotFoundError):
       os.unlink(self.path)
@@ -324,13 +324,15 @@ class ReplayDataset(data.IterableDataset):
     self._buffer = batches.open_buffer(self.data_dir, self.buffer_arguments)
 
   @property
-  def buffer(self):
+  def buffer(self) -> Any:
     """The buffer built in this process (serves num_workers=0)."""
     if self._buffer is None:
       raise RuntimeError(f'ReplayDataset of {self.data_dir} is closed')
     return self._buffer
 
-  def worker_arguments(self, worker_id: int, torch_seed: int | None = None):
+  def worker_arguments(
+    self, worker_id: int, torch_seed: int | None = None
+  ) -> dict[str, Any]:
     """The buffer arguments of DataLoader worker `worker_id`.
 
     Its seed is the dataset seed's stream `worker_id`, or, when the dataset
@@ -379,7 +381,7 @@ class ReplayDataset(data.IterableDataset):
       if buffer is not None:
         buffer.close()
 
-  def close(self):
+  def close(self) -> None:
     """Releases the buffer built in this process (and its threads)."""
     if self._buffer is not None:
       self._buffer.close()

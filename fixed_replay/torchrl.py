@@ -50,7 +50,9 @@ def _read_only(data_dir):
   )
 
 
-def transitions_tensordict(named: dict[str, np.ndarray], channels_first: bool):
+def transitions_tensordict(
+  named: dict[str, np.ndarray], channels_first: bool
+) -> TensorDict:
   """A buffer's named batch under TorchRL's transition keys."""
   tensors = fixed_replay_torch.to_tensors(named, channels_first)
   size = len(named['indices'])
@@ -90,7 +92,7 @@ class ReplayStorage(Storage):
     self.buffer = buffer
     self.channels_first = channels_first
 
-  def get(self, index) -> TensorDict:
+  def get(self, index: Any) -> TensorDict:
     """The transitions at (suffix, row) pairs, Dopamine's for each row.
 
     Raises:
@@ -103,7 +105,7 @@ class ReplayStorage(Storage):
     named = batches.named(self.buffer, batch)
     return transitions_tensordict(named, self.channels_first)
 
-  def set(self, cursor, data, *, set_cursor: bool = True):
+  def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
     raise _read_only(self.buffer.data_dir)
 
   def __len__(self) -> int:
@@ -122,7 +124,7 @@ class ReplayStorage(Storage):
 class ReplaySampler(Sampler):
   """Draws (suffix, row) pairs as the buffer draws its minibatches."""
 
-  def sample(self, storage: ReplayStorage, batch_size: int):
+  def sample(self, storage: ReplayStorage, batch_size: int) -> tuple:
     suffixes, rows = storage.buffer.sample_index_batch(batch_size)
     pairs = np.stack([suffixes.astype(np.int64), rows.astype(np.int64)], -1)
     return torch.from_numpy(pairs), {}
@@ -137,10 +139,10 @@ class ReplaySampler(Sampler):
     return
 
   # Nothing of its own to save: the draw is the buffer's (see its seed).
-  def dumps(self, path):
+  def dumps(self, path: str) -> None:
     del path
 
-  def loads(self, path):
+  def loads(self, path: str) -> None:
     del path
 
 
@@ -207,10 +209,10 @@ class FixedReplayDataset(TensorDictReplayBuffer):
     )
 
   @property
-  def buffer(self):
+  def buffer(self) -> Any:
     """The FixedReplayBuffer sampled."""
     return self._storage.buffer
 
-  def close(self):
+  def close(self) -> None:
     """Stops the buffer's threads."""
     self.buffer.close()

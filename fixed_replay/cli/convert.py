@@ -347,7 +347,7 @@ def _print_result(kind, result, store):
   )
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
   """Converts SRC into DST (or each run of SRC under DST); prints a summary."""
   if len(argv) < 3:
     raise app.UsageError(

@@ -60,7 +60,7 @@ _USAGE = (
 )
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
   """Downloads (and converts) one run."""
   if len(argv) != 2 or not _GAME.value or _RUN.value is None:
     raise app.UsageError(f'expected --game, --run and DST\n{_USAGE}')

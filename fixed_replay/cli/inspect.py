@@ -105,7 +105,7 @@ def _inspect_run(directory, kind):
   return _report(summary, tables.format_run_table)
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
   """Inspects the directory named by the one positional argument."""
   if len(argv) != 2:
     raise app.UsageError(

@@ -19,7 +19,7 @@ _OVERWRITE = flags.DEFINE_boolean(
 _TITLE = flags.DEFINE_string('title', None, 'Title of the plot.')
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
   """Plots the runs named by the positional arguments."""
   if len(argv) < 2:
     raise app.UsageError(

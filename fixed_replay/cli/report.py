@@ -42,7 +42,7 @@ _DATA = flags.DEFINE_multi_string(
 )
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
   """Prints the report of the sweeps named by the positional arguments."""
   if len(argv) < 2 and not _DATA.value:
     raise app.UsageError(

@@ -99,7 +99,7 @@ def _seeds():
     raise app.UsageError(f'--seeds: integers expected ({error})') from error
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
   """Plans the sweep from the flags, runs what is left, prints a summary."""
   cli.take_flags_only(argv)
   # Neither Ray nor TensorFlow is imported here: trials import them in

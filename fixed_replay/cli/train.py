@@ -89,7 +89,7 @@ def _refuse_early_mistakes():
   return dataset
 
 
-def main(argv):
+def main(argv: list[str]) -> int:
   """Creates the runner from the flags and runs the experiment."""
   cli.take_flags_only(argv)
   cli.apply_remote_timeout(_REMOTE_TIMEOUT)

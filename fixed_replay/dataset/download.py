@@ -240,10 +240,6 @@ def select(
   return [by_number[n] for n in sorted(set(checkpoints))]
 
 
-def _part(shard: RemoteShard) -> rlu_plan.Part:
-  return rlu_plan.Part(shard.name, shard.number, shard.num_bytes)
-
-
 def download_and_convert(
   game: str,
   run: int,
@@ -295,7 +291,7 @@ def download_and_convert(
 
   parts = []
   for shard in shards:
-    parts.append(_part(shard))
+    parts.append(rlu_plan.Part(shard.name, shard.number, shard.num_bytes))
     unindexed, _ = rlu_convert.unfinished(directory, store_dir, parts, options)
     if unindexed:  # Converted as its own checkpoint and indexed, one read.
       fetch_all(p.name for p in unindexed)

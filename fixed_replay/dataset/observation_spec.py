@@ -26,25 +26,29 @@ from absl import logging
 import numpy as np
 
 from fixed_replay.dataset import checkpoints
+from fixed_replay.dataset import environments
 from fixed_replay.dataset import layout
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.store import manifest as manifest_lib
 
-ATARI_FRAME = ((84, 84), np.dtype(np.uint8))
-ATARI_STACK_SIZE = 4
-# The arguments the data decides, in the order errors name them.
-NAMES = ('observation_shape', 'observation_dtype', 'stack_size')
+# Dopamine's Atari frames and stack (84x84 uint8, 4), as `generate` writes.
+ATARI = environments.ENVIRONMENT_SPECS['atari']
+# The user's arguments that, given, replace the data's (when they agree).
+_ASKED = ('stack_size', 'update_horizon')
 
 
 def default_stack_size(shape: tuple, dtype: np.dtype) -> int:
   """Dopamine's stack for observations of `shape` and `dtype`: 4 or 1."""
-  frame = (tuple(shape), np.dtype(dtype))
-  return ATARI_STACK_SIZE if frame == ATARI_FRAME else 1
+  atari = (
+    tuple(shape) == ATARI.observation_shape
+    and np.dtype(dtype) == ATARI.observation_dtype
+  )
+  return ATARI.stack_size if atari else 1
 
 
 def read(checkpoint: 'checkpoints.CheckpointFiles | str') -> tuple[str, dict]:
-  """What one checkpoint's data says of the arguments in NAMES.
+  """What one checkpoint's data says of the buffer's arguments.
 
   Args:
     checkpoint: the CheckpointFiles of Dopamine's files, or a store
@@ -75,53 +79,54 @@ def read(checkpoint: 'checkpoints.CheckpointFiles | str') -> tuple[str, dict]:
   }
 
 
-def resolve(checkpoint: 'checkpoints.CheckpointFiles | str', asked: dict):
+def resolve(
+  checkpoint: 'checkpoints.CheckpointFiles | str', asked: dict
+) -> dict:
   """`asked` with the data's values for the arguments left None.
 
   Args:
     checkpoint: as for `read`: the checkpoint whose data decides.
-    asked: dict of the arguments of NAMES and `update_horizon` the user
-      gave; one that is absent or None is left to the data.
+    asked: dict of the observation_shape, observation_dtype, stack_size
+      and update_horizon the user gave; one absent or None is the data's.
 
   Returns:
     dict: the four arguments, each the user's or the data's.
 
   Raises:
     CheckpointError: naming the file, what it holds and what was asked,
-      for every given argument of NAMES that disagrees with the data (a
-      store's stack_size may differ: its table of valid rows is redone).
+      for every observation shape or dtype given that the data does not
+      hold (a store's stack_size may differ: its valid rows are redone).
   """
   path, held = read(checkpoint)
+  shape_and_dtype = held['observation_shape'], held['observation_dtype']
   given = {
-    'observation_shape': _shape(asked.get('observation_shape')),
-    'observation_dtype': _dtype(asked.get('observation_dtype')),
+    name: convert(asked[name])
+    for name, convert in (
+      ('observation_shape', tuple),
+      ('observation_dtype', np.dtype),
+    )
+    if asked.get(name) is not None
   }
-  wrong = [
-    name
-    for name, value in given.items()
-    if value is not None and value != held[name]
-  ]
+  wrong = [name for name, value in given.items() if value != held[name]]
   if wrong:
-    holds = ', '.join(f'{n}={_shown(held[n])}' for n in wrong)
-    was = ', '.join(f'{n}={_shown(given[n])}' for n in wrong)
+    holds = ', '.join(f'{n}={held[n]!s}' for n in wrong)
+    was = ', '.join(f'{n}={given[n]!s}' for n in wrong)
     raise CheckpointError(
       path,
       f'the data holds {holds}, but {was} was asked for: leave '
       f'{" and ".join(wrong)} unset to take the data\'s',
     )
-  resolved = {name: held[name] for name in given}
-  stack_size = asked.get('stack_size') or held.get('stack_size')
-  if stack_size is None:
-    stack_size = default_stack_size(*resolved.values())
+  resolved = dict(held, **{k: asked[k] for k in _ASKED if asked.get(k)})
+  if resolved.get('stack_size') is None:
+    resolved['stack_size'] = default_stack_size(*shape_and_dtype)
     logging.info(
       'stack_size=%d: the default for observations of shape %s and dtype %s '
       '(4 for Atari frames, else 1); pass stack_size to change it',
-      stack_size,
-      resolved['observation_shape'],
-      resolved['observation_dtype'],
+      resolved['stack_size'],
+      *shape_and_dtype,
     )
-  horizon = asked.get('update_horizon') or held.get('update_horizon') or 1
-  return dict(resolved, stack_size=stack_size, update_horizon=horizon)
+  resolved.setdefault('update_horizon', 1)
+  return resolved
 
 
 def resolve_directory(data_dir: str, asked: dict) -> dict:
@@ -137,15 +142,3 @@ def resolve_directory(data_dir: str, asked: dict) -> dict:
   else:
     checkpoints_found = checkpoints.find_checkpoints(found.data_dir)
   return resolve(checkpoints_found[min(checkpoints_found)], asked)
-
-
-def _shape(value):
-  return None if value is None else tuple(value)
-
-
-def _dtype(value):
-  return None if value is None else np.dtype(value)
-
-
-def _shown(value):
-  return str(value) if isinstance(value, np.dtype) else repr(value)

@@ -56,20 +56,20 @@ class ArrayHeader:
   data_offset: int = 0  # Uncompressed byte where the payload starts.
 
   @property
-  def num_rows(self):
+  def num_rows(self) -> int:
     """Length of the first axis (1 for a 0-d array)."""
     return self.shape[0] if self.shape else 1
 
   @property
-  def row_shape(self):
+  def row_shape(self) -> tuple:
     return self.shape[1:]
 
   @property
-  def row_bytes(self):
+  def row_bytes(self) -> int:
     return int(np.prod(self.row_shape, dtype=np.int64)) * self.dtype.itemsize
 
   @property
-  def nbytes(self):
+  def nbytes(self) -> int:
     return self.num_rows * self.row_bytes
 
 

@@ -135,11 +135,6 @@ _CAUSES = (
 )
 
 
-def _bucket(path: str):
-  match = re.match(r'^gs://([^/]+)', str(path))
-  return match.group(1) if match else None
-
-
 def classify(message: str) -> str:
   """Returns the cause named in a TensorFlow / libcurl error message."""
   for cause, pattern in _CAUSES:
@@ -148,15 +143,11 @@ def classify(message: str) -> str:
   return None
 
 
-def _first_line(message):
-  return ' '.join(str(message).split())[:400]
-
-
 def remote_error(path: str, what: str, error: BaseException) -> RemoteError:
   """Builds the RemoteError for a failed call, naming its cause."""
   message = str(getattr(error, 'message', None) or error)
   cause = classify(message) or 'network or storage error'
-  problem = f'{cause} while {what}: {_first_line(message)}'
+  problem = f'{cause} while {what}: {" ".join(message.split())[:400]}'
   if cause.startswith(('access denied', 'not authorized')):
     problem += closed_bucket_hint(path)
   return RemoteError(str(path), problem)
@@ -164,9 +155,8 @@ def remote_error(path: str, what: str, error: BaseException) -> RemoteError:
 
 def closed_bucket_hint(path: str) -> str:
   """For a path in the closed public bucket, a note saying where to go."""
-  if _bucket(path) == CLOSED_BUCKET:
-    return f'. Note: {_CLOSED_BUCKET_HINT}'
-  return ''
+  closed = f'{path}/'.startswith(f'gs://{CLOSED_BUCKET}/')
+  return f'. Note: {_CLOSED_BUCKET_HINT}' if closed else ''
 
 
 def _is_not_found(error):

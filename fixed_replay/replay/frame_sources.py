@@ -87,11 +87,11 @@ class ShardFrames:
     self.by_suffix = {s.suffix: s for s in self.shards}
 
   @property
-  def num_rows(self):
+  def num_rows(self) -> int:
     return sum(s.window.num_rows for s in self.shards)
 
   @property
-  def nbytes(self):
+  def nbytes(self) -> int:
     return sum(s.nbytes for s in self.shards)
 
   def shard(self, position):
@@ -109,7 +109,7 @@ class ShardFrames:
       destinations = np.flatnonzero(which == i)
       self.shards[i].write_transitions(rows[destinations], batch, destinations)
 
-  def close(self):
+  def close(self) -> None:
     """Nothing to close: the windows are plain arrays."""
 
 
@@ -161,11 +161,11 @@ class BlockFrames:
       self.frame_reader = frame_units.FrameReader([s.frames for s in stored])
 
   @property
-  def num_rows(self):
+  def num_rows(self) -> int:
     return sum(s.window.num_rows for s in self._shards)
 
   @property
-  def nbytes(self):
+  def nbytes(self) -> int:
     """Bytes this source may hold: small arrays, tables, cache, batches.
 
     Units decoded for each batch bypass the cache: its arena is never
@@ -315,7 +315,7 @@ class BlockFrames:
     finally:
       self.cache.release(slots)
 
-  def close(self):
+  def close(self) -> None:
     """Closes the store's files."""
     if self.frame_reader is not None:
       self.frame_reader.close()

@@ -257,11 +257,6 @@ def _write_job_file(store_dir: str, token):
     raise destination.error(path, error) from error
 
 
-def _remove_job_file(store_dir: str) -> None:
-  with contextlib.suppress(FileNotFoundError):
-    os.remove(os.path.join(store_dir, JOB_FILE))
-
-
 def task_key(item: Pending) -> str:
   """A task's name in logs: the checkpoint it writes."""
   return f'{item.store_dir}/checkpoint_{item.source.suffix}'
@@ -347,7 +342,8 @@ class RayRunner:
       )
     finally:
       for store_dir in stores:
-        _remove_job_file(store_dir)
+        with contextlib.suppress(FileNotFoundError):
+          os.remove(os.path.join(store_dir, JOB_FILE))
     for key, result in sorted(outcome.results.items()):
       log_result(result, tasks[key].store_dir)
     if outcome.failures:

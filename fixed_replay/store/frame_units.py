@@ -214,7 +214,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
       raise CheckpointError(path, f'unreadable: {error}') from error
 
   @property
-  def nbytes(self):
+  def nbytes(self) -> int:
     """Bytes held in memory: the unit index and the dictionary."""
     return self.offsets.nbytes + self.crcs.nbytes + self._dictionary_bytes
 
@@ -383,6 +383,6 @@ class FrameReader:
     status[3] = np.searchsorted(mine, status[3])
     self._sources[int(which[position])]._raise_for(status, rows[mine])
 
-  def close(self):
+  def close(self) -> None:
     """Stops reading: the sources' descriptors may be reused."""
     self.table[:, unit_decoding.FD] = -1

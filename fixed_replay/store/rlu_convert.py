@@ -50,7 +50,7 @@ def _for_source(options, source):
   return dataclasses.replace(
     options,
     game=options.game or layout.game_of(str(source)),
-    stack_size=options.stack_size or observation_spec.ATARI_STACK_SIZE,
+    stack_size=options.stack_size or observation_spec.ATARI.stack_size,
   )
 
 

@@ -209,7 +209,10 @@ def summarize_data(
   try:
     asked = observation_spec.resolve_directory(found.data_dir, asked)
   except CheckpointError:  # Unreadable: the summary says what is damaged.
-    asked = {'stack_size': stack_size or 4, 'update_horizon': update_horizon}
+    asked = {
+      'stack_size': stack_size or observation_spec.ATARI.stack_size,
+      'update_horizon': update_horizon,
+    }
   stack_size, update_horizon = asked['stack_size'], asked['update_horizon'] or 1
   if layout.Kind.STORE in (found.kind, found.partial_of):
     return summarize_store(found.data_dir, stack_size, update_horizon, verify)

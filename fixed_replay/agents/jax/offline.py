@@ -34,6 +34,7 @@ cannot express.
 import collections
 import contextlib
 import time
+from typing import Any
 
 from absl import logging
 from dopamine.jax.agents.dqn import dqn_agent
@@ -208,7 +209,7 @@ class JaxOfflineAgent:
     self._sync_wait_seconds = 0.0
     self._sync_batches = 0
 
-  def reload_data(self):
+  def reload_data(self) -> None:
     """Swaps in the next set of checkpoints (prefetched in the background).
 
     Minibatches prepared from the previous set are dropped.
@@ -220,11 +221,11 @@ class JaxOfflineAgent:
       self._replay.reload_data()
 
   @property
-  def replay(self):
+  def replay(self) -> Any:
     """The FixedReplayBuffer the agent trains from."""
     return self._replay
 
-  def close(self):
+  def close(self) -> None:
     """Stops background sampling and checkpoint loading."""
     if self._prefetcher is not None:
       self._prefetcher.close()
@@ -259,26 +260,26 @@ class JaxOfflineAgent:
     self.action = np.asarray(action)
     return self.action
 
-  def begin_episode(self, observation):
+  def begin_episode(self, observation: np.ndarray) -> int:
     """Returns the first action of an episode; never trains."""
     self._reset_state()
     self._record_observation(observation)
     return self._select_action()
 
-  def step(self, reward, observation):
+  def step(self, reward: float, observation: np.ndarray) -> int:
     """Returns the next action; the transition is not stored anywhere."""
     del reward
     self._last_observation = self._observation
     self._record_observation(observation)
     return self._select_action()
 
-  def end_episode(self, reward, terminal=True):
+  def end_episode(self, reward: float, terminal: bool = True) -> None:
     """Nothing to do: offline agents never add to their data."""
     del reward, terminal
 
   # --------------------------------------------------------------- training
 
-  def train_step(self):
+  def train_step(self) -> None:
     """One training step (an update every `update_period` steps)."""
     self._train_step()
 

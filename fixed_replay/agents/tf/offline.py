@@ -9,6 +9,10 @@ as `train_step`), and `_replay_data_dir`, `_replay_suffix` and
 the last to continue from another run, as batch_rl's does).
 """
 
+from typing import Any
+
+import numpy as np
+
 from fixed_replay.agents.tf import runtime
 from fixed_replay.agents.tf.wrapped_fixed_replay_buffer import (
   WrappedFixedReplayBuffer,
@@ -87,33 +91,33 @@ class OfflineAgent:
       **chosen,
     )
 
-  def begin_episode(self, observation):
+  def begin_episode(self, observation: np.ndarray) -> int:
     """Returns the first action of an evaluation episode."""
     self._reset_state()
     self._record_observation(observation)
     self.action = self._select_action()
     return self.action
 
-  def step(self, reward, observation):
+  def step(self, reward: float, observation: np.ndarray) -> int:
     """Returns the next action; the transition is not stored anywhere."""
     del reward
     self._record_observation(observation)
     self.action = self._select_action()
     return self.action
 
-  def end_episode(self, reward):
+  def end_episode(self, reward: float) -> None:
     """Nothing to do: offline agents never add to their data."""
     del reward
 
-  def train_step(self):
+  def train_step(self) -> None:
     """One training step (an update every `update_period` steps)."""
     self._train_step()
 
-  def reload_data(self):
+  def reload_data(self) -> None:
     """Swaps in the next set of checkpoints (prefetched in the background)."""
     self._replay.reload_buffer()
 
   @property
-  def replay(self):
+  def replay(self) -> Any:
     """The WrappedFixedReplayBuffer the agent trains from."""
     return self._replay
