@@ -238,6 +238,19 @@ def wait_for_memory(num_bytes, timeout_s=1800, poll_s=10):
     time.sleep(poll_s)
 
 
+def python_speed():
+  """Seconds this machine's Python takes for 10M integer additions.
+
+  A calibration to print beside timings: the same benchmark on a machine
+  twice as slow at this loop doubles every per-batch CPU figure, and
+  ratios against a fixed-length step (a GPU stand-in) move with it.
+  """
+  began, total = time.process_time(), 0
+  for number in range(10_000_000):
+    total += number
+  return time.process_time() - began
+
+
 def load_average():
   """Returns the 1, 5 and 15 minute load averages as a short string."""
   one, five, fifteen = os.getloadavg()

@@ -459,7 +459,10 @@ def main(argv):
   checkpoint = str(common.build_checkpoint(rows, data_dir=_DATA_DIR.value))
   work = _WORK_DIR.value or tempfile.mkdtemp(prefix='torch_loader_bench_')
   store = _stored(checkpoint, os.path.join(work, 'store'))
-  print(f'{rows:,}-row checkpoints; {os.cpu_count()} CPUs')
+  print(
+    f'{rows:,}-row checkpoints; {os.cpu_count()} CPUs; 10M Python integer '
+    f'additions take {common.python_speed():.2f} CPU-s here'
+  )
   if 'fed' in _TABLES.value:
     busy = common.build_checkpoint(
       rows, data_dir=_DATA_DIR.value, game=_BUSY_GAME.value

@@ -18,6 +18,7 @@ def bar(
   unit: str = 'it',
   unit_scale: bool = False,
   show: bool | None = None,
+  **options: Any,
 ) -> Any:
   """Returns a tqdm bar on stderr.
 
@@ -28,6 +29,7 @@ def bar(
     unit_scale: bool, show 12.3k instead of 12345.
     show: bool, whether to draw it; None: only when stderr is a terminal
       (a bar in a log file is noise: callers log lines instead).
+    **options: further tqdm arguments (bar_format, ...).
   """
   return tqdm.tqdm(
     total=total,
@@ -37,6 +39,7 @@ def bar(
     disable=not (sys.stderr.isatty() if show is None else show),
     dynamic_ncols=True,
     leave=False,
+    **options,
   )
 
 
@@ -97,14 +100,7 @@ class TaskBoard:
     self._first_fraction = None
     self._last_counts = None
     self._last_log = -float('inf')
-    self._bar = tqdm.tqdm(
-      total=total,
-      desc=desc,
-      disable=not sys.stderr.isatty(),
-      dynamic_ncols=True,
-      leave=False,
-      bar_format='{percentage:3.0f}%|{bar}| {desc}',
-    )
+    self._bar = bar(total, desc, bar_format='{percentage:3.0f}%|{bar}| {desc}')
 
   def update(
     self,
