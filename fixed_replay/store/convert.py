@@ -224,16 +224,16 @@ def convert_runs(
     CheckpointError: as for `convert`; the stores must be distinct.
   """
   options = options or ConvertOptions()
-  if options.game is None:  # The game the sources' paths name, if one.
-    game = layout.game_of(*(str(s) for s, _ in runs))
-    options = dataclasses.replace(options, game=game)
   if ray:
     runs = [(_absolute(str(s)), _absolute(str(d))) for s, d in runs]
   # Every run's files are checked before any store is created or locked.
   rounds = [[_run_sources(str(source_dir))] for source_dir, _ in runs]
-  if options.stack_size is None:  # The first run's data decides.
-    stack_size = observation_spec.resolve_directory(runs[0][0], {})
-    options = dataclasses.replace(options, stack_size=stack_size['stack_size'])
+  options = dataclasses.replace(
+    options,  # Unless given: the game the paths name, the first run's stack.
+    game=options.game or layout.game_of(*(str(s) for s, _ in runs)),
+    stack_size=options.stack_size
+    or observation_spec.resolve_directory(runs[0][0], {})['stack_size'],
+  )
   return convert_source_runs(
     [(s, d, r) for (s, d), r in zip(runs, rounds, strict=True)],
     options,

@@ -125,14 +125,18 @@ def log_result(result: dict, store_dir: str) -> None:
   )
 
 
-class InProcess:
-  """Converts the pending checkpoints one by one in this process."""
+class _NothingToRelease:
+  """A runner with nothing to set up or release around its runs."""
 
   def __enter__(self) -> ConversionRunner:
     return self
 
   def __exit__(self, *unused_exc_info: Any) -> bool:
     return False
+
+
+class InProcess(_NothingToRelease):
+  """Converts the pending checkpoints one by one in this process."""
 
   def run(self, pending: list[Pending], options: ConvertOptions) -> None:
     bar = FrameProgress(sum(item.rows for item in pending))
@@ -149,7 +153,7 @@ class InProcess:
       bar.close()
 
 
-class ProcessPool:
+class ProcessPool(_NothingToRelease):
   """Converts the pending checkpoints in worker processes, with progress.
 
   An interrupt (or any exception but a checkpoint's own failure) kills the
@@ -159,12 +163,6 @@ class ProcessPool:
 
   def __init__(self, workers: int | None = None) -> None:
     self._workers = workers
-
-  def __enter__(self) -> ConversionRunner:
-    return self
-
-  def __exit__(self, *unused_exc_info: Any) -> bool:
-    return False
 
   def run(self, pending: list[Pending], options: ConvertOptions) -> None:
     small = sum(item.rows for item in pending) <= SMALL_JOB_ROWS

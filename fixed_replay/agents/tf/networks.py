@@ -13,7 +13,8 @@ Two families of outputs, each for Atari frames and for vector observations:
 The Atari torso is the Nature DQN one, with the layer names of Dopamine's
 `atari_lib.NatureDQNNetwork`. The vector torso is a small MLP that, like
 Dopamine's `gym_lib` networks, can rescale inputs to [-1, 1] from known
-bounds; the `Cartpole*` classes use Dopamine's CartPole bounds.
+bounds; the `Cartpole*` networks are the MLP ones with Dopamine's CartPole
+bounds.
 
 A third family, multi-network Q-functions (batch_rl's multi_network_dqn),
 gives the same [batch, num_actions, num_networks] `q_heads` from
@@ -26,6 +27,7 @@ the configs use beside the networks (`preferred_tf_device`, TF1's
 
 import collections
 from collections.abc import Sequence
+import functools
 from typing import Any
 
 from dopamine.discrete_domains import atari_lib
@@ -40,10 +42,6 @@ MultiHeadNetworkType = collections.namedtuple(
 )
 QuantileNetworkType = collections.namedtuple(
   'qr_dqn_network', ['quantile_values', 'q_values']
-)
-# MLPTorso's rescaling bounds of the `Cartpole*` classes: Dopamine's.
-_CARTPOLE_BOUNDS = dict(
-  min_vals=gym_lib.CARTPOLE_MIN_VALS, max_vals=gym_lib.CARTPOLE_MAX_VALS
 )
 
 
@@ -282,52 +280,8 @@ class MLPQuantileNetwork(_MLPHeadedNetwork):
 
 
 @gin.configurable
-class CartpoleQNetwork(MLPQNetwork):
-  """MLPQNetwork with inputs rescaled by Dopamine's CartPole bounds."""
-
-  def __init__(
-    self,
-    num_actions: int,
-    name: str | None = None,
-    hidden_units: Sequence[int] = (64, 64),
-  ) -> None:
-    super().__init__(
-      num_actions, name=name, hidden_units=hidden_units, **_CARTPOLE_BOUNDS
-    )
-
-
-class _CartpoleHeadedNetwork(_MLPHeadedNetwork):
-  """An MLP with Dopamine's CartPole input bounds (see subclasses)."""
-
-  def __init__(
-    self, num_actions: int, num_outputs, name=None, hidden_units=(64, 64)
-  ) -> None:
-    super().__init__(
-      num_actions,
-      num_outputs,
-      name=name,
-      hidden_units=hidden_units,
-      **_CARTPOLE_BOUNDS,
-    )
-
-
-@gin.configurable
-class CartpoleMultiHeadQNetwork(_CartpoleHeadedNetwork):
-  """MLPMultiHeadQNetwork with Dopamine's CartPole input bounds."""
-
-  output_type = MultiHeadNetworkType
-
-
-@gin.configurable
-class CartpoleQuantileNetwork(_CartpoleHeadedNetwork):
-  """MLPQuantileNetwork with Dopamine's CartPole input bounds."""
-
-  output_type = QuantileNetworkType
-
-
-@gin.configurable
-class CartpoleMultiNetworkQNetwork(_MultiNetworkQNetwork):
-  """num_networks MLPs with Dopamine's CartPole input bounds."""
+class MLPMultiNetworkQNetwork(_MultiNetworkQNetwork):
+  """num_networks small MLPs, each giving one Q-value per action."""
 
   def __init__(
     self,
@@ -335,8 +289,36 @@ class CartpoleMultiNetworkQNetwork(_MultiNetworkQNetwork):
     num_networks: int,
     name: str | None = None,
     hidden_units: Sequence[int] = (64, 64),
+    min_vals: Any = None,
+    max_vals: Any = None,
   ) -> None:
     def make_torso():
-      return MLPTorso(hidden_units, **_CARTPOLE_BOUNDS)
+      return MLPTorso(hidden_units, min_vals, max_vals)
 
     super().__init__(make_torso, num_actions, num_networks, name=name)
+
+
+def _with_cartpole_bounds(network: type, name: str) -> Any:
+  """`network` with its inputs rescaled by Dopamine's CartPole bounds.
+
+  Gin-configurable as `name` (`CartpoleQNetwork.hidden_units = ...`), and
+  called as the network is, less `min_vals` and `max_vals`.
+  """
+  bounded = functools.partial(
+    network,
+    min_vals=gym_lib.CARTPOLE_MIN_VALS,
+    max_vals=gym_lib.CARTPOLE_MAX_VALS,
+  )
+  return gin.external_configurable(bounded, name=name, module=__name__)
+
+
+CartpoleQNetwork = _with_cartpole_bounds(MLPQNetwork, 'CartpoleQNetwork')
+CartpoleMultiHeadQNetwork = _with_cartpole_bounds(
+  MLPMultiHeadQNetwork, 'CartpoleMultiHeadQNetwork'
+)
+CartpoleQuantileNetwork = _with_cartpole_bounds(
+  MLPQuantileNetwork, 'CartpoleQuantileNetwork'
+)
+CartpoleMultiNetworkQNetwork = _with_cartpole_bounds(
+  MLPMultiNetworkQNetwork, 'CartpoleMultiNetworkQNetwork'
+)
