@@ -74,7 +74,17 @@ def transitions_tensordict(
   )
 
 
-class ReplayStorage(Storage):
+class _NoState:
+  """Nothing to save or load: the data is on disk, the draw is the buffer's."""
+
+  def state_dict(self) -> dict[str, Any]:
+    return {}
+
+  def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    del state_dict
+
+
+class ReplayStorage(_NoState, Storage):
   """Read-only storage of a buffer's valid transitions.
 
   An index is a (B, 2) int64 tensor of (checkpoint suffix, file row) pairs,
@@ -111,29 +121,17 @@ class ReplayStorage(Storage):
   def __len__(self) -> int:
     return self.buffer.num_valid_transitions
 
-  def state_dict(self) -> dict[str, Any]:
-    return {}
-
-  def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-    del state_dict
-
   def _empty(self):
     raise _read_only(self.buffer.data_dir)
 
 
-class ReplaySampler(Sampler):
+class ReplaySampler(_NoState, Sampler):
   """Draws (suffix, row) pairs as the buffer draws its minibatches."""
 
   def sample(self, storage: ReplayStorage, batch_size: int) -> tuple:
     suffixes, rows = storage.buffer.sample_index_batch(batch_size)
     pairs = np.stack([suffixes.astype(np.int64), rows.astype(np.int64)], -1)
     return torch.from_numpy(pairs), {}
-
-  def state_dict(self) -> dict[str, Any]:
-    return {}
-
-  def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-    del state_dict
 
   def _empty(self):
     return

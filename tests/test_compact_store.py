@@ -285,3 +285,26 @@ def test_convert_rewrites_an_old_store_without_its_source(
     )
   finally:
     buffer.close()
+
+
+def test_inspect_verify_flags_the_checkpoint_whose_frames_differ(
+  store, cartpole_dir, tmp_path
+):
+  """Three Pong checkpoints and a CartPole one: the odd one is named."""
+  from fixed_replay.store import convert
+  from fixed_replay.store import store_inspection
+
+  convert.convert(cartpole_dir, tmp_path / 'cartpole', workers=0)
+  mixed = tmp_path / 'mixed'
+  shutil.copytree(store, mixed)
+  shutil.rmtree(mixed / 'checkpoint_1')
+  shutil.copytree(
+    tmp_path / 'cartpole' / 'checkpoint_1', mixed / 'checkpoint_1'
+  )
+  summary = store_inspection.summarize_data(str(mixed), verify=True)
+  flagged = {s.suffix: s.problems for s in summary.checkpoints if s.problems}
+  assert list(flagged) == [1], flagged
+  (problem,) = flagged[1]
+  assert problem.path == 'checkpoint_1'
+  assert 'rows of shape (4, 1) float64' in problem.problem
+  assert '(84, 84) uint8' in problem.problem

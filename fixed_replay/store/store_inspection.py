@@ -17,6 +17,7 @@ import os
 
 import numpy as np
 
+from fixed_replay.dataset import checks
 from fixed_replay.dataset import file_names
 from fixed_replay.dataset import inspection
 from fixed_replay.dataset import layout
@@ -116,25 +117,22 @@ def summarize_checkpoint(
 
 
 def _check_shapes(checkpoints) -> None:
-  """Flags checkpoints whose frames differ from the store's first."""
-  shapes = [
-    (s.observation_shape, s.observation_dtype)
+  """Flags checkpoints whose frames differ from most of the store's."""
+  named = {
+    manifest_lib.checkpoint_dirname(s.suffix): s
     for s in checkpoints
     if s.observation_shape is not None
-  ]
-  if not shapes:
-    return
-  first = shapes[0]
-  for summary in checkpoints:
-    shape = (summary.observation_shape, summary.observation_dtype)
-    if summary.observation_shape is not None and shape != first:
-      summary.problems.append(
-        summaries.Problem(
-          manifest_lib.checkpoint_dirname(summary.suffix),
-          f"frames {shape[0]} {shape[1]}, the store's first checkpoint has "
-          f'{first[0]} {first[1]}',
-        )
-      )
+  }
+  layouts = {
+    name: {'observation': (s.observation_shape, s.observation_dtype)}
+    for name, s in named.items()
+  }
+  for error in checks.same_layout(
+    {n: {'observation': n} for n in named}, layouts
+  ):
+    named[error.path].problems.append(
+      summaries.Problem(error.path, error.problem)
+    )
 
 
 def summarize_store(
