@@ -277,9 +277,11 @@ def test_checkpoints_that_disagree_are_refused_before_sampling(
   with pytest.raises(CheckpointError) as raised:
     _buffer(mixed, num_buffers_to_load=2)
   message = str(raised.value)
-  assert (
-    'checkpoint_1' in message and 'checkpoint 0 has shape (84, 84)' in message
-  )
+  # Named against what the other checkpoints hold (one rule with Dopamine's
+  # directories, checks.same_layout).
+  assert 'checkpoint_1' in message, message
+  assert 'rows of shape (4, 1) float64' in message, message
+  assert 'checkpoints [0, 3, 7] of the run have (84, 84) uint8' in message
 
 
 def test_a_store_with_no_complete_checkpoint_is_refused(store, tmp_path):

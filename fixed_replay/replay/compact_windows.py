@@ -14,6 +14,7 @@ from absl import logging
 import numpy as np
 
 from fixed_replay import progress
+from fixed_replay.dataset import checks
 from fixed_replay.dataset import subsample as subsample_lib
 from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
@@ -52,34 +53,25 @@ def check_selection(
   """Raises CheckpointError unless every checkpoint holds what is asked for.
 
   Reads only the manifests, so a store sampled a few checkpoints at a time
-  is checked whole before anything is sampled: the frames' shape and dtype
-  (alike in every checkpoint; observation_spec checked the first against
-  the configuration), the stack_size a store
-  made from episodes was padded for, and the extra storage elements.
+  is checked whole before anything is sampled: the extra storage elements,
+  the stack_size a store made from episodes was padded for, and the shape
+  and dtype of the frames and arrays, alike in every checkpoint
+  (observation_spec checked the first against the configuration).
 
   Args:
     directories: dict of suffix to the selected checkpoints' directories.
     settings: checkpoint_loading.WindowSettings of the buffer.
 
   Raises:
-    CheckpointError: naming the first checkpoint that differs from another
-      checkpoint or from the configuration, and both values.
+    CheckpointError: naming the first checkpoint that differs from most
+      others or from the configuration, and both values.
   """
   s = settings.arguments
-  first = None
-  for suffix in sorted(directories):
-    directory = directories[suffix]
-    manifest = manifest_lib.read_manifest(directory)
-    spec = manifest['observation']
-    ours = (tuple(spec['row_shape']), np.dtype(spec['dtype']))
-    if first is None:
-      first = (suffix, ours)
-    elif ours != first[1]:
-      raise CheckpointError(
-        directory,
-        f'frames of shape {ours[0]} and dtype {ours[1]}, but checkpoint '
-        f'{first[0]} has shape {first[1][0]} and dtype {first[1][1]}',
-      )
+  compared = ('observation', 'action', 'reward', 'terminal')
+  compared += settings.extra_names
+  manifests = {}
+  for suffix, directory in sorted(directories.items()):
+    manifest = manifests[suffix] = manifest_lib.read_manifest(directory)
     stored_stack = manifest['valid_rows']['stack_size']
     # Rows made from episodes (RL Unplugged) hold stack_size - 1 padding
     # rows per episode: another stack would sample them as states. Rows
@@ -97,6 +89,22 @@ def check_selection(
       manifest['arrays'],
       settings.extra_names,
     )
+  # One rule with Dopamine's directories: what most checkpoints hold.
+  errors = checks.same_layout(
+    {n: dict.fromkeys(compared, directories[n]) for n in manifests},
+    {n: _layout(manifest, compared) for n, manifest in manifests.items()},
+  )
+  if errors:
+    raise errors[0]
+
+
+def _layout(manifest, names):
+  """{name: (row_shape, dtype)} of a stored checkpoint's frames and arrays."""
+  specs = dict(manifest['arrays'], observation=manifest['observation'])
+  return {
+    n: (tuple(specs[n]['row_shape']), np.dtype(specs[n]['dtype']))
+    for n in names
+  }
 
 
 def open_store(
@@ -151,24 +159,17 @@ def _plan_window(stored, settings):
   )
 
 
-def _check_same_layout(stored, names, data_dir):
-  """Raises CheckpointError unless all checkpoints store alike arrays."""
+def _check_same_layout(stored, data_dir):
+  """Raises CheckpointError unless all checkpoints have alike blocks.
+
+  (check_selection compared their arrays and frames.)
+  """
   block_rows = {s.frames.block_rows for s in stored}
   if len(block_rows) != 1:
     raise CheckpointError(
       data_dir,
       f'checkpoints stored with different block sizes {sorted(block_rows)}',
     )
-  first = stored[0].arrays
-  for other in stored[1:]:
-    for name in names:
-      theirs, ours = other.arrays[name], first[name]
-      if (theirs.dtype, theirs.shape[1:]) != (ours.dtype, ours.shape[1:]):
-        raise CheckpointError(
-          other.directory,
-          f'{name} of {theirs.dtype}{theirs.shape[1:]}, but checkpoint '
-          f'{stored[0].suffix} has {ours.dtype}{ours.shape[1:]}',
-        )
 
 
 def _read_small_arrays(stored, windows, names):
@@ -230,7 +231,7 @@ def open_windows(
   """
   s = settings.arguments
   names = ['action', 'reward', 'terminal'] + list(settings.extra_names)
-  _check_same_layout(stored, names, s.data_dir)
+  _check_same_layout(stored, s.data_dir)
   block_rows = stored[0].frames.block_rows
   block_bytes = (
     block_rows
