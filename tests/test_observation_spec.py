@@ -158,3 +158,17 @@ def test_a_collating_dataloader_raises(num_workers, cartpole_dir):
     assert tuple(item['state'].shape) == (8, 4, 1, 1)
   finally:
     dataset.close()
+
+
+def test_torchrl_dataset_needs_no_shape_arguments(cartpole_dir, cartpole_store):
+  pytest.importorskip('torchrl')
+  from fixed_replay.torchrl import FixedReplayDataset
+
+  for data_dir in (cartpole_dir, cartpole_store):
+    dataset = FixedReplayDataset(data_dir, batch_size=8, seed=0)
+    try:
+      td = dataset.sample()
+      assert tuple(td['observation'].shape) == (8, 4, 1, 1)
+      assert tuple(td['next', 'observation'].shape) == (8, 4, 1, 1)
+    finally:
+      dataset.close()
