@@ -318,6 +318,23 @@ def cartpole_dir(tmp_path_factory):
   return str(directory)
 
 
+@pytest.fixture
+def mixed_store(store, cartpole_dir, tmp_path):
+  """The store with its checkpoint 1 replaced by a CartPole one."""
+  import shutil
+
+  from fixed_replay.store import convert
+
+  convert.convert(cartpole_dir, tmp_path / 'cartpole', workers=0)
+  mixed = tmp_path / 'mixed'
+  shutil.copytree(store, mixed)
+  shutil.rmtree(mixed / 'checkpoint_1')
+  shutil.copytree(
+    tmp_path / 'cartpole' / 'checkpoint_1', mixed / 'checkpoint_1'
+  )
+  return mixed
+
+
 # RL Unplugged runs for the conversion tests: (checkpoint, episode) per record
 # of each shard. Run 1 is laid out as published (shard N = checkpoint N, in
 # order); run 2 is not: shard 0 ends with checkpoint 1's first episode, shard

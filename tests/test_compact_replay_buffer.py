@@ -262,17 +262,9 @@ def test_store_must_match_what_the_agent_asks(store):
     _buffer(store, observation_dtype=np.float32)
 
 
-def test_checkpoints_that_disagree_are_refused_before_sampling(
-  store, cartpole_dir, tmp_path
-):
+def test_checkpoints_that_disagree_are_refused_before_sampling(mixed_store):
   """A store mixing frames of two shapes: an error naming both."""
-  convert.convert(cartpole_dir, tmp_path / 'cartpole', workers=0)
-  mixed = tmp_path / 'mixed'
-  shutil.copytree(store, mixed)
-  shutil.rmtree(mixed / 'checkpoint_1')
-  shutil.copytree(
-    tmp_path / 'cartpole' / 'checkpoint_1', mixed / 'checkpoint_1'
-  )
+  mixed = mixed_store
   # Sampling two checkpoints at a time still checks all four first.
   with pytest.raises(CheckpointError) as raised:
     _buffer(mixed, num_buffers_to_load=2)

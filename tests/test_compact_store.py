@@ -287,20 +287,11 @@ def test_convert_rewrites_an_old_store_without_its_source(
     buffer.close()
 
 
-def test_inspect_verify_flags_the_checkpoint_whose_frames_differ(
-  store, cartpole_dir, tmp_path
-):
+def test_inspect_verify_flags_the_checkpoint_whose_frames_differ(mixed_store):
   """Three Pong checkpoints and a CartPole one: the odd one is named."""
-  from fixed_replay.store import convert
   from fixed_replay.store import store_inspection
 
-  convert.convert(cartpole_dir, tmp_path / 'cartpole', workers=0)
-  mixed = tmp_path / 'mixed'
-  shutil.copytree(store, mixed)
-  shutil.rmtree(mixed / 'checkpoint_1')
-  shutil.copytree(
-    tmp_path / 'cartpole' / 'checkpoint_1', mixed / 'checkpoint_1'
-  )
+  mixed = mixed_store
   summary = store_inspection.summarize_data(str(mixed), verify=True)
   flagged = {s.suffix: s.problems for s in summary.checkpoints if s.problems}
   assert list(flagged) == [1], flagged
