@@ -2,6 +2,7 @@
 
 import atexit
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -263,7 +264,25 @@ def blocks_store(dopamine_dir, tmp_path_factory):
   return directory
 
 
-@pytest.fixture(scope='session', params=['store', 'blocks_store'])
+@pytest.fixture(scope='session')
+def units_v2_store(dopamine_dir, tmp_path_factory):
+  """dopamine_dir's checkpoints in format version 2, as it was written.
+
+  tests/data/compact_store_v2 is what `convert.convert(dopamine_dir)` wrote
+  at commit 502fd75 (unpacked index, arrays and dictionary); it holds the
+  same rows, as dopamine_dir's writers are seeded. Copied: tests read it.
+  """
+  del dopamine_dir  # The oracles tests compare it with.
+  directory = tmp_path_factory.mktemp('compact_v2') / 'store'
+  shutil.copytree(
+    pathlib.Path(__file__).parent / 'data/compact_store_v2', directory
+  )
+  return directory
+
+
+@pytest.fixture(
+  scope='session', params=['store', 'units_v2_store', 'blocks_store']
+)
 def any_store(request):
   """The store in each format version this library reads."""
   return request.getfixturevalue(request.param)

@@ -168,7 +168,7 @@ def test_damaged_block_error_names_checkpoint_and_rows(
   shutil.copytree(request.getfixturevalue(layout), damaged)
   directory = damaged / 'checkpoint_1'
   manifest = manifest_lib.read_manifest(directory)
-  offsets = np.load(directory / manifest_lib.OFFSETS_FILE)
+  offsets = _unit_offsets(directory)
   unit = damaged_row // manifest['observation']['block_rows']
   with open(directory / manifest['observation']['file'], 'r+b') as stream:
     stream.seek(int(offsets[unit]) + 5)
@@ -184,6 +184,13 @@ def test_damaged_block_error_names_checkpoint_and_rows(
     for _ in range(50):  # Some minibatch soon draws a row of block 30.
       background.sample_transition_batch()
   background.close()
+
+
+def _unit_offsets(directory):
+  """Where each unit (block) of a stored checkpoint starts, then the end."""
+  stored = compact_store.StoredCheckpoint(directory)
+  stored.close()
+  return stored.frames.offsets
 
 
 def _skippable_frame(size):
@@ -225,7 +232,7 @@ def test_unit_with_a_matching_crc_that_does_not_decode_is_named(
   shutil.copytree(store, damaged)
   directory = damaged / 'checkpoint_1'
   manifest = manifest_lib.read_manifest(directory)
-  offsets = np.load(directory / manifest_lib.OFFSETS_FILE)
+  offsets = _unit_offsets(directory)
   start, stop = (int(v) for v in offsets[490:492])
   if problem == 'garbage':
     unit = bytes(range(stop - start))

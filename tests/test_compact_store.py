@@ -15,6 +15,7 @@ from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
+from fixed_replay.store import compact_output
 from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
 
@@ -38,8 +39,20 @@ def test_store_describes_itself(dopamine_dir, store):
   assert observation['layout'] == 'units'
   assert observation['num_blocks'] == capacity
   assert observation['row_shape'] == [84, 84]
-  assert observation['dictionary'] == 'observation.dict'
-  assert 'observation.dict' in manifest['files']
+  # Format version 3: everything but the units and their CRC-32s packed.
+  assert set(manifest['files']) == {
+    'observation.units',
+    'observation_crc32.npy',
+    'observation.dict.zst',
+    'observation_sizes.npy.zst',
+    'action.npy.zst',
+    'reward.npy.zst',
+    'terminal.npy.zst',
+    'invalid_range.npy.zst',
+    'episode_end_indices.npy.zst',
+    'valid_mask.npy.zst',
+  }
+  assert observation['dictionary'] == 'observation.dict.zst'
   for name, entry in manifest['files'].items():
     path = store / 'checkpoint_7' / name
     assert os.path.getsize(path) == entry['bytes'], name
@@ -68,17 +81,21 @@ def test_arrays_equal_the_source(dopamine_dir, any_store, suffix):
   stored = compact_store.StoredCheckpoint(
     store / manifest_lib.checkpoint_dirname(suffix)
   )
+  # Rows Dopamine's writer never filled hold np.empty's leftovers, which
+  # differ between processes: units_v2_store's were written by another.
+  # (A conversion checks every byte of them against its source.)
+  filled = min(stored.add_count, stored.num_rows)
   frames = stored.frames
+  everything = frames.read_rows(0, frames.num_rows)
   np.testing.assert_array_equal(
-    frames.read_rows(0, frames.num_rows), window.store['observation']
+    everything[:filled], window.store['observation'][:filled]
   )
   # A range across blocks, ending in the short last block (1000 = 62*16 + 8).
-  np.testing.assert_array_equal(
-    frames.read_rows(985, 15), window.store['observation'][985:]
-  )
+  np.testing.assert_array_equal(frames.read_rows(985, 15), everything[985:])
   for name in ('action', 'reward', 'terminal'):
-    np.testing.assert_array_equal(stored.arrays[name], window.store[name])
-    assert stored.arrays[name].dtype == window.store[name].dtype
+    array = stored.arrays[name]
+    np.testing.assert_array_equal(array[:filled], window.store[name][:filled])
+    assert array.dtype == window.store[name].dtype
   np.testing.assert_array_equal(stored.invalid_range, window.invalid_range)
   if window.episode_end_indices is None:
     assert stored.episode_end_indices is None
@@ -166,8 +183,10 @@ def test_damaged_unit_names_checkpoint_unit_and_rows(store, tmp_path):
 @pytest.mark.parametrize(
   'name',
   [
-    manifest_lib.DICTIONARY_FILE,
-    manifest_lib.OFFSETS_FILE,
+    manifest_lib.stored_name(
+      manifest_lib.DICTIONARY_FILE, manifest_lib.VERSION
+    ),
+    manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest_lib.VERSION),
     manifest_lib.CRC_FILE,
   ],
 )
@@ -200,10 +219,10 @@ def test_truncated_frames_file_is_a_clear_error(
 
 def test_damaged_small_array_refused_on_opening(store, tmp_path):
   directory = _copy_checkpoint(store, 1, tmp_path)
-  with open(directory / 'terminal.npy', 'r+b') as stream:
+  with open(directory / 'terminal.npy.zst', 'r+b') as stream:
     stream.seek(-1, os.SEEK_END)
     stream.write(b'\x07')
-  with pytest.raises(CheckpointError, match=r'terminal\.npy: damaged'):
+  with pytest.raises(CheckpointError, match=r'terminal\.npy\.zst: damaged'):
     compact_store.StoredCheckpoint(directory)
 
 
@@ -213,7 +232,9 @@ def test_newer_format_version_is_refused_as_newer(store, tmp_path):
   manifest['version'] = manifest_lib.VERSION + 1
   manifest_lib.write_manifest(directory, manifest)
   with pytest.raises(
-    CheckpointError, match='format version 3 is newer than this fixed_replay'
+    CheckpointError,
+    match=r'format version 4 is newer than this fixed_replay reads \(versions '
+    r'1-3\): upgrade',
   ):
     compact_store.StoredCheckpoint(directory)
   manifest['version'] = 0
@@ -252,27 +273,32 @@ def test_inspect_names_the_format_version_and_settings(any_store):
   completed = _cli('inspect', any_store)
   assert completed.returncode == 0, completed.stderr[-2000:]
   # The version and the settings the frames were written with.
-  kind = 'units' if manifest['version'] == 2 else 'blocks'
+  kind = 'blocks' if manifest['version'] == 1 else 'units'
   assert (
     f"compact store format version {manifest['version']} ({spec['codec']} "
     f"frame {kind} of {spec['block_rows']}, clevel {spec['clevel']});"
   ) in completed.stdout
 
 
+@pytest.mark.parametrize(
+  ('old_store', 'old_version'), [('blocks_store', 1), ('units_v2_store', 2)]
+)
 def test_convert_rewrites_an_old_store_without_its_source(
-  blocks_store, dopamine_dir, oracles, tmp_path
+  request, old_store, old_version, dopamine_dir, oracles, tmp_path
 ):
+  old_store = request.getfixturevalue(old_store)
   rewritten = tmp_path / 'rewritten'
-  completed = _cli('convert', blocks_store, rewritten, '--workers=0')
+  completed = _cli('convert', old_store, rewritten, '--workers=0')
   assert completed.returncode == 0, completed.stderr[-3000:]
   for suffix in dopamine_dir[2]:
-    old = manifest_lib.read_manifest(
-      blocks_store / manifest_lib.checkpoint_dirname(suffix)
-    )
-    new = manifest_lib.read_manifest(
-      rewritten / manifest_lib.checkpoint_dirname(suffix)
-    )
-    assert (old['version'], new['version']) == (1, manifest_lib.VERSION)
+    name = manifest_lib.checkpoint_dirname(suffix)
+    old = manifest_lib.read_manifest(old_store / name)
+    new = manifest_lib.read_manifest(rewritten / name)
+    assert (old['version'], new['version']) == (old_version, 3)
+    if old_version == 2:  # The same units; the rest packed.
+      assert compact_output.store_bytes(rewritten / name) < (
+        compact_output.store_bytes(old_store / name)
+      )
     # Same data, described by the same original source files.
     assert new['source'] == old['source']
     assert (

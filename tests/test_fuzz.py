@@ -49,23 +49,6 @@ SOURCE_NAMES = (
   'invalid_range',
   'episode_end_indices',
 )
-STORE_NAMES = (
-  manifest_lib.MANIFEST,
-  manifest_lib.OFFSETS_FILE,
-  manifest_lib.CRC_FILE,
-  manifest_lib.VALID_MASK_FILE,
-  manifest_lib.INVALID_RANGE_FILE,
-  manifest_lib.EPISODE_ENDS_FILE,
-  'action.npy',
-  'reward.npy',
-  'terminal.npy',
-)
-# The frames' files of each format version (the dictionary only when the
-# frames were enough to train one).
-FRAME_NAMES = {
-  'units': (manifest_lib.UNITS_FILE, manifest_lib.DICTIONARY_FILE),
-  'blocks': (manifest_lib.BLOCKS_FILE,),
-}
 LAYOUT_OPTIONS = {
   'units': convert.ConvertOptions(),
   'blocks': convert.ConvertOptions(layout='blocks', block_rows=16),
@@ -269,12 +252,13 @@ def test_damage_is_named_or_harmless(undamaged, tmp_path, layout):
   source, stores, all_baselines = undamaged
   store = stores[layout]
   baselines = {**all_baselines, **all_baselines[layout]}
-  store_names = STORE_NAMES + tuple(
-    name
-    for name in FRAME_NAMES[layout]
-    if all(
-      (store / manifest_lib.checkpoint_dirname(s) / name).exists()
-      for s in WRITTEN
+  # Every file the checkpoints hold (in each format version its own).
+  store_names = sorted(
+    set.intersection(
+      *(
+        set(os.listdir(store / manifest_lib.checkpoint_dirname(s)))
+        for s in WRITTEN
+      )
     )
   )
   rng = np.random.default_rng(SEED)

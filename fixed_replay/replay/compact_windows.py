@@ -176,13 +176,10 @@ def _read_small_arrays(stored, windows, names):
   """Every window's small arrays end to end: (arrays, offsets)."""
   counts = np.array([count for _, count in windows], dtype=np.int64)
   offsets = np.cumsum(counts) - counts
-  first = stored[0].arrays
-  arrays = {
-    name: np.empty(
-      (int(counts.sum()),) + first[name].shape[1:], first[name].dtype
-    )
-    for name in names
-  }
+  arrays = {}
+  for name in names:
+    dtype, row_shape = stored[0].arrays.row_type(name)
+    arrays[name] = np.empty((int(counts.sum()),) + row_shape, dtype)
   for checkpoint, (start, count), offset in zip(
     stored, windows, offsets, strict=True
   ):
@@ -195,11 +192,10 @@ def _fixed_bytes(stored, windows, names):
   """Bytes of everything but the cache: small arrays, tables, indexes."""
   total = 0
   for checkpoint, (_, count) in zip(stored, windows, strict=True):
-    row_bytes = sum(
-      checkpoint.arrays[n].itemsize
-      * int(np.prod(checkpoint.arrays[n].shape[1:]))
-      for n in names
-    )
+    row_bytes = 0
+    for name in names:
+      dtype, row_shape = checkpoint.arrays.row_type(name)
+      row_bytes += dtype.itemsize * int(np.prod(row_shape))
     total += count * (row_bytes + np.dtype(np.int32).itemsize)
     total += checkpoint.frames.nbytes
   return total

@@ -8,7 +8,7 @@ transitions at those (checkpoint position, file row) pairs. Two exist:
   each (FixedReplayBuffer); the transition math runs once per checkpoint.
 * `BlockFrames`: a compact store (CompactReplayBuffer): the small arrays of
   every window end to end in RAM; the transition math runs once over a
-  minibatch mixing any checkpoints. Units of format version 2 (one frame
+  minibatch mixing any checkpoints. Units of format versions 2 and 3 (one frame
   each by default) are decoded as the batch needs them, each distinct unit
   once, and the stacks packed from them, in one compiled call outside the
   GIL; format 1's blocks (and units whose stacks do not pack into uint32s)

@@ -47,9 +47,9 @@ def _stored_options(manifest):
     'stack_size': manifest['valid_rows']['stack_size'],
     'update_horizon': manifest['valid_rows']['update_horizon'],
     'layout': (
-      frame_units.LAYOUT
-      if manifest['version'] == manifest_lib.UNITS_VERSION
-      else 'blocks'
+      'blocks'
+      if manifest['version'] == manifest_lib.BLOCKS_VERSION
+      else frame_units.LAYOUT
     ),
   }
 
@@ -157,11 +157,12 @@ def _units_compressor(directory: str, spec: dict, options: ConvertOptions):
     dictionary = frame_units.train_dictionary(first)
     spec['dictionary'] = None
     if dictionary:
-      with destination.synced_file(
-        directory, manifest_lib.DICTIONARY_FILE
-      ) as stream:
-        stream.write(dictionary)
-      spec['dictionary'] = manifest_lib.DICTIONARY_FILE
+      name = manifest_lib.stored_name(
+        manifest_lib.DICTIONARY_FILE, manifest_lib.PACKED_VERSION
+      )
+      with destination.synced_file(directory, name) as stream:
+        stream.write(manifest_lib.pack(dictionary))
+      spec['dictionary'] = name
     local = threading.local()
 
     def compress(frames):
@@ -195,9 +196,17 @@ def _write_frames(reader, directory: str, options, threads):
     offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
       slices, out, compressor, options, threads
     )
-  destination.write_npy(
-    directory, manifest_lib.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
-  )
+  if units:  # Sizes: offsets are their running sum, rebuilt at open.
+    sizes = np.diff(offsets).astype(np.uint32)
+    destination.write_npy(
+      directory,
+      manifest_lib.stored_name(manifest_lib.SIZES_FILE, _version(options)),
+      sizes,
+    )
+  else:
+    destination.write_npy(
+      directory, manifest_lib.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
+    )
   destination.write_npy(
     directory, manifest_lib.CRC_FILE, np.array(crcs, dtype=np.uint32)
   )
@@ -229,6 +238,13 @@ def _write_frames(reader, directory: str, options, threads):
   return num_rows, spec, blocks_entry
 
 
+def _version(options: ConvertOptions) -> int:
+  """The format version a conversion with `options` writes."""
+  if options.layout == frame_units.LAYOUT:
+    return manifest_lib.PACKED_VERSION
+  return manifest_lib.BLOCKS_VERSION
+
+
 def _write_checkpoint(source, directory: str, options, threads):
   """Writes every file of one checkpoint into `directory`; returns manifest."""
   with source.open(threads) as reader:
@@ -237,17 +253,20 @@ def _write_checkpoint(source, directory: str, options, threads):
     )
     meta = reader.finish(num_rows)
   arrays = meta.arrays
+  version = _version(options)
+
+  def write_npy(name, array):
+    stored = manifest_lib.stored_name(name, version)
+    return destination.write_npy(directory, stored, array)
+
   written = {
-    name: destination.write_npy(directory, f'{name}.npy', array)
-    for name, array in arrays.items()
+    name: write_npy(f'{name}.npy', array) for name, array in arrays.items()
   }
-  destination.write_npy(
-    directory, manifest_lib.INVALID_RANGE_FILE, meta.invalid_range
-  )
+  write_npy(manifest_lib.INVALID_RANGE_FILE, meta.invalid_range)
   episode_ends = None
   if meta.episode_end_indices is not None:
-    episode_ends = destination.write_npy(
-      directory, manifest_lib.EPISODE_ENDS_FILE, meta.episode_end_indices
+    episode_ends = write_npy(
+      manifest_lib.EPISODE_ENDS_FILE, meta.episode_end_indices
     )
   if num_rows >= 2**31:
     raise CheckpointError(directory, f'{num_rows} rows: too many')
@@ -261,8 +280,7 @@ def _write_checkpoint(source, directory: str, options, threads):
     options.stack_size,
     options.update_horizon,
   ).astype(np.int32)
-  destination.write_npy(
-    directory,
+  valid_mask = write_npy(
     manifest_lib.VALID_MASK_FILE,
     compact_store.pack_valid_rows(valid, num_rows),
   )
@@ -276,11 +294,7 @@ def _write_checkpoint(source, directory: str, options, threads):
   file_entries.update(blocks_entry)
   manifest = {
     'format': manifest_lib.FORMAT,
-    'version': (
-      manifest_lib.UNITS_VERSION
-      if options.layout == frame_units.LAYOUT
-      else manifest_lib.BLOCKS_VERSION
-    ),
+    'version': version,
     'suffix': source.suffix,
     'num_rows': num_rows,
     'add_count': meta.add_count,
@@ -295,7 +309,7 @@ def _write_checkpoint(source, directory: str, options, threads):
       for name, array in arrays.items()
     },
     'valid_rows': {
-      'file': manifest_lib.VALID_MASK_FILE,
+      'file': valid_mask,
       'stack_size': options.stack_size,
       'update_horizon': options.update_horizon,
       'count': len(valid),

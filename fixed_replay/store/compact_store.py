@@ -5,24 +5,27 @@
   STORE/
     checkpoint_<suffix>/        one per converted checkpoint, complete only
       manifest.json             what the directory holds; written last
-      observation.units         (format version 2) the frames, `block_rows`
-                                (default 1) per unit, each unit one zstd
-                                frame against the dictionary (frame_units.py)
-      observation.dict          the zstd dictionary trained on the frames
-      observation.blocks        (format version 1, instead of the two above)
-                                `block_rows` frames per block, each block one
-                                self-contained blosc2 chunk (frame_blocks.py)
-      observation_offsets.npy   int64 (num_blocks + 1,): byte offset of each
-                                unit (block), then the size
+      observation.units         the frames, `block_rows` (default 1) per
+                                unit, each unit one zstd frame against the
+                                dictionary (frame_units.py)
+      observation.dict.zst      the zstd dictionary trained on the frames
+      observation_sizes.npy.zst uint32 (num_blocks,): each unit's bytes
       observation_crc32.npy     uint32 (num_blocks,): CRC-32 of each unit
-      action.npy, reward.npy, terminal.npy, <extra element>.npy
-                                the other `$store$_` arrays, plain .npy
-      invalid_range.npy         as in the checkpoint
-      episode_end_indices.npy   sorted int64 rows, when the checkpoint had it
-      valid_mask.npy            one bit per file row (np.packbits, little
+      action.npy.zst, reward.npy.zst, terminal.npy.zst, <element>.npy.zst
+                                the other `$store$_` arrays
+      invalid_range.npy.zst     as in the checkpoint
+      episode_end_indices.npy.zst  sorted int64 rows, when the checkpoint
+                                had it
+      valid_mask.npy.zst        one bit per file row (np.packbits, little
                                 bit order): may Dopamine sample it, for the
                                 manifest's stack_size and update_horizon
     .checkpoint_<suffix>.partial-<pid>/   being written: never read
+
+That is format version 3, where a `.zst` file is one zstd frame of the file
+its name ends before (manifest.py). Version 2 held them plain, with int64
+unit offsets (`observation_offsets.npy`) instead of sizes; version 1 holds
+blosc2 blocks in `observation.blocks` instead of units and dictionary
+(frame_blocks.py), and plain files. All three are read.
 
 A checkpoint directory only ever appears by renaming a verified partial one,
 so its presence means it is complete. The manifest records the format and
@@ -35,6 +38,7 @@ hundred bytes, a CRC-32 and a zstd decompression against the dictionary.
 """
 
 from collections.abc import Collection
+from collections.abc import Mapping
 import dataclasses
 import os
 
@@ -54,11 +58,12 @@ def open_frames(directory: str, manifest: dict) -> frame_blocks.StoredFrameFile:
   """The frames of a stored checkpoint, read as its format version says.
 
   Returns:
-    frame_units.StoredUnits (version 2) or frame_blocks.StoredFrames (1).
+    frame_units.StoredUnits (versions 2 and 3) or frame_blocks.StoredFrames
+    (1).
   """
-  if manifest['version'] == manifest_lib.UNITS_VERSION:
-    return frame_units.StoredUnits(directory, manifest)
-  return frame_blocks.StoredFrames(directory, manifest)
+  if manifest['version'] == manifest_lib.BLOCKS_VERSION:
+    return frame_blocks.StoredFrames(directory, manifest)
+  return frame_units.StoredUnits(directory, manifest)
 
 
 def pack_valid_rows(rows: np.ndarray, num_rows: int) -> np.ndarray:
@@ -127,25 +132,19 @@ class StoredCheckpoint:
     self.suffix = manifest['suffix']
     self.num_rows = manifest['num_rows']
     self.add_count = manifest['add_count']
-    self.arrays = {
-      name: np.load(os.path.join(self.directory, spec['file']), mmap_mode='r')
-      for name, spec in specs.items()
-    }
-    for name, array in self.arrays.items():
-      if len(array) != self.num_rows:
-        raise CheckpointError(
-          os.path.join(self.directory, manifest['arrays'][name]['file']),
-          f'{len(array)} rows, manifest says {self.num_rows}',
-        )
-    self.invalid_range = np.load(
-      os.path.join(self.directory, manifest_lib.INVALID_RANGE_FILE)
+    self.arrays = _StoredArrays(self.directory, specs, self.num_rows)
+    self.invalid_range = self._load(
+      manifest_lib.stored_name(
+        manifest_lib.INVALID_RANGE_FILE, manifest['version']
+      )
     ).astype(np.int64)
     self.episode_end_indices = None
     if manifest['episode_end_indices']:
-      self.episode_end_indices = np.load(
-        os.path.join(self.directory, manifest['episode_end_indices'])
-      )
+      self.episode_end_indices = self._load(manifest['episode_end_indices'])
     self.frames = open_frames(self.directory, manifest)
+
+  def _load(self, name):
+    return manifest_lib.load_npy(os.path.join(self.directory, name))
 
   def valid_rows_table(
     self, stack_size: int, update_horizon: int
@@ -162,8 +161,7 @@ class StoredCheckpoint:
       update_horizon,
     ):
       return None
-    packed = np.load(os.path.join(self.directory, spec['file']))
-    return unpack_valid_rows(packed, self.num_rows)
+    return unpack_valid_rows(self._load(spec['file']), self.num_rows)
 
   def _check_rows(self, start, count):
     if start < 0 or count <= 0 or start + count > self.num_rows:
@@ -176,8 +174,8 @@ class StoredCheckpoint:
   def read_rows_into(self, name: str, start: int, out: np.ndarray) -> None:
     """Reads rows [start, start + len(out)) of a small array into `out`.
 
-    Plain file reads: unlike touching the memory map, they leave nothing
-    mapped (and counted as resident) once done.
+    The array is read (or mapped) for this call only: nothing of it stays
+    in memory, or counted as resident, once done.
     """
     self._check_rows(start, len(out))
     array = self.arrays[name]
@@ -186,15 +184,7 @@ class StoredCheckpoint:
         f'{name}: rows of {array.dtype}{array.shape[1:]}, asked for '
         f'{out.dtype}{out.shape[1:]}'
       )
-    if not out.flags.c_contiguous:
-      raise ValueError(f'{name}: `out` must be C-contiguous')
-    row_bytes = array.itemsize * int(np.prod(array.shape[1:], dtype=np.int64))
-    path = os.path.join(self.directory, self.manifest['arrays'][name]['file'])
-    with open(path, 'rb') as stream:
-      stream.seek(array.offset + start * row_bytes)
-      view = memoryview(out.reshape(-1).view(np.uint8))
-      if stream.readinto(view) != len(view):
-        raise CheckpointError(path, f'ends before row {start + len(out)}')
+    out[...] = array[start : start + len(out)]
 
   def window(
     self, start: int, count: int, arrays: dict[str, np.ndarray] | None = None
@@ -231,6 +221,39 @@ class StoredCheckpoint:
 
   def close(self) -> None:
     self.frames.close()
+
+
+class _StoredArrays(Mapping):
+  """A stored checkpoint's small arrays by name, each read when asked for.
+
+  Before format version 3 an array is memory-mapped; from it, decompressed.
+  Nothing is held between uses: a buffer copies the rows it samples from.
+  """
+
+  def __init__(self, directory, specs, num_rows):
+    self._directory = directory
+    self._specs = specs
+    self._num_rows = num_rows
+
+  def __getitem__(self, name: str) -> np.ndarray:
+    path = os.path.join(self._directory, self._specs[name]['file'])
+    array = manifest_lib.load_npy(path, mmap=True)
+    if len(array) != self._num_rows:
+      raise CheckpointError(
+        path, f'{len(array)} rows, manifest says {self._num_rows}'
+      )
+    return array
+
+  def __iter__(self):
+    return iter(self._specs)
+
+  def __len__(self):
+    return len(self._specs)
+
+  def row_type(self, name: str) -> tuple[np.dtype, tuple[int, ...]]:
+    """(dtype, shape of a row) of an array, from the manifest (not read)."""
+    spec = self._specs[name]
+    return np.dtype(spec['dtype']), tuple(spec['row_shape'])
 
 
 @dataclasses.dataclass(frozen=True)

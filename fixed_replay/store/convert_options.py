@@ -15,7 +15,7 @@ class ConvertOptions:
       decodes exactly the frames a transition uses; 16 is the small point,
       smaller than Dopamine's gzip, decoding whole units.
     codec: str, a key of frame_blocks.CODECS. 'zstd' writes the `units`
-      layout (format version 2), others blosc2 `blocks` (version 1).
+      layout (format version 3), others blosc2 `blocks` (version 1).
     clevel: int, compression level (0-9); for units zstd level
       frame_units.zstd_level(clevel), for blocks blosc2's.
     stack_size: int, frames per state, for the table of valid rows; None
@@ -33,7 +33,7 @@ class ConvertOptions:
     game: str or None, the dataset's game, recorded in each compact
       checkpoint's manifest (not an option of the format: a rerun with
       another game skips what is there).
-    layout: str or None, 'units' (format version 2: zstd units against a
+    layout: str or None, 'units' (format version 3: zstd units against a
       per-checkpoint dictionary, frame_units.py) or 'blocks' (version 1:
       blosc2 blocks, frame_blocks.py); None: 'units' for zstd, else
       'blocks'.

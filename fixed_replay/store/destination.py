@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import contextlib
 import errno
 import fcntl
+import io
 import os
 import time
 from typing import IO
@@ -25,6 +26,7 @@ from typing import IO
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.store import manifest
 
 LOCK_FILE = '.convert.lock'
 WORKERS_LOCK_FILE = '.convert.workers.lock'
@@ -156,8 +158,14 @@ def synced_file(directory: str, name: str) -> Iterator[IO[bytes]]:
 
 
 def write_npy(directory: str, name: str, array: np.ndarray) -> str:
+  """Writes `array` as .npy, packed when `name` says so; returns `name`."""
   with synced_file(directory, name) as stream:
-    np.save(stream, array, allow_pickle=False)
+    if not name.endswith(manifest.PACKED_SUFFIX):
+      np.save(stream, array, allow_pickle=False)
+      return name
+    npy = io.BytesIO()
+    np.save(npy, array, allow_pickle=False)
+    stream.write(manifest.pack(npy.getbuffer()))
   return name
 
 

@@ -1,15 +1,17 @@
 """The frames of a stored checkpoint as zstd units with a trained dictionary.
 
-Format version 2 of the compact store. A sampled transition uses five frames
-(two overlapping stacks of four), so decoding whole blocks of 16 frames
-threw most decoded bytes away. Here `observation.units` holds `block_rows`
-frames per unit (1 by default), each unit one zstd frame (no content
-size, checksum or dictionary id: those bytes repeat in every unit) compressed
-against a dictionary trained on the checkpoint's own frames
-(`observation.dict`). The dictionary is what keeps single frames small:
+Format versions 2 and 3 of the compact store. A sampled transition uses
+five frames (two overlapping stacks of four), so decoding whole blocks of 16
+frames threw most decoded bytes away. Here `observation.units` holds
+`block_rows` frames per unit (1 by default), each unit one zstd frame (no
+content size, checksum or dictionary id: those bytes repeat in every unit)
+compressed against a dictionary trained on the checkpoint's own frames
+(`observation.dict.zst`). The dictionary is what keeps single frames small:
 Atari screens share their background, score digits and sprites.
-`observation_offsets.npy` and `observation_crc32.npy` index and check the
-units, and every unit is checked against its CRC-32 before it is decoded.
+`observation_crc32.npy` and the unit sizes (`observation_sizes.npy.zst`;
+offsets in `observation_offsets.npy` before format version 3) index and
+check the units, and every unit is checked against its CRC-32 before it is
+decoded.
 
 A batch reads the units it needs with one `pread` per run of consecutive
 units, then checks and decodes each, all in one compiled call outside the
@@ -143,11 +145,6 @@ class UnitCompressor:
     return self._compressor.compress(np.ascontiguousarray(frames))
 
 
-def _read_bytes(path):
-  with open(path, 'rb') as stream:
-    return stream.read()
-
-
 class StoredUnits(frame_blocks.StoredFrameFile):
   """The compressed frames of one stored checkpoint, decoded per unit.
 
@@ -171,11 +168,26 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     files = manifest['files']
     # The index and dictionary are small and read whole: check them always,
     # so a damaged one is found before anything is decoded with it.
-    offsets = self._load_checked(manifest_lib.OFFSETS_FILE, files, np.load)
-    crcs = self._load_checked(manifest_lib.CRC_FILE, files, np.load)
+    if manifest['version'] >= manifest_lib.PACKED_VERSION:
+      sizes = self._load_checked(
+        manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest['version']),
+        files,
+        manifest_lib.load_npy,
+      )
+      offsets = np.zeros(len(sizes) + 1, np.int64)
+      np.cumsum(sizes, out=offsets[1:])
+    else:
+      offsets = self._load_checked(
+        manifest_lib.OFFSETS_FILE, files, manifest_lib.load_npy
+      )
+    crcs = self._load_checked(
+      manifest_lib.CRC_FILE, files, manifest_lib.load_npy
+    )
     dictionary = b''
     if spec.get('dictionary'):
-      dictionary = self._load_checked(spec['dictionary'], files, _read_bytes)
+      dictionary = self._load_checked(
+        spec['dictionary'], files, manifest_lib.read_small
+      )
     self._check_index(offsets, crcs)
     # The compiled decoder reads these two through their addresses.
     self.offsets = np.ascontiguousarray(offsets, np.int64)
@@ -208,10 +220,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
         f'CRC-32 {actual["crc32"]:#010x}, manifest says '
         f'{expected["bytes"]} bytes with {expected["crc32"]:#010x}',
       )
-    try:
-      return load(path)
-    except (OSError, ValueError) as error:
-      raise CheckpointError(path, f'unreadable: {error}') from error
+    return load(path)
 
   @property
   def nbytes(self) -> int:

@@ -51,14 +51,17 @@ def _valid_count(stored, stack_size: int, update_horizon: int):
 def _data_bytes(manifest, stored):
   spec = manifest['observation']
   row_bytes = int(np.prod(spec['row_shape'])) * np.dtype(spec['dtype']).itemsize
-  arrays = sum(a.nbytes for a in stored.arrays.values())
+  arrays = 0
+  for name in stored.arrays:
+    dtype, row_shape = stored.arrays.row_type(name)
+    arrays += manifest['num_rows'] * dtype.itemsize * int(np.prod(row_shape))
   return manifest['num_rows'] * row_bytes + arrays
 
 
 def _compression(manifest):
   """The settings a checkpoint's frames were written with, for a person."""
   spec = manifest['observation']
-  units = manifest['version'] == manifest_lib.UNITS_VERSION
+  units = manifest['version'] != manifest_lib.BLOCKS_VERSION
   what = 'frame units' if units else 'frame blocks'
   return (
     f"{spec['codec']} {what} of {spec['block_rows']}, clevel {spec['clevel']}"
