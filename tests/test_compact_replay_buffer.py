@@ -202,6 +202,24 @@ def _skippable_frame(size):
   )
 
 
+def test_a_store_of_two_format_versions_samples_dopamines_transitions(
+  store, units_v2_store, oracles, tmp_path
+):
+  """Units with (version 2) and without (3) zstd's magic, in one batch."""
+  mixed = tmp_path / 'mixed'
+  for suffix, source in ((0, units_v2_store), (1, units_v2_store), (3, store)):
+    name = manifest_lib.checkpoint_dirname(suffix)
+    shutil.copytree(source / name, mixed / name)
+  buffer = _buffer(mixed, batch_size=256)
+  versions = {s.manifest['version'] for s in buffer._source._stored}
+  assert versions == {2, 3}
+  for _ in range(3):
+    batch = as_dict(buffer, buffer.sample_transition_batch())
+    assert set(np.unique(batch['suffix'])) == {0, 1, 3}
+    assert_equals_oracle(batch, oracles)
+  buffer.close()
+
+
 @pytest.mark.parametrize('threads', [0, 2])
 def test_units_of_several_frames_sample_dopamines_transitions(
   units8_store, oracles, threads
@@ -237,7 +255,13 @@ def test_unit_with_a_matching_crc_that_does_not_decode_is_named(
   if problem == 'garbage':
     unit = bytes(range(stop - start))
   else:  # A valid frame of half a frame's bytes, padded to the same length.
-    half = zstandard.ZstdCompressor().compress(bytes(84 * 84 // 2))
+    # Without its magic number, as units are written (format version 3).
+    magicless = zstandard.ZstdCompressionParameters.from_level(
+      3, format=zstandard.FORMAT_ZSTD1_MAGICLESS
+    )
+    half = zstandard.ZstdCompressor(compression_params=magicless).compress(
+      bytes(84 * 84 // 2)
+    )
     unit = half + _skippable_frame(stop - start - len(half))
   with open(directory / manifest['observation']['file'], 'r+b') as stream:
     stream.seek(start)
