@@ -4,9 +4,8 @@ Random-policy Breakout frames are nearly static; busier games compress and
 sample differently. On checkpoints written by Dopamine's own writer with
 `fixed-replay generate --environment=atari --game=G --policy=random`
 (benchmarks/data/busy_<G>/, one checkpoint each; generate them first, see
-Usage), for each layout (by default format 2 with one frame a unit, the
-default, and 16, the small point, and format 1's 16-frame blosc2 blocks, the
-default when issue 18 was filed):
+Usage), for each layout (by default one frame a unit, the default, and 16,
+the small point; format 1's blosc2 blocks are no longer written):
 
 * size of a stored checkpoint against Dopamine's gzip files, and the PNGs
   RL Unplugged would store (the frames encoded with zlib level 6, as
@@ -42,6 +41,10 @@ Usage:
       --output_dir=benchmarks/data/busy_$G
   done
   python benchmarks/busy_store_benchmark.py [--games=MsPacman,Asterix]
+
+With --frontier, only each layout's size, its sampling speed in the calling
+thread and its conversion speed, and with --plot=PNG the plot of size
+against sampling speed: the frontier of --layouts=units1,units2,units4,units8.
 """
 
 import os
@@ -66,15 +69,25 @@ _SAMPLE_SECONDS = flags.DEFINE_float(
 )
 _LAYOUTS = flags.DEFINE_list(
   'layouts',
-  ['units1', 'units16', 'blocks16'],
-  'Layouts: unitsN (format 2, N frames a unit) or blocksN (format 1).',
+  ['units1', 'units16'],
+  'Layouts: unitsN (N frames a unit). The last is the baseline.',
+)
+_FRONTIER = flags.DEFINE_bool(
+  'frontier',
+  False,
+  'Only size, in-process sampling and conversion speed for each layout '
+  '(with --layouts=units1,units2,units4,units8: the frontier).',
+)
+_PLOT = flags.DEFINE_string(
+  'plot', None, 'With --frontier, where to save the plot (PNG).'
 )
 _JAX_ROWS = flags.DEFINE_integer(
   'jax_rows', 20_000, 'Transitions in Dopamine 4.x JAX ReplayBuffer.'
 )
 
 BATCH = 32
-TARGET_RATE = 20_000
+# One core feeding 1,250 updates a second at batch 32 (issue 35).
+TARGET_RATE = 40_000
 THREAD_REPEATS = 3
 PNG_FRAMES = 5000
 # Sampling before each timed window: a block cache's arena fills in well
@@ -85,9 +98,7 @@ WARM_UP_S = 1.0
 def _options(layout):
   from fixed_replay.store import convert
 
-  if layout.startswith('units'):
-    return convert.ConvertOptions(block_rows=int(layout[5:]))
-  return convert.ConvertOptions(layout='blocks', block_rows=int(layout[6:]))
+  return convert.ConvertOptions(block_rows=int(layout.removeprefix('units')))
 
 
 def _files_bytes(directory, suffix=0):
@@ -336,6 +347,36 @@ def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
   """Rate, units per transition, GIL-free share, digest, threads' rates."""
   from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 
+  rate, per_transition, gil_free, digest = sample_in_process(
+    store, seconds, check_suffixes, check_rows
+  )
+  # One and two threads alternate, THREAD_REPEATS times: on a shared or
+  # virtual machine one window of each swings by 20% either way.
+  rates = {1: [], 2: []}
+  for _ in range(THREAD_REPEATS):
+    for workers in (1, 2):
+      buffer = CompactReplayBuffer(
+        store, batch_size=BATCH, sampling_threads=workers, seed=0
+      )
+      rates[workers].append(_rate(buffer, seconds))
+      buffer.close()
+  ratios = [
+    two[0] / one[0] for one, two in zip(rates[1], rates[2], strict=True)
+  ]
+  background = {
+    'one': np.median(rates[1], axis=0),
+    'two': np.median(rates[2], axis=0),
+    'ratios': ratios,
+    'load': f'{os.getloadavg()[0]:.1f}',
+  }
+  return rate, per_transition, gil_free, digest, background
+
+
+def sample_in_process(store, seconds, check_suffixes, check_rows):
+  """Rate (per CPU-s, calling thread), units per transition, GIL-free
+  share, and the digest of a batch at fixed indices."""
+  from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
+
   buffer = CompactReplayBuffer(
     store, batch_size=BATCH, sampling_threads=0, seed=0
   )
@@ -357,26 +398,7 @@ def sample_store(store, seconds, num_checkpoints, check_suffixes, check_rows):
   )
   digest = common.array_digest(dict(enumerate(batch)))
   buffer.close()
-  # One and two threads alternate, THREAD_REPEATS times: on a shared or
-  # virtual machine one window of each swings by 20% either way.
-  rates = {1: [], 2: []}
-  for _ in range(THREAD_REPEATS):
-    for workers in (1, 2):
-      buffer = CompactReplayBuffer(
-        store, batch_size=BATCH, sampling_threads=workers, seed=0
-      )
-      rates[workers].append(_rate(buffer, seconds))
-      buffer.close()
-  ratios = [
-    two[0] / one[0] for one, two in zip(rates[1], rates[2], strict=True)
-  ]
-  background = {
-    'one': np.median(rates[1], axis=0),
-    'two': np.median(rates[2], axis=0),
-    'ratios': ratios,
-    'load': f'{os.getloadavg()[0]:.1f}',
-  }
-  return rate, per_transition, gil_free, digest, background
+  return rate, per_transition, gil_free, digest
 
 
 def bare_decoder(store, num_checkpoints):
@@ -484,10 +506,7 @@ def _measure_layout(game, source, layout, check):
   )
   frames = converted.digest
   cpu = converted.user_s + converted.system_s
-  checkpoint = os.path.join(store, 'checkpoint_0')
-  size = sum(
-    os.path.getsize(os.path.join(checkpoint, n)) for n in os.listdir(checkpoint)
-  )
+  size = _checkpoint_bytes(store)
   _replicate(store, _CHECKPOINTS.value)
   if check is None:
     check = _check_indices(store)
@@ -522,6 +541,82 @@ def _measure_layout(game, source, layout, check):
   )
 
 
+def frontier_game(game):
+  """Size against sampling speed for each layout; returns the rows."""
+  source = str(common.DATA_DIR / f'busy_{game}')
+  if not os.path.exists(os.path.join(source, 'add_count_ckpt.0.gz')):
+    print(f'\n{game}: no data in {source} (see Usage)')
+    return []
+  gzip_bytes = _files_bytes(source)
+  print(f'\n== {game}: gzip {gzip_bytes:,} bytes, {common.load_average()}')
+  print(
+    '| layout | size vs gzip | transitions/CPU-s | units/transition | '
+    'convert frames/CPU-s | load |'
+  )
+  print('|---|---|---|---|---|---|')
+  rows, check, reference = [], None, None
+  for layout in _LAYOUTS.value:
+    store = str(common.DATA_DIR / f'busy_store_{game}_{layout}')
+    shutil.rmtree(store, ignore_errors=True)
+    converted = common.measure(
+      _setup, convert_one, (source, store, layout), digest=_identity
+    )
+    size = _checkpoint_bytes(store)
+    _replicate(store, _CHECKPOINTS.value)
+    if check is None:
+      check = _check_indices(store)
+    rate, per_transition, _, digest = common.measure(
+      _setup,
+      sample_in_process,
+      (store, _SAMPLE_SECONDS.value, check[0], check[1]),
+      digest=_identity,
+    ).digest
+    if reference is None:
+      reference = digest
+    else:
+      common.assert_same_digest(reference, digest, layout)
+    convert_rate = converted.digest / (converted.user_s + converted.system_s)
+    rows.append((game, layout, size / gzip_bytes, rate))
+    print(
+      f'| {layout} | {size / gzip_bytes:.2f}x | {rate:,.0f} | '
+      f'{per_transition:.2f} | {convert_rate:,.0f} | '
+      f'{os.getloadavg()[0]:.2f} |'
+    )
+    shutil.rmtree(store)
+  return rows
+
+
+def plot_frontier(rows, path):
+  """Size vs gzip against transitions/CPU-s, a line per game."""
+  import matplotlib
+
+  matplotlib.use('Agg')
+  from matplotlib import pyplot
+
+  figure, axes = pyplot.subplots(figsize=(6, 4))
+  for game in dict.fromkeys(row[0] for row in rows):
+    mine = [row for row in rows if row[0] == game]
+    axes.plot([r[3] for r in mine], [r[2] for r in mine], 'o-', label=game)
+    for _, layout, size, rate in mine:
+      axes.annotate(layout[5:], (rate, size), fontsize=7)
+  axes.axhline(1.0, color='gray', linewidth=0.5)
+  axes.axvline(TARGET_RATE, color='gray', linewidth=0.5)
+  axes.set_xlabel('transitions per CPU-second (batch 32, one thread)')
+  axes.set_ylabel("store size / Dopamine's gzip")
+  axes.set_title('Frames a unit (labels): size against sampling speed')
+  axes.legend()
+  figure.tight_layout()
+  figure.savefig(path, dpi=100)
+  print(f'\nplot: {path}')
+
+
+def _checkpoint_bytes(store):
+  checkpoint = os.path.join(store, 'checkpoint_0')
+  return sum(
+    os.path.getsize(os.path.join(checkpoint, n)) for n in os.listdir(checkpoint)
+  )
+
+
 def run_game(game):
   """Measures every layout on one game; returns its rows (None: no data)."""
   source = str(common.DATA_DIR / f'busy_{game}')
@@ -550,7 +645,7 @@ def run_game(game):
   jax = common.measure(
     _jax_setup, sample_jax, (source, jax_rows, seconds), digest=_identity
   )
-  baseline = rows[-1]  # The last layout (blocks16 by default).
+  baseline = rows[-1]  # The last layout (units16 by default).
   print(
     f'PNG: {png:.0f} B/frame, {png_decodes:,.0f} decodes/CPU-s; Dopamine '
     f'OutOfGraphReplayBuffer (one checkpoint in RAM) {dopamine.digest:,.0f} '
@@ -601,8 +696,15 @@ def main(argv):
     f'{_CHECKPOINTS.value} checkpoints, batch {BATCH}, target '
     f'{TARGET_RATE:,} transitions/CPU-s'
   )
+  if not _FRONTIER.value:
+    for game in _GAMES.value:
+      run_game(game)
+    return
+  rows = []
   for game in _GAMES.value:
-    run_game(game)
+    rows += frontier_game(game)
+  if rows and _PLOT.value:
+    plot_frontier(rows, _PLOT.value)
 
 
 if __name__ == '__main__':

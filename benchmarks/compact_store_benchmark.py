@@ -87,20 +87,29 @@ def codec_table(path, num_frames=30_000, windows=20_000):
   import blosc2
 
   from fixed_replay.io import npy_stream
-  from fixed_replay.store import frame_blocks
 
+  codecs = {
+    'zstd': blosc2.Codec.ZSTD,
+    'lz4hc': blosc2.Codec.LZ4HC,
+    'lz4': blosc2.Codec.LZ4,
+  }
   frames = npy_stream.read_rows(path, 0, num_frames)
   rng = np.random.default_rng(0)
   starts = rng.integers(0, num_frames - 5, windows)
   rows = []
   for codec, clevel in (('zstd', 5), ('lz4hc', 9), ('lz4', 5)):
     for block_rows in (8, 16, 32):
-      cparams = frame_blocks.block_cparams(
-        codec, clevel, block_rows, frames.shape[1:], frames.dtype
-      )
+      # What format version 1 wrote: one blosc2 block a chunk.
+      cparams = {
+        'codec': codecs[codec],
+        'clevel': clevel,
+        'typesize': 1,
+        'nthreads': 1,
+        'blocksize': block_rows * frames[0].size,
+      }
       began = time.perf_counter()
       chunks = [
-        frame_blocks.compress_block(frames[i : i + block_rows], cparams)
+        blosc2.compress2(frames[i : i + block_rows].copy(), **cparams)
         for i in range(0, num_frames, block_rows)
       ]
       compress_rate = num_frames / (time.perf_counter() - began)

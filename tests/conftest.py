@@ -250,34 +250,34 @@ def store(dopamine_dir, tmp_path_factory):
   return directory
 
 
+def _written_by_an_earlier_version(name, tmp_path_factory):
+  """A copy of tests/data/NAME: dopamine_dir's checkpoints as an earlier
+  fixed_replay converted them (they hold the same rows: dopamine_dir's
+  writers are seeded)."""
+  directory = tmp_path_factory.mktemp(name) / 'store'
+  shutil.copytree(pathlib.Path(__file__).parent / 'data' / name, directory)
+  return directory
+
+
 @pytest.fixture(scope='session')
 def blocks_store(dopamine_dir, tmp_path_factory):
-  """dopamine_dir's checkpoints in format version 1 (blosc2 blocks of 16).
+  """Format version 1: blosc2 blocks of 16 frames (zstd, clevel 5).
 
-  What the converter wrote before the units layout; kept readable.
+  Written by `convert.convert(dopamine_dir, ConvertOptions(layout='blocks',
+  block_rows=16))` at commit c9aed51, the last to write it; still read.
   """
-  from fixed_replay.store import convert
-
-  directory = tmp_path_factory.mktemp('compact_blocks')
-  options = convert.ConvertOptions(layout='blocks', block_rows=16)
-  convert.convert(dopamine_dir[0], directory, options, workers=0)
-  return directory
+  del dopamine_dir  # The oracles tests compare it with.
+  return _written_by_an_earlier_version('compact_store_v1', tmp_path_factory)
 
 
 @pytest.fixture(scope='session')
 def units_v2_store(dopamine_dir, tmp_path_factory):
-  """dopamine_dir's checkpoints in format version 2, as it was written.
+  """Format version 2: units as now, the rest unpacked.
 
-  tests/data/compact_store_v2 is what `convert.convert(dopamine_dir)` wrote
-  at commit 502fd75 (unpacked index, arrays and dictionary); it holds the
-  same rows, as dopamine_dir's writers are seeded. Copied: tests read it.
+  Written by `convert.convert(dopamine_dir)` at commit 502fd75; still read.
   """
   del dopamine_dir  # The oracles tests compare it with.
-  directory = tmp_path_factory.mktemp('compact_v2') / 'store'
-  shutil.copytree(
-    pathlib.Path(__file__).parent / 'data/compact_store_v2', directory
-  )
-  return directory
+  return _written_by_an_earlier_version('compact_store_v2', tmp_path_factory)
 
 
 @pytest.fixture(

@@ -226,6 +226,26 @@ def test_damaged_small_array_refused_on_opening(store, tmp_path):
     compact_store.StoredCheckpoint(directory)
 
 
+def test_a_rerun_into_a_store_of_an_older_version_is_refused(
+  dopamine_dir, store, tmp_path
+):
+  """Only the newest version is written: no store mixes versions by rerun."""
+  from fixed_replay.store import convert
+
+  old = tmp_path / 'store'
+  shutil.copytree(store, old)
+  directory = old / manifest_lib.checkpoint_dirname(3)
+  manifest = manifest_lib.read_manifest(directory)
+  manifest['version'] = 2
+  manifest_lib.write_manifest(directory, manifest)
+  with pytest.raises(
+    CheckpointError,
+    match=r"checkpoint_3: converted with .*'version': 2}, now asked for "
+    r".*'version': 3}: use the same options or a new directory",
+  ):
+    convert.convert(dopamine_dir[0], old, workers=0)
+
+
 def test_newer_format_version_is_refused_as_newer(store, tmp_path):
   directory = _copy_checkpoint(store, 1, tmp_path)
   manifest = manifest_lib.read_manifest(directory)

@@ -51,7 +51,6 @@ SOURCE_NAMES = (
 )
 LAYOUT_OPTIONS = {
   'units': convert.ConvertOptions(),
-  'blocks': convert.ConvertOptions(layout='blocks', block_rows=16),
 }
 BUFFER_ARGS = dict(observation_shape=SHAPE, stack_size=4, update_horizon=2)
 

@@ -15,14 +15,13 @@ A compact store (any format version) is read back as SRC and written anew
 in the current format, as `fixed-replay convert OLD_STORE NEW_STORE`.
 
 Each checkpoint becomes DST/checkpoint_<N>/ (the compact store: frames in
-independently decodable zstd units against a per-checkpoint dictionary, or
-blosc2 blocks for another --codec; small arrays as .npy, the table of
-valid rows, a manifest with checksums), or with --format=dopamine
-Dopamine's own `*_ckpt.N.gz` files in DST. RL Unplugged episodes become the
-rows Dopamine's replay buffer holds after adding them (see the README).
-Checkpoints are converted in parallel, one process each, streaming (bounded
-memory), and each is verified before it is moved into place. Run it again
-after an interruption: converted checkpoints are checked and skipped, the
+independently decodable zstd units against a per-checkpoint dictionary; small
+arrays, the table of valid rows, a manifest with checksums), or with
+--format=dopamine Dopamine's own `*_ckpt.N.gz` files in DST. RL Unplugged
+episodes become the rows Dopamine's replay buffer holds after adding them (see
+the README). Checkpoints are converted in parallel, one process each, streaming
+(bounded memory), and each is verified before it is moved into place. Run it
+again after an interruption: converted checkpoints are checked and skipped, the
 rest converted. SRC is never modified.
 
 Several Dopamine runs at once, each into its own store under DST:
@@ -70,21 +69,15 @@ _DEFAULTS = convert_options.ConvertOptions()
 _BLOCK_ROWS = flags.DEFINE_integer(
   'block_rows',
   _DEFAULTS.block_rows,
-  'Frames per compressed block: larger compresses better, decodes more per '
+  'Frames per zstd unit: larger compresses better, decodes more per '
   'random read.',
   lower_bound=1,
-)
-_CODEC = flags.DEFINE_enum(
-  'codec',
-  _DEFAULTS.codec,
-  ['zstd', 'lz4', 'lz4hc', 'zlib', 'blosclz'],
-  'blosc2 codec of the frame blocks.',
 )
 _CLEVEL = flags.DEFINE_integer(
   'clevel',
   _DEFAULTS.clevel,
-  'compression level: zstd level 3 x clevel (at most 19) for zstd units, '
-  "blosc2's level for blocks; the same default whatever the source.",
+  'compression level: zstd level 3 x clevel (at most 19); the same '
+  'default whatever the source.',
   lower_bound=0,
   upper_bound=9,
 )
@@ -356,7 +349,6 @@ def main(argv: list[str]) -> int:
   cli.apply_remote_timeout(_REMOTE_TIMEOUT)
   options = convert_options.ConvertOptions(
     block_rows=_BLOCK_ROWS.value,
-    codec=_CODEC.value,
     clevel=_CLEVEL.value,
     stack_size=_STACK_SIZE.value,
     update_horizon=_UPDATE_HORIZON.value,

@@ -2,13 +2,12 @@
 
 `CompactOutput` is the output convert.py uses by default (the other is
 dopamine_output.py): it streams a source's frames in slices into zstd units
-against a dictionary trained on the first slice (frame_units.py; or, for
-format version 1, blosc2 blocks: frame_blocks.py), bounded memory, the
-units compressed by a few threads; it writes the
-small arrays as .npy, the table of valid rows and a manifest with checksums
-into a partial directory, then reads all of it back against the source
-before the commit. `check_existing` decides whether a stored checkpoint may
-be skipped. The layout is compact_store.py's.
+against a dictionary trained on the first slice (frame_units.py), bounded
+memory, the units compressed by a few threads; it writes the small arrays, the
+table of valid rows and a manifest with checksums, in the newest format version
+(older ones are read, not written), into a partial directory, then reads all of
+it back against the source before the commit. `check_existing` decides whether
+a stored checkpoint may be skipped. The layout is compact_store.py's.
 """
 
 import concurrent.futures
@@ -18,7 +17,6 @@ import shutil
 import threading
 from typing import Any
 
-import blosc2
 import numpy as np
 import numpy.typing as npt
 import zstandard
@@ -30,7 +28,6 @@ from fixed_replay.store import checkpoint_source
 from fixed_replay.store import compact_store
 from fixed_replay.store import convert_options
 from fixed_replay.store import destination
-from fixed_replay.store import frame_blocks
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import workers as worker_processes
@@ -39,18 +36,14 @@ from fixed_replay.store.convert_options import ConvertOptions
 
 
 def _stored_options(manifest):
+  """ConvertOptions.stored() of what a checkpoint was written with."""
   spec = manifest['observation']
   return {
     'block_rows': spec['block_rows'],
-    'codec': spec['codec'],
     'clevel': spec['clevel'],
     'stack_size': manifest['valid_rows']['stack_size'],
     'update_horizon': manifest['valid_rows']['update_horizon'],
-    'layout': (
-      'blocks'
-      if manifest['version'] == manifest_lib.BLOCKS_VERSION
-      else frame_units.LAYOUT
-    ),
+    'version': manifest['version'],
   }
 
 
@@ -92,14 +85,14 @@ def slice_rows(
   return max(block_rows, rows // block_rows * block_rows)
 
 
-def _compress_slices(slices, out, compressor, options, threads):
+def _compress_slices(slices, out, compress_one, options, threads):
   """Compresses frames, slice by slice, into `out`.
 
   Args:
     slices: iterable of frame arrays.
     out: binary file.
-    compressor: function(first slice) -> function(frames) -> bytes, safe to
-      call from `threads` threads at once.
+    compress_one: function(frames) -> bytes, safe to call from `threads`
+      threads at once.
     options: ConvertOptions.
     threads: int.
 
@@ -111,14 +104,11 @@ def _compress_slices(slices, out, compressor, options, threads):
   block_rows = options.block_rows
   # A few tasks per thread and slice: one per 16-frame block cost more in
   # futures than the blocks' compression on one core.
-  compress_one = None
   compress = lambda group: [compress_one(block) for block in group]
   offsets, crcs = [0], []
   frames_crc, blocks_crc, num_rows = 0, 0, 0
   with concurrent.futures.ThreadPoolExecutor(threads) as pool:
     for part in slices:
-      if compress_one is None:
-        compress_one = compressor(part)
       num_rows += len(part)
       frames_crc = manifest_lib.crc32(part, frames_crc)
       blocks = [
@@ -135,114 +125,76 @@ def _compress_slices(slices, out, compressor, options, threads):
   return offsets, crcs, frames_crc, blocks_crc, num_rows
 
 
-def _blocks_compressor(reader, options: ConvertOptions):
-  """compress_block with the checkpoint's blosc2 parameters (version 1)."""
-  cparams = frame_blocks.block_cparams(
-    options.codec,
-    options.clevel,
-    options.block_rows,
-    reader.row_shape,
-    reader.dtype,
-  )
-  return lambda first: (
-    lambda frames: frame_blocks.compress_block(frames, cparams)
-  )
-
-
-def _units_compressor(directory: str, spec: dict, options: ConvertOptions):
-  """Trains the dictionary on the first slice, then compresses units."""
+def _unit_compressor(dictionary: bytes, options: ConvertOptions):
+  """function(frames) -> unit, callable from any thread."""
   level = frame_units.zstd_level(options.clevel)
+  local = threading.local()
 
-  def start(first):
-    dictionary = frame_units.train_dictionary(first)
-    spec['dictionary'] = None
-    if dictionary:
-      name = manifest_lib.stored_name(
-        manifest_lib.DICTIONARY_FILE, manifest_lib.PACKED_VERSION
+  def compress(frames):
+    # zstd contexts are not thread-safe: one per thread.
+    compressor = getattr(local, 'compressor', None)
+    if compressor is None:
+      compressor = local.compressor = frame_units.UnitCompressor(
+        dictionary, level
       )
-      with destination.synced_file(directory, name) as stream:
-        stream.write(manifest_lib.pack(dictionary))
-      spec['dictionary'] = name
-    local = threading.local()
+    return compressor.compress(frames)
 
-    def compress(frames):
-      # zstd contexts are not thread-safe: one per thread.
-      compressor = getattr(local, 'compressor', None)
-      if compressor is None:
-        compressor = local.compressor = frame_units.UnitCompressor(
-          dictionary, level
-        )
-      return compressor.compress(frames)
-
-    return compress
-
-  return start
+  return compress
 
 
 def _write_frames(reader, directory: str, options, threads):
   """Streams a source's frames into units; returns the manifest entry."""
-  units = options.layout == frame_units.LAYOUT
-  spec = {}
-  if units:
-    name = manifest_lib.UNITS_FILE
-    compressor = _units_compressor(directory, spec, options)
-  else:
-    name = manifest_lib.BLOCKS_FILE
-    compressor = _blocks_compressor(reader, options)
-  slices = reader.frame_slices(
-    slice_rows(reader.row_shape, reader.dtype, options)
+  slices = iter(
+    reader.frame_slices(slice_rows(reader.row_shape, reader.dtype, options))
   )
+  first = next(slices, None)
+  # The dictionary is trained on the first slice's frames.
+  dictionary = b'' if first is None else frame_units.train_dictionary(first)
+  spec = {'dictionary': None}
+  if dictionary:
+    spec['dictionary'] = destination.write_bytes(
+      directory,
+      manifest_lib.stored_name(
+        manifest_lib.DICTIONARY_FILE, manifest_lib.VERSION
+      ),
+      manifest_lib.pack(dictionary),
+    )
+  name = manifest_lib.UNITS_FILE
   with destination.synced_file(directory, name) as out:
     offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
-      slices, out, compressor, options, threads
+      itertools.chain([first] if first is not None else [], slices),
+      out,
+      _unit_compressor(dictionary, options),
+      options,
+      threads,
     )
-  if units:  # Sizes: offsets are their running sum, rebuilt at open.
-    sizes = np.diff(offsets).astype(np.uint32)
-    destination.write_npy(
-      directory,
-      manifest_lib.stored_name(manifest_lib.SIZES_FILE, _version(options)),
-      sizes,
-    )
-  else:
-    destination.write_npy(
-      directory, manifest_lib.OFFSETS_FILE, np.array(offsets, dtype=np.int64)
-    )
+  # Sizes: offsets are their running sum, rebuilt at open.
+  destination.write_npy(
+    directory,
+    manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest_lib.VERSION),
+    np.diff(offsets).astype(np.uint32),
+  )
   destination.write_npy(
     directory, manifest_lib.CRC_FILE, np.array(crcs, dtype=np.uint32)
   )
-  dtype = np.dtype(reader.dtype)
   spec.update(
-    {
-      'file': name,
-      'dtype': dtype.str,
-      'row_shape': list(reader.row_shape),
-      'codec': options.codec,
-      'clevel': options.clevel,
-      'block_rows': options.block_rows,
-      'num_blocks': len(crcs),
-      'frames_crc32': frames_crc,
-    }
+    file=name,
+    dtype=np.dtype(reader.dtype).str,
+    row_shape=list(reader.row_shape),
+    codec='zstd',
+    clevel=options.clevel,
+    block_rows=options.block_rows,
+    num_blocks=len(crcs),
+    frames_crc32=frames_crc,
+    layout=frame_units.LAYOUT,
+    library=f'zstandard {zstandard.__version__}',
   )
-  if units:
-    spec['layout'] = frame_units.LAYOUT
-    spec['library'] = f'zstandard {zstandard.__version__}'
-    spec.setdefault('dictionary', None)
-  else:
-    spec['filter'] = 'shuffle' if dtype.itemsize > 1 else 'none'
-    spec['library'] = f'blosc2 {blosc2.__version__}'
   blocks_entry = {name: {'bytes': offsets[-1], 'crc32': blocks_crc}}
   if spec.get('dictionary'):
     blocks_entry[spec['dictionary']] = manifest_lib.file_entry(
       os.path.join(directory, spec['dictionary'])
     )
   return num_rows, spec, blocks_entry
-
-
-def _version(options: ConvertOptions) -> int:
-  """The format version a conversion with `options` writes."""
-  if options.layout == frame_units.LAYOUT:
-    return manifest_lib.PACKED_VERSION
-  return manifest_lib.BLOCKS_VERSION
 
 
 def _write_checkpoint(source, directory: str, options, threads):
@@ -253,10 +205,9 @@ def _write_checkpoint(source, directory: str, options, threads):
     )
     meta = reader.finish(num_rows)
   arrays = meta.arrays
-  version = _version(options)
 
   def write_npy(name, array):
-    stored = manifest_lib.stored_name(name, version)
+    stored = manifest_lib.stored_name(name, manifest_lib.VERSION)
     return destination.write_npy(directory, stored, array)
 
   written = {
@@ -294,7 +245,7 @@ def _write_checkpoint(source, directory: str, options, threads):
   file_entries.update(blocks_entry)
   manifest = {
     'format': manifest_lib.FORMAT,
-    'version': version,
+    'version': manifest_lib.VERSION,
     'suffix': source.suffix,
     'num_rows': num_rows,
     'add_count': meta.add_count,

@@ -3,21 +3,23 @@
 import dataclasses
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.store import manifest as manifest_lib
 
 
 @dataclasses.dataclass(frozen=True)
 class ConvertOptions:
   """How checkpoints are stored.
 
+  A compact store is written in its newest format version (zstd units,
+  frame_units.py); older versions are read, not written.
+
   Attributes:
-    block_rows: int, frames per compressed unit (or block). Measured on
-      busy games (benchmarks/busy_store_benchmark.py): 1 (the default)
-      decodes exactly the frames a transition uses; 16 is the small point,
-      smaller than Dopamine's gzip, decoding whole units.
-    codec: str, a key of frame_blocks.CODECS. 'zstd' writes the `units`
-      layout (format version 3), others blosc2 `blocks` (version 1).
-    clevel: int, compression level (0-9); for units zstd level
-      frame_units.zstd_level(clevel), for blocks blosc2's.
+    block_rows: int, frames per unit. Measured on busy games
+      (benchmarks/busy_store_benchmark.py --frontier): 1 (the default)
+      decodes exactly the frames a transition uses; larger units store
+      less and decode more per transition.
+    clevel: int, compression level (0-9): zstd level
+      frame_units.zstd_level(clevel).
     stack_size: int, frames per state, for the table of valid rows; None
       (the default): the data's (observation_spec: 4 for Atari frames, else
       1).
@@ -33,14 +35,9 @@ class ConvertOptions:
     game: str or None, the dataset's game, recorded in each compact
       checkpoint's manifest (not an option of the format: a rerun with
       another game skips what is there).
-    layout: str or None, 'units' (format version 3: zstd units against a
-      per-checkpoint dictionary, frame_units.py) or 'blocks' (version 1:
-      blosc2 blocks, frame_blocks.py); None: 'units' for zstd, else
-      'blocks'.
   """
 
   block_rows: int = 1
-  codec: str = 'zstd'
   clevel: int = 5
   stack_size: int | None = None
   update_horizon: int = 1
@@ -48,28 +45,16 @@ class ConvertOptions:
   output_format: str = 'compact'
   gzip_level: int = 2
   game: str | None = None
-  layout: str | None = None
-
-  def __post_init__(self) -> None:
-    layout = self.layout
-    if layout is None:
-      layout = 'units' if self.codec == 'zstd' else 'blocks'
-      object.__setattr__(self, 'layout', layout)
-    if layout not in ('units', 'blocks'):
-      raise ValueError(f"layout={layout!r}: 'units' or 'blocks'")
-    if layout == 'units' and self.codec != 'zstd':
-      raise ValueError(f"layout 'units' is zstd only, not {self.codec!r}")
 
   def stored(self) -> dict:
     """The options a compact checkpoint records (its format's, not
-    slice_bytes)."""
+    slice_bytes), and the format version written with them."""
     return {
       'block_rows': self.block_rows,
-      'codec': self.codec,
       'clevel': self.clevel,
       'stack_size': self.stack_size,
       'update_horizon': self.update_horizon,
-      'layout': self.layout,
+      'version': manifest_lib.VERSION,
     }
 
 

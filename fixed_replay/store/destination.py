@@ -159,13 +159,18 @@ def synced_file(directory: str, name: str) -> Iterator[IO[bytes]]:
 
 def write_npy(directory: str, name: str, array: np.ndarray) -> str:
   """Writes `array` as .npy, packed when `name` says so; returns `name`."""
+  npy = io.BytesIO()
+  np.save(npy, array, allow_pickle=False)
+  data = npy.getbuffer()
+  if name.endswith(manifest.PACKED_SUFFIX):
+    data = manifest.pack(data)
+  return write_bytes(directory, name, data)
+
+
+def write_bytes(directory: str, name: str, data) -> str:
+  """Writes a file of `data` and syncs it; returns `name`."""
   with synced_file(directory, name) as stream:
-    if not name.endswith(manifest.PACKED_SUFFIX):
-      np.save(stream, array, allow_pickle=False)
-      return name
-    npy = io.BytesIO()
-    np.save(npy, array, allow_pickle=False)
-    stream.write(manifest.pack(npy.getbuffer()))
+    stream.write(data)
   return name
 
 

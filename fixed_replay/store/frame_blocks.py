@@ -1,4 +1,6 @@
-"""The frames of a stored checkpoint: blosc2 blocks, each decodable alone.
+"""The frames of a format version 1 checkpoint: blosc2 blocks, each alone.
+
+Version 1 is read, no longer written (frame_units.py is what is written).
 
 `observation.blocks` holds `block_rows` frames per block, each block one
 self-contained blosc2 chunk; `observation_offsets.npy` and
@@ -11,57 +13,15 @@ import os
 
 import blosc2
 import numpy as np
-import numpy.typing as npt
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store.manifest import CRC_FILE
 from fixed_replay.store.manifest import OFFSETS_FILE
 from fixed_replay.store.manifest import crc32
 
-CODECS = {
-  'zstd': blosc2.Codec.ZSTD,
-  'lz4': blosc2.Codec.LZ4,
-  'lz4hc': blosc2.Codec.LZ4HC,
-  'zlib': blosc2.Codec.ZLIB,
-  'blosclz': blosc2.Codec.BLOSCLZ,
-}
 # Decoding runs in background threads next to training: let blosc2 drop the
 # GIL while it (de)compresses. Process-wide, and harmless to other users.
 blosc2.set_releasegil(True)
-
-
-def block_cparams(
-  codec: str,
-  clevel: int,
-  block_rows: int,
-  row_shape: tuple[int, ...],
-  dtype: npt.DTypeLike,
-) -> dict:
-  """blosc2 compression parameters of one block of frames.
-
-  One internal blosc2 block per chunk: a block of frames is compressed as a
-  whole (far better ratios than blosc2's default split) and decoded whole.
-  Multi-byte observations are byte-shuffled first.
-  """
-  dtype = np.dtype(dtype)
-  if codec not in CODECS:
-    raise ValueError(f'codec {codec!r} is not one of {sorted(CODECS)}')
-  return {
-    'codec': CODECS[codec],
-    'clevel': int(clevel),
-    'typesize': dtype.itemsize,
-    'filters': [
-      blosc2.Filter.SHUFFLE if dtype.itemsize > 1 else blosc2.Filter.NOFILTER
-    ],
-    'nthreads': 1,
-    'blocksize': int(block_rows * np.prod(row_shape, dtype=np.int64))
-    * dtype.itemsize,
-  }
-
-
-def compress_block(frames: np.ndarray, cparams: dict) -> bytes:
-  """Returns the blosc2 chunk (bytes) of a C-contiguous block of frames."""
-  return blosc2.compress2(np.ascontiguousarray(frames), **cparams)
 
 
 class StoredFrameFile:

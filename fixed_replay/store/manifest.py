@@ -7,15 +7,15 @@ the format and version, the codec, the block size, the rows, the source
 files, the size and CRC-32 of every file, and the CRC-32 of its own content.
 
 Format versions: 1 holds the frames as blosc2 blocks (frame_blocks.py), 2 as
-zstd units against a trained dictionary (frame_units.py). 3 holds the units
-as 2 does without zstd's 4-byte magic number, every other file but the
-units' CRC-32s zstd-compressed (`.zst`: the dictionary, the small arrays,
-the valid-row mask), and unit sizes instead of offsets. On busy Atari frames
-(about 160 bytes a frame) version 2 spent 25 bytes a row on magic numbers,
-offsets, CRCs, action, reward and terminal and a whole 1 MB dictionary a
-checkpoint; version 3 spends about 6 and a 20-25x smaller dictionary. They are small, and read whole at open, so
-compressing them costs nothing when sampling. This library reads all three
-and writes 3 unless asked for 1.
+zstd units against a trained dictionary (frame_units.py). 3 holds the units as
+2 does without zstd's 4-byte magic number, every other file but the units'
+CRC-32s zstd-compressed (`.zst`: the dictionary, the small arrays, the
+valid-row mask), and unit sizes instead of offsets. On busy Atari frames (about
+160 bytes a frame) version 2 spent 25 bytes a row on magic numbers, offsets,
+CRCs, action, reward and terminal and a whole 1 MB dictionary a checkpoint;
+version 3 spends about 6 and a 20-25x smaller dictionary. They are small, and
+read whole at open, so compressing them costs nothing when sampling. This
+library reads all three and writes only 3.
 """
 
 from collections.abc import Collection
