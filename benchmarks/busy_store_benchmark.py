@@ -90,6 +90,8 @@ BATCH = 32
 TARGET_RATE = 40_000
 THREAD_REPEATS = 3
 PNG_FRAMES = 5000
+# Frames zstd alone compresses, the conversion's yardstick.
+ZSTD_ALONE_FRAMES = 5000
 # Sampling before each timed window: a block cache's arena fills in well
 # under a second (first touches of fresh memory are slow), threads start.
 WARM_UP_S = 1.0
@@ -541,48 +543,95 @@ def _measure_layout(game, source, layout, check):
   )
 
 
-def frontier_game(game):
-  """Size against sampling speed for each layout; returns the rows."""
-  source = str(common.DATA_DIR / f'busy_{game}')
-  if not os.path.exists(os.path.join(source, 'add_count_ckpt.0.gz')):
-    print(f'\n{game}: no data in {source} (see Usage)')
-    return []
-  gzip_bytes = _files_bytes(source)
-  print(f'\n== {game}: gzip {gzip_bytes:,} bytes, {common.load_average()}')
-  print(
-    '| layout | size vs gzip | transitions/CPU-s | units/transition | '
-    'convert frames/CPU-s | load |'
+def zstd_alone(source, store, num_frames=ZSTD_ALONE_FRAMES):
+  """Frames/CPU-s of zstd alone compressing the checkpoint's first frames
+  into the store's units, with its dictionary and level, in one thread."""
+  from fixed_replay.io import npy_stream
+  from fixed_replay.store import frame_units
+  from fixed_replay.store import manifest as manifest_lib
+
+  checkpoint = os.path.join(store, 'checkpoint_0')
+  spec = manifest_lib.read_manifest(checkpoint)['observation']
+  dictionary = b''
+  if spec['dictionary']:
+    path = os.path.join(checkpoint, spec['dictionary'])
+    dictionary = manifest_lib.read_small(path)
+  compressor = frame_units.UnitCompressor(
+    dictionary, frame_units.zstd_level(spec['clevel'])
   )
-  print('|---|---|---|---|---|---|')
-  rows, check, reference = [], None, None
-  for layout in _LAYOUTS.value:
-    store = str(common.DATA_DIR / f'busy_store_{game}_{layout}')
-    shutil.rmtree(store, ignore_errors=True)
-    converted = common.measure(
-      _setup, convert_one, (source, store, layout), digest=_identity
-    )
-    size = _checkpoint_bytes(store)
-    _replicate(store, _CHECKPOINTS.value)
-    if check is None:
-      check = _check_indices(store)
+  path = os.path.join(source, '$store$_observation_ckpt.0.gz')
+  frames = npy_stream.read_rows(path, 0, num_frames)
+  rows = spec['block_rows']
+  began = time.process_time()
+  for start in range(0, num_frames, rows):
+    compressor.compress(frames[start : start + rows])
+  return num_frames / (time.process_time() - began)
+
+
+def _wait_for_quiet(limit_s=90):
+  """Waits (at most limit_s) for the 1-minute load average to fall below
+  1: the conversions before ran on both cores."""
+  began = time.perf_counter()
+  while os.getloadavg()[0] >= 1.0 and time.perf_counter() - began < limit_s:
+    time.sleep(2)
+
+
+def frontier(games):
+  """Each layout's size, conversion speed (and zstd's alone) and sampling
+  speed: every conversion first, then, on a quiet machine, every sampling.
+  Returns (game, layout, size vs gzip, transitions/CPU-s) rows."""
+  stores = {}
+  for game in games:
+    source = str(common.DATA_DIR / f'busy_{game}')
+    if not os.path.exists(os.path.join(source, 'add_count_ckpt.0.gz')):
+      print(f'\n{game}: no data in {source} (see Usage)')
+      continue
+    for layout in _LAYOUTS.value:
+      store = str(common.DATA_DIR / f'busy_store_{game}_{layout}')
+      shutil.rmtree(store, ignore_errors=True)
+      converted = common.measure(
+        _setup, convert_one, (source, store, layout), digest=_identity
+      )
+      cpu = converted.user_s + converted.system_s
+      alone = common.measure(
+        _setup, zstd_alone, (source, store), digest=_identity
+      ).digest
+      stores[game, layout] = {
+        'store': store,
+        'size': _checkpoint_bytes(store) / _files_bytes(source),
+        'convert': converted.digest / cpu,
+        'zstd': alone,
+      }
+      _replicate(store, _CHECKPOINTS.value)
+  _wait_for_quiet()
+  rows, checks, references = [], {}, {}
+  for (game, layout), row in stores.items():
+    if layout == _LAYOUTS.value[0]:
+      print(f'\n== {game}, sampled at {common.load_average()}')
+      print(
+        '| layout | size vs gzip | transitions/CPU-s | units/transition | '
+        'convert frames/CPU-s | zstd alone frames/CPU-s | convert CPU vs '
+        "zstd's | load |"
+      )
+      print('|---|---|---|---|---|---|---|---|')
+    check = checks.setdefault(game, _check_indices(row['store']))
     rate, per_transition, _, digest = common.measure(
       _setup,
       sample_in_process,
-      (store, _SAMPLE_SECONDS.value, check[0], check[1]),
+      (row['store'], _SAMPLE_SECONDS.value, check[0], check[1]),
       digest=_identity,
     ).digest
-    if reference is None:
-      reference = digest
-    else:
-      common.assert_same_digest(reference, digest, layout)
-    convert_rate = converted.digest / (converted.user_s + converted.system_s)
-    rows.append((game, layout, size / gzip_bytes, rate))
-    print(
-      f'| {layout} | {size / gzip_bytes:.2f}x | {rate:,.0f} | '
-      f'{per_transition:.2f} | {convert_rate:,.0f} | '
-      f'{os.getloadavg()[0]:.2f} |'
+    common.assert_same_digest(
+      references.setdefault(game, digest), digest, layout
     )
-    shutil.rmtree(store)
+    rows.append((game, layout, row['size'], rate))
+    print(
+      f'| {layout} | {row["size"]:.2f}x | {rate:,.0f} | '
+      f'{per_transition:.2f} | {row["convert"]:,.0f} | {row["zstd"]:,.0f} | '
+      f'{row["zstd"] / row["convert"]:.2f}x | {os.getloadavg()[0]:.2f} |'
+    )
+  for row in stores.values():
+    shutil.rmtree(row['store'])
   return rows
 
 
@@ -700,9 +749,7 @@ def main(argv):
     for game in _GAMES.value:
       run_game(game)
     return
-  rows = []
-  for game in _GAMES.value:
-    rows += frontier_game(game)
+  rows = frontier(_GAMES.value)
   if rows and _PLOT.value:
     plot_frontier(rows, _PLOT.value)
 
