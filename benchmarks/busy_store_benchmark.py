@@ -207,25 +207,24 @@ class _BareDecoder:
       rows = np.stack([s.frames.table_row() for s in self._stored])
       self._ddicts = rows[which, unit_decoding.DDICT]
       self._unit_bytes = frames.block_rows * frames.frame_bytes
-      if rows[0, unit_decoding.MAGICLESS]:  # As the decoder gives them.
-        self._with_magic()
+      if rows[0, unit_decoding.HEADER] >= 0:  # As the decoder gives them.
+        self._whole_frames(int(rows[0, unit_decoding.HEADER]))
     else:
       self._shape = (frames.block_rows,) + frames.row_shape
       self._dtype = frames.dtype
     self.run()  # Compiles; digests every dictionary.
 
-  def _with_magic(self):
-    """Each drawn unit with zstd's magic number before it, end to end."""
-    magic = np.frombuffer(
-      unit_decoding.ZSTD_MAGIC.to_bytes(4, 'little'), np.uint8
-    )
+  def _whole_frames(self, header):
+    """Each drawn unit with its stripped bytes before it, end to end."""
+    stripped = unit_decoding.ZSTD_MAGIC.to_bytes(4, 'little')
+    stripped = np.frombuffer(stripped + header.to_bytes(2, 'little'), np.uint8)
     self._data = np.concatenate(
       [
-        np.concatenate([magic, self._data[p : p + n]])
+        np.concatenate([stripped, self._data[p : p + n]])
         for p, n in zip(self._positions, self._lengths, strict=True)
       ]
     )
-    self._lengths = self._lengths + 4
+    self._lengths = self._lengths + unit_decoding.STRIPPED
     self._positions = np.cumsum(self._lengths) - self._lengths
 
   def run(self):

@@ -255,13 +255,16 @@ def test_unit_with_a_matching_crc_that_does_not_decode_is_named(
   if problem == 'garbage':
     unit = bytes(range(stop - start))
   else:  # A valid frame of half a frame's bytes, padded to the same length.
-    # Without its magic number, as units are written (format version 3).
+    # Without the 6 bytes format version 3 strips (magic number, header
+    # descriptor, window descriptor), as units are written.
     magicless = zstandard.ZstdCompressionParameters.from_level(
       3, format=zstandard.FORMAT_ZSTD1_MAGICLESS
     )
-    half = zstandard.ZstdCompressor(compression_params=magicless).compress(
-      bytes(84 * 84 // 2)
+    stream = zstandard.ZstdCompressor(compression_params=magicless).compressobj(
+      size=-1
     )
+    half = stream.compress(bytes(84 * 84 // 2)) + stream.flush()
+    half = half[2:]
     unit = half + _skippable_frame(stop - start - len(half))
   with open(directory / manifest['observation']['file'], 'r+b') as stream:
     stream.seek(start)

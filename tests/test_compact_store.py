@@ -53,6 +53,8 @@ def test_store_describes_itself(dopamine_dir, store):
     'valid_mask.npy.zst',
   }
   assert observation['dictionary'] == 'observation.dict.zst'
+  # The 2 header bytes every unit was written without (as hex).
+  assert len(bytes.fromhex(observation['unit_header'])) == 2
   for name, entry in manifest['files'].items():
     path = store / 'checkpoint_7' / name
     assert os.path.getsize(path) == entry['bytes'], name
@@ -244,6 +246,18 @@ def test_a_rerun_into_a_store_of_an_older_version_is_refused(
     r".*'version': 3}: use the same options or a new directory",
   ):
     convert.convert(dopamine_dir[0], old, workers=0)
+
+
+@pytest.mark.parametrize('header', [None, 'zz', '00600', '006000'])
+def test_a_damaged_unit_header_is_named(store, tmp_path, header):
+  directory = _copy_checkpoint(store, 1, tmp_path)
+  manifest = manifest_lib.read_manifest(directory)
+  manifest['observation']['unit_header'] = header
+  manifest_lib.write_manifest(directory, manifest)
+  with pytest.raises(
+    CheckpointError, match=r'manifest\.json: damaged manifest: .*unit_header'
+  ):
+    compact_store.StoredCheckpoint(directory)
 
 
 def test_newer_format_version_is_refused_as_newer(store, tmp_path):

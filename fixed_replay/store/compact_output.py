@@ -150,7 +150,11 @@ def _write_frames(reader, directory: str, options, threads):
   first = next(slices, None)
   # The dictionary is trained on the first slice's frames.
   dictionary = b'' if first is None else frame_units.train_dictionary(first)
-  spec = {'dictionary': None}
+  level = frame_units.zstd_level(options.clevel)
+  spec = {
+    'dictionary': None,
+    'unit_header': frame_units.UnitCompressor(dictionary, level).header.hex(),
+  }
   if dictionary:
     spec['dictionary'] = destination.write_bytes(
       directory,

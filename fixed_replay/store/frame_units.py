@@ -45,10 +45,14 @@ DICTIONARY_BYTES = 1 << 20
 _TRAINING_K, _TRAINING_D = 1826, 8
 # Frames the dictionary is trained on (spread over the first slice).
 TRAINING_FRAMES = 4000
-# Units are written without zstd's 4-byte magic number (format version 3):
-# on busy Atari frames, about 160 bytes a unit, that is 2.5% of the store.
-# The decoder puts it back (unit_decoding.py); zstd's own tools would need
-# it put back too.
+# Units are written without the 6 bytes they all begin with (format version
+# 3): zstd's magic number, the frame header descriptor and the window
+# descriptor. On busy Atari frames, about 160 bytes a unit, that is 4% of
+# the store; on Breakout's 64, 9%. Compressed as of unknown size, every unit
+# declares the level's window, so they are the same in every unit (a known
+# size would shrink the window of a short last unit). The manifest keeps the
+# 2 header bytes (`unit_header`, hex) and the decoder puts all 6 back
+# (unit_decoding.py); zstd's own tools would need them put back too.
 _FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
 
 
@@ -141,10 +145,36 @@ class UnitCompressor:
     self._compressor = zstandard.ZstdCompressor(
       dict_data=digested, compression_params=params
     )
+    # The 2 header bytes every unit begins with (magic number aside).
+    self.header = self._whole(b'\0')[:2]
+
+  def _whole(self, data):
+    stream = self._compressor.compressobj(size=-1)  # Size unknown: see above.
+    return stream.compress(data) + stream.flush()
 
   def compress(self, frames):
-    """The unit (bytes) of C-contiguous frames."""
-    return self._compressor.compress(np.ascontiguousarray(frames))
+    """The unit (bytes) of C-contiguous frames, its header bytes stripped."""
+    unit = self._whole(np.ascontiguousarray(frames))
+    if unit[:2] != self.header:
+      raise RuntimeError(
+        f'zstd began a unit with {unit[:2].hex()}, not {self.header.hex()}'
+      )
+    return unit[2:]
+
+
+def _unit_header(directory, spec):
+  """The 2 header bytes a version 3 checkpoint stripped, as an int."""
+  header = spec.get('unit_header')
+  try:
+    value = bytes.fromhex(header)
+  except (TypeError, ValueError):
+    value = b''
+  if len(value) != 2:
+    raise CheckpointError(
+      os.path.join(directory, manifest_lib.MANIFEST),
+      f'damaged manifest: observation.unit_header is {header!r:.20}',
+    )
+  return int.from_bytes(value, 'little')
 
 
 class StoredUnits(frame_blocks.StoredFrameFile):
@@ -170,8 +200,9 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     files = manifest['files']
     # The index and dictionary are small and read whole: check them always,
     # so a damaged one is found before anything is decoded with it.
-    self._magicless = manifest['version'] >= manifest_lib.PACKED_VERSION
-    if self._magicless:
+    self._header = -1  # Whole zstd frames (version 2).
+    if manifest['version'] >= manifest_lib.PACKED_VERSION:
+      self._header = _unit_header(self.directory, spec)
       sizes = self._load_checked(
         manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest['version']),
         files,
@@ -243,7 +274,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     row[unit_decoding.NUM_UNITS] = self.num_blocks
     row[unit_decoding.UNIT_BYTES] = unit_bytes
     row[unit_decoding.LAST_BYTES] = last_rows * self.frame_bytes
-    row[unit_decoding.MAGICLESS] = self._magicless
+    row[unit_decoding.HEADER] = self._header
     return row
 
   def _read_units(self, units):

@@ -8,10 +8,10 @@ files, the size and CRC-32 of every file, and the CRC-32 of its own content.
 
 Format versions: 1 holds the frames as blosc2 blocks (frame_blocks.py), 2 as
 zstd units against a trained dictionary (frame_units.py). 3 holds the units as
-2 does without zstd's 4-byte magic number, every other file but the units'
-CRC-32s zstd-compressed (`.zst`: the dictionary, the small arrays, the
+2 does without the 6 bytes they all begin with, every other file but the
+units' CRC-32s zstd-compressed (`.zst`: the dictionary, the small arrays, the
 valid-row mask), and unit sizes instead of offsets. On busy Atari frames (about
-160 bytes a frame) version 2 spent 25 bytes a row on magic numbers, offsets,
+160 bytes a frame) version 2 spent 27 bytes a row on those 6 bytes, offsets,
 CRCs, action, reward and terminal and a whole 1 MB dictionary a checkpoint;
 version 3 spends about 6 and a 20-25x smaller dictionary. They are small, and
 read whole at open, so compressing them costs nothing when sampling. This

@@ -24,15 +24,18 @@ from numba import types
 from numba.extending import intrinsic
 import numpy as np
 
-# Columns of a unit table: one row per stored checkpoint. MAGICLESS: 1 when
-# its units were written without zstd's 4-byte magic number (format
-# version 3), which is put back in front of each before it is decoded.
-FD, OFFSETS, CRCS, DDICT, NUM_UNITS, UNIT_BYTES, LAST_BYTES, MAGICLESS = range(
-  8
-)
+# Columns of a unit table: one row per stored checkpoint. HEADER: -1 when
+# its units are whole zstd frames (format version 2); else they were
+# written without the first 6 bytes every unit shares (version 3): zstd's
+# magic number, then the 2 bytes HEADER holds (frame header descriptor and
+# window descriptor, little-endian), put back in front of each unit before
+# it is decoded.
+FD, OFFSETS, CRCS, DDICT, NUM_UNITS, UNIT_BYTES, LAST_BYTES, HEADER = range(8)
 COLUMNS = 8
 # zstd's frame magic number, as it is stored (little-endian).
 ZSTD_MAGIC = 0xFD2FB528
+# Bytes taken off the front of every version 3 unit.
+STRIPPED = 6
 # What `decode` reports in status[1] (status[0]: the unit's position).
 OK, SHORT_READ, BAD_CRC, ZSTD_ERROR, WRONG_SIZE, NO_SUCH_UNIT = range(6)
 
@@ -142,18 +145,25 @@ def _load(bits):
 _load_int64, _load_uint32 = _load(64), _load(32)
 
 
-@intrinsic
-def _store_uint32(typingctx, address, value):
-  """*(uint32_t *)address = value, at any alignment."""
-  del typingctx
+def _store(bits):
+  @intrinsic
+  def store(typingctx, address, value):
+    """*(uintN_t *)address = value, at any alignment."""
+    del typingctx
 
-  def codegen(context, builder, signature, values):
-    del signature
-    pointer = builder.inttoptr(values[0], _I32.as_pointer())
-    builder.store(builder.trunc(values[1], _I32), pointer, align=1)
-    return context.get_dummy_value()
+    def codegen(context, builder, signature, values):
+      del signature
+      kind = ir.IntType(bits)
+      pointer = builder.inttoptr(values[0], kind.as_pointer())
+      builder.store(builder.trunc(values[1], kind), pointer, align=1)
+      return context.get_dummy_value()
 
-  return types.void(address, value), codegen
+    return types.void(address, value), codegen
+
+  return store
+
+
+_store_uint16, _store_uint32 = _store(16), _store(32)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -174,8 +184,8 @@ def decode_units(
       status[0], status[1] = k, NO_SUCH_UNIT
       return
     at = table[source, OFFSETS] + 8 * unit
-    # Each unit's bytes, and room before each for the magic number.
-    total += _load_int64(at + 8) - _load_int64(at) + 4
+    # Each unit's bytes, and room before each for what was stripped.
+    total += _load_int64(at + 8) - _load_int64(at) + STRIPPED
   # numba frees an array right after the last use of its variable, and the
   # reads use only its address: passed as an argument, it lives until the
   # call returns. (Taken from a local array, the address pointed at freed
@@ -206,8 +216,8 @@ def _read_and_decode(
     offsets = table[source, OFFSETS]
     first = _load_int64(offsets + 8 * units[k])
     size = _load_int64(offsets + 8 * units[end - 1] + 8) - first
-    # Four bytes before the run: where its first unit's magic goes.
-    read += 4
+    # Room before the run: where its first unit's stripped bytes go.
+    read += STRIPPED
     got = _call_pread(
       functions[2], table[source, FD], scratch_at + read, size, first
     )
@@ -226,10 +236,11 @@ def _read_and_decode(
       expected = table[source, UNIT_BYTES]
       if unit == table[source, NUM_UNITS] - 1:
         expected = table[source, LAST_BYTES]
-      if table[source, MAGICLESS]:
+      if table[source, HEADER] >= 0:
         # Over the previous unit's last bytes: checked and decoded already.
-        _store_uint32(data - 4, ZSTD_MAGIC)
-        data, length = data - 4, length + 4
+        _store_uint32(data - STRIPPED, ZSTD_MAGIC)
+        _store_uint16(data - 2, table[source, HEADER])
+        data, length = data - STRIPPED, length + STRIPPED
       decoded = _call_zstd(
         functions[0],
         dctx,
