@@ -25,9 +25,8 @@ That is format version 3, where a `.zst` file is one zstd frame of the file
 its name ends before (manifest.py), and units are stored without the 6 bytes
 they all begin with (frame_units.py). Version 2 held them plain, units
 whole, with int64 unit offsets (`observation_offsets.npy`) instead of sizes;
-version 1 holds
-blosc2 blocks in `observation.blocks` instead of units and dictionary
-(frame_blocks.py), and plain files. All three are read.
+version 1 holds blosc2 blocks in `observation.blocks` instead of units and
+dictionary (frame_blocks.py), and plain files. All three are read.
 
 A checkpoint directory only ever appears by renaming a verified partial one,
 so its presence means it is complete. The manifest records the format and
