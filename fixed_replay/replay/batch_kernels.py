@@ -188,7 +188,8 @@ os.register_at_fork(before=_finish_warm_up_before_fork)
 # numba's cache checks this file only: a change to the compiled functions
 # this calls (unit_decoding.decode_units) comes with a change to this file
 # (a touch does not survive git), or caches compiled before keep the old
-# code.
+# code. Last such change: format version 3's units, whose stripped first
+# bytes decode_units puts back (a stale cache fails on them in zstd).
 @numba.njit(nogil=True, cache=True)
 def decode_stacks(
   functions,
