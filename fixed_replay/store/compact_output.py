@@ -153,7 +153,7 @@ def _write_frames(reader, directory: str, options, threads):
   level = frame_units.zstd_level(options.clevel)
   spec = {
     'dictionary': None,
-    'unit_header': frame_units.UnitCompressor(dictionary, level).header.hex(),
+    'unit_header': frame_units.UnitCompressor(dictionary, level).header,
   }
   if dictionary:
     spec['dictionary'] = destination.write_bytes(

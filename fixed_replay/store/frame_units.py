@@ -51,7 +51,8 @@ TRAINING_FRAMES = 4000
 # the store; on Breakout's 64, 9%. Compressed as of unknown size, every unit
 # declares the level's window, so they are the same in every unit (a known
 # size would shrink the window of a short last unit). The manifest keeps the
-# 2 header bytes (`unit_header`, hex) and the decoder puts all 6 back
+# 2 header bytes (`unit_header`, as a little-endian int) and the decoder
+# puts all 6 back
 # (unit_decoding.py); zstd's own tools would need them put back too.
 _FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
 
@@ -146,7 +147,8 @@ class UnitCompressor:
       dict_data=digested, compression_params=params
     )
     # The 2 header bytes every unit begins with (magic number aside).
-    self.header = self._whole(b'\0')[:2]
+    self._header = self._whole(b'\0')[:2]
+    self.header = int.from_bytes(self._header, 'little')
 
   def _whole(self, data):
     stream = self._compressor.compressobj(size=-1)  # Size unknown: see above.
@@ -155,26 +157,11 @@ class UnitCompressor:
   def compress(self, frames):
     """The unit (bytes) of C-contiguous frames, its header bytes stripped."""
     unit = self._whole(np.ascontiguousarray(frames))
-    if unit[:2] != self.header:
+    if unit[:2] != self._header:
       raise RuntimeError(
-        f'zstd began a unit with {unit[:2].hex()}, not {self.header.hex()}'
+        f'zstd began a unit with {unit[:2].hex()}, not {self._header.hex()}'
       )
     return unit[2:]
-
-
-def _unit_header(directory, spec):
-  """The 2 header bytes a version 3 checkpoint stripped, as an int."""
-  header = spec.get('unit_header')
-  try:
-    value = bytes.fromhex(header)
-  except (TypeError, ValueError):
-    value = b''
-  if len(value) != 2:
-    raise CheckpointError(
-      os.path.join(directory, manifest_lib.MANIFEST),
-      f'damaged manifest: observation.unit_header is {header!r:.20}',
-    )
-  return int.from_bytes(value, 'little')
 
 
 class StoredUnits(frame_blocks.StoredFrameFile):
@@ -202,7 +189,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     # so a damaged one is found before anything is decoded with it.
     self._header = -1  # Whole zstd frames (version 2).
     if manifest['version'] >= manifest_lib.PACKED_VERSION:
-      self._header = _unit_header(self.directory, spec)
+      self._header = spec['unit_header']  # Checked by read_manifest.
       sizes = self._load_checked(
         manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest['version']),
         files,

@@ -200,6 +200,12 @@ def _check_manifest(path: str, manifest):
   _check_fields(
     path, manifest['observation'], _OBSERVATION_FIELDS, 'observation.'
   )
+  if manifest.get('version', 0) >= PACKED_VERSION:
+    _check_fields(
+      path, manifest['observation'], {'unit_header': int}, 'observation.'
+    )
+    if not 0 <= manifest['observation']['unit_header'] < 1 << 16:
+      raise CheckpointError(path, 'damaged manifest: observation.unit_header')
   if GAME_KEY in manifest:  # Optional: the game, where the source named it.
     _check_fields(path, manifest, {GAME_KEY: str}, '')
 
