@@ -91,9 +91,11 @@ class StoredCheckpoint:
     suffix: int.
     num_rows: int, rows of the file (the writer's capacity).
     add_count: int.
-    arrays: dict of element name to read-only memory-mapped array (the
-      `$store$_` elements but observation: all, or those asked for).
-    frames: frame_blocks.StoredFrames.
+    arrays: mapping of element name to its array, read when asked for and
+      not held (the `$store$_` elements but observation: all, or those
+      asked for); `arrays.row_type(name)` gives dtype and row shape from
+      the manifest without reading.
+    frames: frame_blocks.StoredFrames or frame_units.StoredUnits.
     invalid_range: int64 array.
     episode_end_indices: int64 array or None.
   """
