@@ -260,23 +260,21 @@ def _written_by_an_earlier_version(name, tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
-def blocks_store(dopamine_dir, tmp_path_factory):
+def blocks_store(tmp_path_factory):
   """Format version 1: blosc2 blocks of 16 frames (zstd, clevel 5).
 
   Written by `convert.convert(dopamine_dir, ConvertOptions(layout='blocks',
   block_rows=16))` at commit c9aed51, the last to write it; still read.
   """
-  del dopamine_dir  # The oracles tests compare it with.
   return _written_by_an_earlier_version('compact_store_v1', tmp_path_factory)
 
 
 @pytest.fixture(scope='session')
-def units_v2_store(dopamine_dir, tmp_path_factory):
+def units_v2_store(tmp_path_factory):
   """Format version 2: units as now, the rest unpacked.
 
   Written by `convert.convert(dopamine_dir)` at commit 502fd75; still read.
   """
-  del dopamine_dir  # The oracles tests compare it with.
   return _written_by_an_earlier_version('compact_store_v2', tmp_path_factory)
 
 

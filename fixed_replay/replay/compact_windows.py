@@ -192,10 +192,7 @@ def _fixed_bytes(stored, windows, names):
   """Bytes of everything but the cache: small arrays, tables, indexes."""
   total = 0
   for checkpoint, (_, count) in zip(stored, windows, strict=True):
-    row_bytes = 0
-    for name in names:
-      dtype, row_shape = checkpoint.arrays.row_type(name)
-      row_bytes += dtype.itemsize * int(np.prod(row_shape))
+    row_bytes = checkpoint.arrays.row_bytes(names)
     total += count * (row_bytes + np.dtype(np.int32).itemsize)
     total += checkpoint.frames.nbytes
   return total

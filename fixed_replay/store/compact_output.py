@@ -125,9 +125,8 @@ def _compress_slices(slices, out, compress_one, options, threads):
   return offsets, crcs, frames_crc, blocks_crc, num_rows
 
 
-def _unit_compressor(dictionary: bytes, options: ConvertOptions):
+def _unit_compressor(dictionary: bytes, level: int):
   """function(frames) -> unit, callable from any thread."""
-  level = frame_units.zstd_level(options.clevel)
   local = threading.local()
 
   def compress(frames):
@@ -168,7 +167,7 @@ def _write_frames(reader, directory: str, options, threads):
     offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
       itertools.chain([first] if first is not None else [], slices),
       out,
-      _unit_compressor(dictionary, options),
+      _unit_compressor(dictionary, level),
       options,
       threads,
     )

@@ -93,8 +93,8 @@ class StoredCheckpoint:
     add_count: int.
     arrays: mapping of element name to its array, read when asked for and
       not held (the `$store$_` elements but observation: all, or those
-      asked for); `arrays.row_type(name)` gives dtype and row shape from
-      the manifest without reading.
+      asked for); `arrays.row_type(name)` and `arrays.row_bytes(names)` give
+      dtype, row shape and bytes from the manifest without reading.
     frames: frame_blocks.StoredFrames or frame_units.StoredUnits.
     invalid_range: int64 array.
     episode_end_indices: int64 array or None.
@@ -259,6 +259,14 @@ class _StoredArrays(Mapping):
     """(dtype, shape of a row) of an array, from the manifest (not read)."""
     spec = self._specs[name]
     return np.dtype(spec['dtype']), tuple(spec['row_shape'])
+
+  def row_bytes(self, names: Collection[str] | None = None) -> int:
+    """Bytes of a row of the named arrays (default: all), from the manifest."""
+    total = 0
+    for name in self if names is None else names:
+      dtype, row_shape = self.row_type(name)
+      total += dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+    return total
 
 
 @dataclasses.dataclass(frozen=True)

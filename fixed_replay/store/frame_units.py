@@ -52,8 +52,8 @@ TRAINING_FRAMES = 4000
 # declares the level's window, so they are the same in every unit (a known
 # size would shrink the window of a short last unit). The manifest keeps the
 # 2 header bytes (`unit_header`, as a little-endian int) and the decoder
-# puts all 6 back
-# (unit_decoding.py); zstd's own tools would need them put back too.
+# puts all 6 back (unit_decoding.py); zstd's own tools would need them put
+# back too.
 _FORMAT = zstandard.FORMAT_ZSTD1_MAGICLESS
 
 

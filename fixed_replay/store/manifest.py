@@ -200,7 +200,7 @@ def _check_manifest(path: str, manifest):
   _check_fields(
     path, manifest['observation'], _OBSERVATION_FIELDS, 'observation.'
   )
-  if manifest.get('version', 0) >= PACKED_VERSION:
+  if manifest['version'] >= PACKED_VERSION:  # Checked by read_manifest.
     _check_fields(
       path, manifest['observation'], {'unit_header': int}, 'observation.'
     )

@@ -51,11 +51,7 @@ def _valid_count(stored, stack_size: int, update_horizon: int):
 def _data_bytes(manifest, stored):
   spec = manifest['observation']
   row_bytes = int(np.prod(spec['row_shape'])) * np.dtype(spec['dtype']).itemsize
-  arrays = 0
-  for name in stored.arrays:
-    dtype, row_shape = stored.arrays.row_type(name)
-    arrays += manifest['num_rows'] * dtype.itemsize * int(np.prod(row_shape))
-  return manifest['num_rows'] * row_bytes + arrays
+  return manifest['num_rows'] * (row_bytes + stored.arrays.row_bytes())
 
 
 def _compression(manifest):
