@@ -213,6 +213,11 @@ class ReplayCore:
     return self._arguments.replay_capacity
 
   @property
+  def source(self) -> frame_sources.FrameSource:
+    """The frame source sampled now (a reload publishes another)."""
+    return self._current()
+
+  @property
   def loaded_suffixes(self) -> list[int]:
     """Suffixes of the checkpoints currently sampled from."""
     return list(self._source.table.suffixes)

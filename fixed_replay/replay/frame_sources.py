@@ -66,6 +66,12 @@ class FrameSource(Protocol):
   def write(self, batch: dict, which: np.ndarray, rows: np.ndarray) -> None:
     """Writes the transitions at (table positions, file rows) into batch."""
 
+  def read_frames(
+    self, which: np.ndarray, rows: np.ndarray
+  ) -> tuple[np.ndarray, np.ndarray]:
+    """(frames, where): the frame at file row rows[i] of window which[i] is
+    frames[where[i]]; each distinct frame read once."""
+
   def close(self) -> None:
     """Releases what the source holds open."""
 
@@ -108,6 +114,17 @@ class ShardFrames:
     for i in np.unique(which):
       destinations = np.flatnonzero(which == i)
       self.shards[i].write_transitions(rows[destinations], batch, destinations)
+
+  def read_frames(self, which, rows):
+    first = self.shards[0].window.store['observation']
+    frames = np.empty((len(rows),) + first.shape[1:], first.dtype)
+    for i in np.unique(which):
+      members = which == i
+      window = self.shards[i].window
+      frames[members] = window.store['observation'][
+        rows[members] - window.start
+      ]
+    return frames, np.arange(len(rows))
 
   def close(self) -> None:
     """Nothing to close: the windows are plain arrays."""
@@ -273,6 +290,19 @@ class BlockFrames:
     if scratch is None or scratch.shape[0] < rows:
       scratch = self._local.scratch = np.empty((rows, row_bytes), np.uint8)
     return scratch
+
+  def read_frames(self, which, rows):
+    """Decodes the distinct units (or blocks) holding the frames, cache
+    bypassed: a sequence's frames are used once."""
+    keys = which * self._key_stride + rows // self._block_rows
+    unique, inverse = np.unique(keys, return_inverse=True)
+    first = self._stored[0].frames
+    blocks = np.empty(
+      (len(unique), self._block_rows) + first.row_shape, first.dtype
+    )
+    self._load_blocks(unique, np.arange(len(unique)), blocks)
+    where = inverse * self._block_rows + rows % self._block_rows
+    return blocks.reshape((-1,) + first.row_shape), where
 
   def _load_blocks(self, keys, slots, arena):
     """Decodes blocks `keys` into arena[slots] (BlockCache's loader)."""
