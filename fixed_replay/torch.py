@@ -42,6 +42,7 @@ from torch.utils import data
 from torch.utils.data._utils import collate
 
 from fixed_replay import batches
+from fixed_replay import segments
 from fixed_replay.replay import transitions
 
 # Where worker batches travel; DataLoader's own path is taken where it is
@@ -56,6 +57,9 @@ _ALIGN = 64
 # The ring's header: one in-use byte a slot, then the worker's exit byte.
 _HEADER = _ALIGN
 _EXITED = _HEADER - 1
+# Elements holding frame stacks, which Dopamine puts last, and the axis
+# `channels_first` moves the stack to (after the batch and time axes).
+_STACK_AXIS = {'state': 1, 'next_state': 1, 'observation': 2}
 
 _names = itertools.count()
 # This process's worker ring, made with its first batch (one per worker
@@ -82,7 +86,7 @@ class _SlotRing:
     self.layout = layout
     self.slot_bytes = slot_bytes
     # Stacks the buffer writes channels last: sent moved, so written aside.
-    self._moved = {'state', 'next_state'} if channels_first else set()
+    self._moved = {n for n, *_ in layout if channels_first and n in _STACK_AXIS}
     self._indices_at = next(o for n, _, _, o in layout if n == 'indices')
     self.name = f'fixed_replay_{os.getpid()}_{next(_names)}'
     self.path = os.path.join(_SHARED_DIR, self.name)
@@ -155,10 +159,10 @@ class _SlotRing:
 
 
 def _moved(name, array, channels_first):
-  if channels_first and name in ('state', 'next_state'):
+  if channels_first and name in _STACK_AXIS:
     # Dopamine stacks frames last (B, H, W, stack); convolutions in
     # PyTorch want the stack as channels (B, stack, H, W).
-    return np.moveaxis(array, -1, 1)
+    return np.moveaxis(array, -1, _STACK_AXIS[name])
   return array
 
 
@@ -215,8 +219,9 @@ def _layout(elements, channels_first):
   layout, offset = [], 0
   for element in elements:
     shape = tuple(element.shape)
-    if channels_first and element.name in ('state', 'next_state'):
-      shape = (shape[0], shape[-1]) + shape[1:-1]
+    if channels_first and element.name in _STACK_AXIS:
+      axis = _STACK_AXIS[element.name]
+      shape = shape[:axis] + shape[-1:] + shape[axis:-1]
     dtype = np.dtype(element.type)
     layout.append((element.name, dtype.str, shape, offset))
     offset += -(-_nbytes(dtype, shape) // _ALIGN) * _ALIGN
@@ -321,7 +326,15 @@ class ReplayDataset(data.IterableDataset):
     self.reload_every = reload_every
     self.buffer_arguments = dict(buffer_arguments)
     self.seed = self.buffer_arguments.get('seed')
-    self._buffer = batches.open_buffer(self.data_dir, self.buffer_arguments)
+    self._buffer = self._open(self.buffer_arguments)
+
+  def _open(self, arguments):
+    """What samples the batches, built with `arguments`."""
+    return batches.open_buffer(self.data_dir, arguments)
+
+  def _batches(self, buffer, num_batches):
+    """Yields `num_batches` (None: endless) named batches of `buffer`."""
+    return batches.sample(buffer, num_batches)
 
   @property
   def buffer(self) -> Any:
@@ -353,7 +366,7 @@ class ReplayDataset(data.IterableDataset):
 
   def _stream(self, buffer, num_batches, send):
     count = 0
-    for named in batches.sample(buffer, num_batches):
+    for named in self._batches(buffer, num_batches):
       yield send(named, self.channels_first)
       count += 1
       if self.reload_every and count % self.reload_every == 0:
@@ -363,9 +376,7 @@ class ReplayDataset(data.IterableDataset):
     share = batches.stream_share(self.num_batches, info.id, info.num_workers)
     buffer = None
     try:
-      buffer = batches.open_buffer(
-        self.data_dir, self.worker_arguments(info.id, info.seed)
-      )
+      buffer = self._open(self.worker_arguments(info.id, info.seed))
       send = to_tensors
       if os.path.isdir(_SHARED_DIR):
         send = _ring_for(buffer, self.channels_first).send
@@ -392,6 +403,31 @@ class ReplayDataset(data.IterableDataset):
     state = self.__dict__.copy()
     state['_buffer'] = None
     return state
+
+
+class SegmentDataset(ReplayDataset):
+  """Batches of segments for sequence models, as dicts of tensors.
+
+  Example:
+
+    dataset = SegmentDataset('/data/Pong/1/replay_logs', segment_length=30,
+                             batch_size=128, seed=0, channels_first=True)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2)
+    for batch in loader:
+      batch['observation']   # uint8 (128, 30, 4, 84, 84)
+      batch['return_to_go']  # float32 (128, 30)
+
+  Items hold fixed_replay.segments.SegmentSampler's elements; its
+  `**buffer_arguments` are the sampler's arguments (segment_length,
+  batch_size, pad_short, ..., and the buffer's). Workers, seeds, reloads and
+  errors follow ReplayDataset's rules.
+  """
+
+  def _open(self, arguments):
+    return segments.SegmentSampler(self.data_dir, **arguments)
+
+  def _batches(self, sampler, num_batches):
+    return sampler.batches(num_batches)
 
 
 # default_collate looks an item's type up in this map first (the hook

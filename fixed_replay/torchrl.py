@@ -40,6 +40,7 @@ from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.writers import ImmutableDatasetWriter
 
 from fixed_replay import batches
+from fixed_replay import segments
 from fixed_replay import torch as fixed_replay_torch
 
 
@@ -214,3 +215,67 @@ class FixedReplayDataset(TensorDictReplayBuffer):
   def close(self) -> None:
     """Stops the buffer's threads."""
     self.buffer.close()
+
+
+def segments_tensordict(
+  named: dict[str, np.ndarray], channels_first: bool = False
+) -> TensorDict:
+  """A SegmentSampler batch as a TensorDict of batch size (B, K).
+
+  Keys follow TorchRL's trajectories (time as the second dimension):
+  `observation`, `action` (int64), `return_to_go` (B, K, 1), `timestep`
+  (int64), `("next", "reward")`, `("next", "done")` and `("next",
+  "terminated")` (B, K, 1), `("collector", "mask")` (False on padding, where
+  TorchRL's split_trajectories puts its mask), and `indices` and `suffix`,
+  where each step came from.
+  """
+  tensors = fixed_replay_torch.to_tensors(named, channels_first)
+  size = tuple(tensors['mask'].shape)
+  terminal = tensors['terminal'].bool().unsqueeze(-1)
+  return TensorDict(
+    {
+      'observation': tensors['observation'],
+      'action': tensors['action'].long(),
+      'return_to_go': tensors['return_to_go'].unsqueeze(-1),
+      'timestep': tensors['timestep'].long(),
+      'next': {
+        'reward': tensors['reward'].unsqueeze(-1),
+        'done': terminal,
+        'terminated': terminal.clone(),
+      },
+      'collector': {'mask': tensors['mask']},
+      'indices': tensors['indices'],
+      'suffix': tensors['suffix'][:, None].expand(size),
+    },
+    batch_size=size,
+  )
+
+
+class FixedSegmentDataset:
+  """Segments of a replay directory as TensorDicts with a time dimension.
+
+  Example:
+    dataset = FixedSegmentDataset('/data/Pong/1/replay_logs',
+                                  segment_length=30, batch_size=128, seed=0)
+    td = dataset.sample()  # TensorDict of batch size (128, 30)
+    td['return_to_go']     # float32 (128, 30, 1)
+
+  Keys: see segments_tensordict.
+  """
+
+  def __init__(
+    self, data_dir: str, channels_first: bool = False, **sampler_arguments
+  ):
+    """Builds the fixed_replay.segments.SegmentSampler (its arguments)."""
+    self.sampler = segments.SegmentSampler(data_dir, **sampler_arguments)
+    self.channels_first = channels_first
+
+  def sample(self) -> TensorDict:
+    return segments_tensordict(self.sampler.sample(), self.channels_first)
+
+  def __iter__(self):
+    while True:
+      yield self.sample()
+
+  def close(self) -> None:
+    self.sampler.close()
