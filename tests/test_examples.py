@@ -98,3 +98,60 @@ def test_torchrl_example_learns_cartpole_from_a_store(tmp_path):
   )
   assert 'update 4000/4000' in log
   assert value >= 150, log[-2000:]
+
+
+@pytest.fixture(scope='module')
+def mixed_cartpole(tmp_path_factory):
+  """{source: directory} of CartPole played by the scripted policy with
+  epsilon 0.5 (mean return about 130), as `fixed-replay generate` writes it,
+  and its compact store."""
+  from fixed_replay.store import convert
+
+  parent = tmp_path_factory.mktemp('mixed_cartpole')
+  subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'generate',
+      '--environment=cartpole',
+      '--policy=scripted',
+      '--epsilon=0.5',
+      '--checkpoint_rows=5000',
+      f'--output_dir={parent / "files"}',
+    ],
+    check=True,
+    capture_output=True,
+    timeout=300,
+  )
+  convert.convert(parent / 'files', parent / 'store', workers=0)
+  return {'files': str(parent / 'files'), 'store': str(parent / 'store')}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('source', ['files', 'store'])
+@pytest.mark.parametrize('seed', [0, 1, 2])
+def test_decision_transformer_beats_its_data_on_cartpole(
+  mixed_cartpole, source, seed
+):
+  value, log = _run(
+    'decision_transformer.py',
+    f'--replay_dir={mixed_cartpole[source]}',
+    '--num_updates=300',
+    f'--seed={seed}',
+  )
+  assert 'update 300/300' in log
+  assert value >= 150, log[-2000:]
+
+
+@pytest.mark.slow
+def test_decision_transformer_runs_on_an_atari_store(store):
+  value, log = _run(
+    'decision_transformer.py',
+    f'--replay_dir={store}',
+    '--environment=Pong',
+    '--num_updates=2',
+    '--max_steps_per_episode=30',
+  )
+  assert 'update 2/2' in log
+  assert -30 <= value <= 30
