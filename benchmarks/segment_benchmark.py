@@ -12,11 +12,13 @@ how to generate it). Each measurement runs in a fresh process:
   thread) at batch 32 and at batch 128 x 30 = 3,840 (as many steps a batch
   as the segments'): transitions per CPU-second, measured in the same run;
   the faster of the two is the baseline of the ratio;
-* the RAM Decision Transformer's own loader (atari/create_dataset.py) would
-  take for the same steps: one stacked (4, 84, 84) uint8 state per step in a
-  Python list, plus the checkpoint it loads through batch_rl's buffer. It
-  cannot run here (batch_rl does not import on today's Dopamine), so this is
-  computed from those sizes, not measured.
+* Decision Transformer's own loader (atari/create_dataset.py), its method
+  replayed on the same checkpoint: Dopamine's OutOfGraphReplayBuffer `load`
+  (batch_rl's buffer wraps it; batch_rl itself does not import on today's
+  Dopamine), then one `sample_transition_batch(indices=[i])` per row, each
+  stacked state kept in a Python list. Measured: the load, the seconds and
+  resident bytes a row; projected to its published 500k steps of 1M-row
+  checkpoints (every row is read before its first batch).
 
 Usage:
   python benchmarks/segment_benchmark.py [--busy_game=MsPacman] [--seconds=10]
@@ -38,10 +40,6 @@ _SECONDS = flags.DEFINE_float('seconds', 10.0, 'Sampling time per method.')
 
 SEGMENT_LENGTH = 30
 BATCH = 128
-STATE_BYTES = 4 * 84 * 84
-# A numpy array object's own bytes beside its data (sys.getsizeof of a
-# (4, 84, 84) uint8 array less its data), as DT's list holds one per step.
-ARRAY_OVERHEAD = 112
 TARGET_RATIO = 3.0
 TARGET_RAM = 2 << 30
 
@@ -109,6 +107,29 @@ def sample_transitions(store, seconds, batch_size):
   return first, rate
 
 
+def decision_transformers_loader(source, rows):
+  """(s to load one checkpoint, s a row, resident bytes a kept state)."""
+  from dopamine.replay_memory import circular_replay_buffer
+
+  began = time.perf_counter()
+  buffer = circular_replay_buffer.OutOfGraphReplayBuffer(
+    observation_shape=(84, 84), stack_size=4, replay_capacity=rows, batch_size=1
+  )
+  buffer.load(source, '0')
+  loaded = time.perf_counter() - began
+  resident = common._status_bytes('VmRSS')  # noqa: SLF001
+  # The rows Dopamine lets it read (stacks and next states inside).
+  read = range(3, int(buffer.add_count) - 2)
+  states, began = [], time.perf_counter()
+  for row in read:
+    state = buffer.sample_transition_batch(batch_size=1, indices=[row])[0]
+    states.append(state.transpose((0, 3, 1, 2))[0])
+  per_row = (time.perf_counter() - began) / len(read)
+  grown = common._status_bytes('VmRSS') - resident  # noqa: SLF001
+  per_state = grown / len(read)
+  return loaded, per_row, per_state
+
+
 def _measure(function, *args):
   """Measurement of function(*args) in a fresh process, its result kept."""
   identity = busy_store_benchmark._identity  # noqa: SLF001
@@ -169,15 +190,22 @@ def main(argv):
     f'transitions at the faster batch size (target >= {TARGET_RATIO:.0f}x): '
     f'{"met" if ratio >= TARGET_RATIO else "NOT met"}'
   )
-  checkpoint_frames = rows // _CHECKPOINTS.value * 84 * 84
-  decision_transformer = rows * (STATE_BYTES + ARRAY_OVERHEAD)
-  published = 500_000 * (STATE_BYTES + ARRAY_OVERHEAD) + 1_000_000 * 84 * 84
+  checkpoint_rows = rows // _CHECKPOINTS.value
+  loaded, per_row, per_state = _measure(
+    decision_transformers_loader,
+    os.path.join(common.DATA_DIR, f'busy_{_GAME.value}'),
+    checkpoint_rows,
+  ).digest
+  # Its published Atari runs: 500k steps read from 1M-row checkpoints.
+  steps, file_rows = 500_000, 1_000_000
   print(
-    "Decision Transformer's loader for the same steps (computed): "
-    f'{common.format_bytes(decision_transformer + checkpoint_frames)} '
-    f'({rows:,} stacked states of {STATE_BYTES:,} B + one checkpoint); '
-    f'for its published 500k steps of 1M-row checkpoints: '
-    f'{common.format_bytes(published)}'
+    f"Decision Transformer's loader, measured on one {checkpoint_rows:,}-row "
+    f'checkpoint: load {loaded:.1f} s, {per_row * 1e6:.0f} us and '
+    f'{per_state:,.0f} resident B a row; for its 500k steps of 1M-row '
+    f'checkpoints: first batch after about '
+    f'{loaded * file_rows / checkpoint_rows + per_row * steps:,.0f} s, '
+    f'{common.format_bytes(per_state * steps + file_rows * 84 * 84)} '
+    f"(the states, and one checkpoint's frames)"
   )
 
 
