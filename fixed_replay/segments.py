@@ -41,9 +41,6 @@ from fixed_replay import progress
 from fixed_replay.replay import batch_kernels
 from fixed_replay.replay import transitions
 
-# Elements a segment adds to the buffer's per-row arrays.
-_DERIVED = ('return_to_go', 'timestep', 'mask', 'indices')
-
 
 class _CheckpointSteps:
   """One loaded window's steps in time order, and its runs of segment steps.
