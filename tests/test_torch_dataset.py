@@ -165,6 +165,11 @@ def test_a_failing_worker_raises_in_the_main_process_naming_the_data(
   # raises): end them now instead of in a later test's garbage collection.
   for worker in iterator._workers:  # noqa: SLF001
     worker.terminate()
+  # Then shut the iterator down, which unregisters its workers' pids: left
+  # registered, the SIGCHLD handler DataLoader installs in this process
+  # reports the terminated workers at the next child's exit (a later test's
+  # subprocess.run) as "killed by signal: Terminated".
+  iterator._shutdown_workers()  # noqa: SLF001
 
 
 def test_construction_errors_come_from_the_buffer_in_the_main_process(
