@@ -264,11 +264,6 @@ class SegmentSampler:
       transitions.ReplayElement(transitions.SUFFIX_ELEMENT, (b,), np.int32),
     )
 
-  @property
-  def num_segments(self) -> int:
-    """Segments that may be drawn from the checkpoints loaded now."""
-    return int(self._index()[1][-1])
-
   def _index(self):
     """The loaded checkpoints' runs, rebuilt when the buffer swaps them.
 
@@ -327,6 +322,10 @@ class SegmentSampler:
       f'{int(ends[-1]):,}',
       time.monotonic() - began,
     )
+    # Where each checkpoint's times lie in its arrays, per run, so that a
+    # batch looks them up once.
+    for name in ('shift', 'rows', 'start'):
+      runs[name] = np.array([getattr(c, name) for c in ordered])[runs['which']]
     self._source, self._runs = source, (runs, ends)
     return self._runs
 
@@ -356,9 +355,9 @@ class SegmentSampler:
     mask = times <= last
     times = np.minimum(times, last)
     steps = [self._steps[s] for s in source.table.suffixes]
-    shift = np.array([c.shift for c in steps])[which][:, None]
-    rows = np.array([c.rows for c in steps])[which][:, None]
-    start = np.array([c.start for c in steps])[which][:, None]
+    shift, rows, start = (
+      runs[n][run][:, None] for n in ('shift', 'rows', 'start')
+    )
     positions = (times + shift) % rows
     batch = self.allocate_batch(self.get_transition_elements(b))
     for i in np.unique(which):
