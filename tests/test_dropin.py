@@ -3,8 +3,9 @@
 batch_rl's five gin files and Dopamine's labs/offline_rl jax_dqn.gin, byte
 for byte (tests/data/), every agent, and batch_rl's --init_checkpoint_dir,
 each through `fixed-replay train` (`python -m fixed_replay.cli train`) or
-`python -m fixed_replay.train`, with bindings that only make the run tiny.
-Every run trains, evaluates in the real game and checkpoints. (The docs'
+`python -m fixed_replay.train`, or as batch_rl's own end-to-end test calls
+it (the flags set in code, then `main([])`), with bindings that only make
+the run tiny. Every run trains, evaluates in the real game and checkpoints. (The docs'
 own-agent recipes run as the guide prints them: tests/test_docs.py.)
 
 Each run takes seconds but starts TensorFlow and JAX (about 10 s of CPU):
@@ -16,6 +17,7 @@ import concurrent.futures
 import os
 import pickle
 import re
+import shutil
 import subprocess
 import sys
 
@@ -80,6 +82,46 @@ def _train(entry, base, data, agent, gin_file, bindings, *flags):
   ]
   argv += [f'--gin_bindings={b}' for b in bindings] + list(flags)
   return argv, base
+
+
+# batch_rl's end-to-end test (batch_rl/tests/fixed_replay_runner_test.py)
+# as it runs from a batch_rl checkout after `import fixed_replay`: it imports
+# batch_rl's train module, sets the flags in code, then calls main([]); only
+# --replay_dir comes from the command line, which absl parses first.
+_FLAGS_SET_IN_CODE = """
+import os
+os.chdir({checkout!r})
+import fixed_replay
+from absl import app
+from absl import flags
+from batch_rl.fixed_replay import train
+
+def set_the_flags_and_train(argv):
+  flags.FLAGS.base_dir = {base!r}
+  flags.FLAGS.agent_name = 'multi_head_dqn'
+  flags.FLAGS.gin_files = ['batch_rl/fixed_replay/configs/rem.gin']
+  flags.FLAGS.gin_bindings = {bindings!r}
+  train.main([])
+
+app.run(set_the_flags_and_train)
+"""
+
+
+def _flags_set_in_code(tmp, pong):
+  """The batch_rl runner test's path: (argv after python, base_dir)."""
+  checkout = tmp / 'batch_rl_checkout'
+  configs = checkout / 'batch_rl' / 'fixed_replay' / 'configs'
+  configs.mkdir(parents=True)
+  shutil.copy(_batch_rl('rem'), configs / 'rem.gin')
+  base = f'{tmp}/flags_set_in_code'
+  bindings = [
+    "create_runner.schedule='continuous_train_and_eval'",
+    *ATARI_TINY,
+  ]
+  script = _FLAGS_SET_IN_CODE.format(
+    checkout=str(checkout), base=base, bindings=bindings
+  )
+  return ['-c', script, f'--replay_dir={pong}'], base
 
 
 def _jobs(tmp, pong, cartpole):
@@ -180,6 +222,7 @@ def _jobs(tmp, pong, cartpole):
       )
     ],
   }
+  jobs['flags_set_in_code'] = [_flags_set_in_code(tmp, pong)]
   for agent in ('jax_quantile', 'jax_rem', 'jax_cql', 'jax_quantile_cql'):
     bindings = list(CARTPOLE_TINY)
     if agent == 'jax_rem':
@@ -354,6 +397,19 @@ def test_replay_suffix_binding_trains_on_one_checkpoint(
   assert run.returncode == 0, run.explain()
   assert _loaded_checkpoints(run) == {suffix}, bound_on
   assert 'num_buffers_to_load=5 but' not in run.log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('job', ['flags_set_in_code'])
+def test_batch_rl_runner_test_sets_the_flags_in_code(runs, job):
+  # Only --replay_dir is on the command line: --base_dir, required at the
+  # command line, is set in code after absl has parsed it.
+  run = runs(job)[0]
+  _assert_trained_evaluated_checkpointed(run)
+  # The files batch_rl's test checks, TF's checkpoint index among them.
+  assert 'checkpoint' in run.files('checkpoints')
+  assert 'log_0' in run.files('logs')
+  assert 'Training REM (FixedReplayMultiHeadDQNAgent) offline' in run.log
 
 
 # ------------------------------------------------ Dopamine's labs config

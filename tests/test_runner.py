@@ -288,7 +288,7 @@ def test_train_help_and_required_flags(command):
     text=True,
   )
   assert missing.returncode != 0
-  assert 'base_dir' in missing.stderr
+  assert '--base_dir must be given' in missing.stderr
 
 
 def test_replay_dir_accepts_a_run_or_its_replay_logs(replay_run, tmp_path):

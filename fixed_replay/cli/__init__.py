@@ -64,6 +64,26 @@ def apply_remote_timeout(flag):
     remote.set_timeout(flag.value)
 
 
+def require_flags(*required):
+  """Refuses to run a command whose flags in `required` have no value.
+
+  Checked when the command runs, not when its module is imported: absl
+  checks a flag marked required at every parse of a command line, so a
+  program that imports the module and sets the flags in code (batch_rl's
+  runner test under tf.test.main, a notebook, a launcher) would be refused
+  before it could set them.
+
+  Args:
+    *required: absl FlagHolders.
+
+  Raises:
+    UsageError: naming the missing flags (one line at the command line).
+  """
+  missing = [f'--{flag.name}' for flag in required if flag.value is None]
+  if missing:
+    raise UsageError(f'{" and ".join(missing)} must be given')
+
+
 def take_flags_only(argv):
   """Starts a subcommand that takes flags only: INFO logs, no positionals.
 

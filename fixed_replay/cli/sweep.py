@@ -89,8 +89,6 @@ _ALLOW_CHANGED_CONFIG = flags.DEFINE_boolean(
   'started (by default such a sweep is refused).',
 )
 
-REQUIRED_FLAGS = ('base_dir', 'replay_dir')
-
 
 def _seeds():
   try:
@@ -102,6 +100,7 @@ def _seeds():
 def main(argv: list[str]) -> int:
   """Plans the sweep from the flags, runs what is left, prints a summary."""
   cli.take_flags_only(argv)
+  cli.require_flags(_BASE_DIR, _REPLAY_DIR)
   # Neither Ray nor TensorFlow is imported here: trials import them in
   # their own processes, and Ray only starts when a trial is left to run.
   from fixed_replay.training import sweep
@@ -138,8 +137,6 @@ def main(argv: list[str]) -> int:
     print(f'Report: fixed-replay report {_BASE_DIR.value}')
   return 1 if result.failed else 0
 
-
-flags.mark_flags_as_required(REQUIRED_FLAGS)
 
 if __name__ == '__main__':
   app.run(main)

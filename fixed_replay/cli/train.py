@@ -59,8 +59,6 @@ _INIT_CHECKPOINT_DIR = flags.DEFINE_string(
 
 _REMOTE_TIMEOUT = cli.define_remote_timeout_flag(__name__)
 
-REQUIRED_FLAGS = ('base_dir', 'replay_dir')
-
 
 def _refuse_early_mistakes():
   """Raises what create_runner would raise first, before TensorFlow loads.
@@ -92,6 +90,7 @@ def _refuse_early_mistakes():
 def main(argv: list[str]) -> int:
   """Creates the runner from the flags and runs the experiment."""
   cli.take_flags_only(argv)
+  cli.require_flags(_BASE_DIR, _REPLAY_DIR)
   cli.apply_remote_timeout(_REMOTE_TIMEOUT)
   dataset = _refuse_early_mistakes()
   # Imported here so that --help does not wait for TensorFlow and JAX.
@@ -110,8 +109,6 @@ def main(argv: list[str]) -> int:
   runner.run_experiment()
   return 0
 
-
-flags.mark_flags_as_required(REQUIRED_FLAGS)
 
 if __name__ == '__main__':
   app.run(main)
