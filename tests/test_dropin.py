@@ -5,8 +5,9 @@ for byte (tests/data/), every agent, and batch_rl's --init_checkpoint_dir,
 each through `fixed-replay train` (`python -m fixed_replay.cli train`) or
 `python -m fixed_replay.train`, or as batch_rl's own end-to-end test calls
 it (the flags set in code, then `main([])`), with bindings that only make
-the run tiny. Every run trains, evaluates in the real game and checkpoints. (The docs'
-own-agent recipes run as the guide prints them: tests/test_docs.py.)
+the run tiny. Every run trains, evaluates in the real game and checkpoints.
+(The docs' own-agent recipes run as the guide prints them:
+tests/test_docs.py.)
 
 Each run takes seconds but starts TensorFlow and JAX (about 10 s of CPU):
 the runs this session selected are started together, two at a time, and
