@@ -98,7 +98,7 @@ WARM_UP_S = 1.0
 
 
 def _options(layout):
-  from fixed_replay.store import convert
+  from fixed_replay.convert import convert
 
   return convert.ConvertOptions(block_rows=int(layout.removeprefix('units')))
 
@@ -130,7 +130,7 @@ def png_figures(source):
 
 
 def convert_one(source, store, layout):
-  from fixed_replay.store import convert
+  from fixed_replay.convert import convert
 
   result = convert.convert(source, store, _options(layout), workers=0)
   return result.frames

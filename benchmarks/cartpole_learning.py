@@ -1,7 +1,7 @@
 """CartPole learning check: do the offline agents learn from logged data?
 
 Writes (once, then reuses) a CartPole dataset in the DQN Replay Dataset layout
-with `fixed_replay.dataset.generate.generate_dataset`: Dopamine's CartPole
+with `fixed_replay.generate.generate.generate_dataset`: Dopamine's CartPole
 played by the scripted controller with probability `--epsilon` of a uniform
 random action (0.5 by default: the behaviour policy averages about 130 per
 episode, so reaching 150 means doing better than the data). Then each agent is
@@ -81,8 +81,8 @@ def ensure_dataset(directory):
   Returns:
     str, a line describing the data.
   """
-  from fixed_replay.dataset import checkpoints
-  from fixed_replay.dataset import generate
+  from fixed_replay.generate import generate
+  from fixed_replay.sources.dopamine import checkpoints
 
   if os.path.isdir(directory):
     complete, incomplete = checkpoints.scan_checkpoints(directory)

@@ -55,9 +55,9 @@ def checkpoint_dir(rows, data_dir=DATA_DIR, game=DEFAULT_GAME):
 
 def is_complete(directory, rows):
   """True if `directory` holds checkpoint 0 with `rows` rows, cursor last."""
-  from fixed_replay.dataset import checkpoints
   from fixed_replay.errors import CheckpointError
   from fixed_replay.io import npy_stream
+  from fixed_replay.sources.dopamine import checkpoints
 
   if not os.path.isdir(directory):
     return False

@@ -142,7 +142,7 @@ def _link_gzip_run(source, rows, num_checkpoints):
 
 def convert_run(source, store):
   """Converts a gzip run with one worker per core (the timed call)."""
-  from fixed_replay.store import convert
+  from fixed_replay.convert import convert
 
   result = convert.convert(str(source), str(store))
   return result.frames, result.seconds
@@ -170,9 +170,9 @@ def _replicate(store, num_checkpoints, converted):
 
 def write_memmap(source_files, path):
   """Streams a checkpoint's frames into a plain .npy (TorchRL's layout)."""
-  from fixed_replay.dataset import checkpoints
   from fixed_replay.io import npy_stream
   from fixed_replay.io.gzip_stream import GzipStream
+  from fixed_replay.sources.dopamine import checkpoints
 
   header = checkpoints.read_store_headers(source_files)['observation']
   out = np.lib.format.open_memmap(
@@ -194,8 +194,8 @@ class MemmapStore:
   """Uniform sampling over memory-mapped frames with ReplayShard's math."""
 
   def __init__(self, gzip_run, memmap_dir, num_checkpoints):
-    from fixed_replay.dataset import checkpoints
     from fixed_replay.replay import transitions as shard_lib
+    from fixed_replay.sources.dopamine import checkpoints
 
     found = checkpoints.find_checkpoints(str(gzip_run))
     self.shards = []
@@ -211,8 +211,8 @@ class MemmapStore:
   @staticmethod
   def _small_window(files):
     """The checkpoint's arrays but the frames (read once, whole)."""
-    from fixed_replay.dataset import checkpoints
     from fixed_replay.io import npy_stream
+    from fixed_replay.sources.dopamine import checkpoints
 
     meta = checkpoints.read_checkpoint(files, 0, 0)
     for name in ('action', 'reward', 'terminal'):
@@ -381,7 +381,7 @@ def _print_codec_table():
 
 
 def _rows_of(directory):
-  from fixed_replay.dataset import checkpoints
+  from fixed_replay.sources.dopamine import checkpoints
 
   files = checkpoints.find_checkpoints(str(directory))[0]
   return checkpoints.read_store_headers(files)['observation'].num_rows
@@ -420,7 +420,7 @@ def main(argv):
   first = memmap_dir / 'observation_0.npy'
   memmap_seconds = None
   if not first.exists():
-    from fixed_replay.dataset import checkpoints
+    from fixed_replay.sources.dopamine import checkpoints
 
     files = checkpoints.find_checkpoints(str(source))[0]
     began = time.perf_counter()

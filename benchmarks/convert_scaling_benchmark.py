@@ -6,7 +6,7 @@ several checkpoints costs one file's disk), in a run directory under
 benchmarks/data/ (git-ignored).
 
 Measured, each `--repeats` times in turn, best wall time kept, all in this
-process (fixed_replay.store.convert.convert, the code of `fixed-replay
+process (fixed_replay.convert.convert.convert, the code of `fixed-replay
 convert`):
 
   local N   worker processes (`--workers=N`), each checkpoint in one
@@ -39,8 +39,8 @@ from absl import logging
 import common
 
 from fixed_replay import distributed
-from fixed_replay.store import convert
-from fixed_replay.store import workers as worker_processes
+from fixed_replay.convert import convert
+from fixed_replay.convert import workers as worker_processes
 
 _CHECKPOINTS = flags.DEFINE_integer(
   'checkpoints', 4, 'Checkpoints of the run (links to one checkpoint).'

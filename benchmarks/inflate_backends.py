@@ -50,8 +50,8 @@ def _time(function, *args):
 
 def main(argv):
   del argv
-  from fixed_replay.dataset import checkpoints
   from fixed_replay.io import gzip_stream
+  from fixed_replay.sources.dopamine import checkpoints
 
   directory = common.build_checkpoint(
     common.ROWS.value, common.SEED.value, game=common.GAME.value

@@ -3,11 +3,11 @@
 batch_rl's way: Dopamine's `OutOfGraphReplayBuffer.load` inflates every array
 of the checkpoint whole, then `array[start:start + count].copy()` keeps the
 window (batch_rl clips a loaded buffer this way). Ours:
-`fixed_replay.dataset.checkpoints.read_checkpoint` inflates only up to the
-window's end and writes straight into arrays of the window's size. Ours
-reads with `verify=False` here: the window alone, as batch_rl's way has no
-such option; what checking the rest of the file adds (the default) is
-measured by buffer_benchmark.py part 5.
+`fixed_replay.sources.dopamine.checkpoints.read_checkpoint` inflates only
+up to the window's end and writes straight into arrays of the window's
+size. Ours reads with `verify=False` here: the window alone, as batch_rl's
+way has no such option; what checking the rest of the file adds (the
+default) is measured by buffer_benchmark.py part 5.
 
 Cases: (a) rows [0, window_rows) and (b) the whole file. Each run is a fresh
 process; its peak RSS is the kernel's high-water mark, and "increase" is that
@@ -49,7 +49,7 @@ def setup_baseline():
 
 
 def setup_ours():
-  importlib.import_module('fixed_replay.dataset.checkpoints')
+  importlib.import_module('fixed_replay.sources.dopamine.checkpoints')
 
 
 def read_baseline(directory, start, count, capacity):
@@ -68,7 +68,7 @@ def read_baseline(directory, start, count, capacity):
 
 
 def read_ours(directory, start, count):
-  from fixed_replay.dataset import checkpoints
+  from fixed_replay.sources.dopamine import checkpoints
 
   files = checkpoints.find_checkpoints(str(directory))[0]
   window = checkpoints.read_checkpoint(
@@ -183,7 +183,7 @@ def _ratios(runs):
 
 def main(argv):
   del argv
-  from fixed_replay.dataset import checkpoints
+  from fixed_replay.sources.dopamine import checkpoints
 
   directory = common.build_checkpoint(
     common.ROWS.value, common.SEED.value, game=common.GAME.value

@@ -61,7 +61,7 @@ def setup():
   import cv2  # noqa: F401
   import tensorflow as tf  # noqa: F401
 
-  from fixed_replay.store import rlu_convert  # noqa: F401
+  from fixed_replay.convert import rlu_convert  # noqa: F401
 
 
 # ---------------------------------------------------------------- data
@@ -134,7 +134,7 @@ def _relabelled(source, target, copies, checkpoint, first_episode):
   import tensorflow as tf
   from tensorflow.core.example import example_pb2
 
-  from fixed_replay.dataset import rlu_shards
+  from fixed_replay.sources.rlu import rlu_shards
 
   episode = first_episode
   with tf.io.TFRecordWriter(str(target), options='GZIP') as writer:
@@ -150,7 +150,7 @@ def _relabelled(source, target, copies, checkpoint, first_episode):
 
 def _build(directory, num_frames):
   """Writes small (played), then large and pair (relabelled copies)."""
-  from fixed_replay.dataset import rlu_shards
+  from fixed_replay.sources.rlu import rlu_shards
 
   name = lambda number, total: rlu_shards.shard_name(1, number, total)
   for run in ('small', 'large', 'pair'):
@@ -194,7 +194,7 @@ def decode_only(path):
   """cv2.imdecode of every PNG of a shard, one thread: (frames, cpu, wall)."""
   import cv2
 
-  from fixed_replay.dataset import rlu_shards
+  from fixed_replay.sources.rlu import rlu_shards
 
   pngs = [
     frame
@@ -214,8 +214,8 @@ def convert_run(
   source, store, output_format, workers, clevel=None, gzip_level=None
 ):
   """Converts a run; returns frames, bytes, CPU of this process and workers."""
-  from fixed_replay.store import rlu_convert
-  from fixed_replay.store.convert_options import ConvertOptions
+  from fixed_replay.convert import rlu_convert
+  from fixed_replay.convert.convert_options import ConvertOptions
 
   options = ConvertOptions(output_format=output_format)
   if clevel is not None:
@@ -241,7 +241,7 @@ def convert_run(
 
 def verify_copy(path):
   """download's check of a copied shard: every record read to the end."""
-  from fixed_replay.dataset import download
+  from fixed_replay.convert import download
 
   return download.verify_shard(str(path)), os.path.getsize(path)
 
@@ -258,7 +258,7 @@ def tensorflow_read(path):
 
 def dopamine_gzip(store, suffix=0):
   """Python gzip level 9 of the rows' np.save: (bytes, frames, seconds)."""
-  from fixed_replay.dataset import checkpoints
+  from fixed_replay.sources.dopamine import checkpoints
 
   files = checkpoints.find_checkpoints(str(store))[suffix]
   window = checkpoints.read_checkpoint(files)
@@ -290,8 +290,8 @@ def worker_startup():
   """What a conversion worker imports before its first frame."""
   import cv2  # noqa: F401
 
-  from fixed_replay.store import convert  # noqa: F401
-  from fixed_replay.store import rlu_convert  # noqa: F401
+  from fixed_replay.convert import convert  # noqa: F401
+  from fixed_replay.convert import rlu_convert  # noqa: F401
 
 
 def _wait(seconds):

@@ -62,7 +62,7 @@ _TINY = (
 
 def _dataset():
   if not (DATA / 'add_count_ckpt.1.gz').exists():
-    from fixed_replay.dataset import generate
+    from fixed_replay.generate import generate
 
     logging.info('Writing two 1,000-row checkpoints of Pong to %s', DATA)
     shutil.rmtree(DATA, ignore_errors=True)

@@ -1,7 +1,7 @@
 """Sweep on Ray against the same trials run one after another by hand.
 
 Writes (once, then reuses) a CartPole dataset under benchmarks/data/ with
-`fixed_replay.dataset.generate`, plans a sweep of `--agents` x `--seeds`
+`fixed_replay.generate.generate`, plans a sweep of `--agents` x `--seeds`
 trials with `configs/cartpole/<agent>.gin` (`fixed_replay.training.sweep`),
 then measures, in this order:
 
@@ -71,8 +71,8 @@ def _dataset():
 
   Five because configs/cartpole/*.gin hold five checkpoints per iteration.
   """
-  from fixed_replay.dataset import generate
-  from fixed_replay.dataset import inspection
+  from fixed_replay.generate import generate
+  from fixed_replay.sources.dopamine import inspection
 
   summary = inspection.summarize_directory(str(DATA))
   if DATA.is_dir() and summary.ok and summary.num_complete == 5:

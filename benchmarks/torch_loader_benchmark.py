@@ -130,16 +130,28 @@ def _timed(iterator, size_of):
   )
 
 
-def _dopamine_batch_size(batch):
-  return len(batch['indices'])
+def _front_door(name, data_dir, batch_size, num_workers):
+  """(batches, size_of, close) of a front door over `data_dir`.
 
+  'torch': a DataLoader over ReplayDataset with `num_workers` workers;
+  'jax': jax_batches.ReplayBatches, each batch waited for on the device.
+  """
+  if name == 'jax':
+    import jax
 
-def run_loader(data_dir, batch_size, num_workers, flag_values):
+    from fixed_replay.jax_batches import ReplayBatches
+
+    replay = ReplayBatches(data_dir, batch_size=batch_size, seed=0, **ATARI)
+
+    def ready(batch):
+      jax.block_until_ready(batch)
+      return batch['indices'].shape[0]
+
+    return iter(replay), ready, replay.close
   from torch.utils.data import DataLoader
 
   from fixed_replay.torch import ReplayDataset
 
-  flags.FLAGS(flag_values)
   dataset = ReplayDataset(data_dir, batch_size=batch_size, seed=0, **ATARI)
   # The benchmark runs in a spawned process, whose default start method is
   # spawn; a user's script on Linux forks its workers (Python < 3.14).
@@ -149,25 +161,15 @@ def run_loader(data_dir, batch_size, num_workers, flag_values):
     num_workers=num_workers,
     multiprocessing_context=_START_METHOD.value if num_workers else None,
   )
-  outcome = _timed(iter(loader), _dopamine_batch_size)
-  dataset.close()
-  return outcome
+  return iter(loader), lambda batch: len(batch['indices']), dataset.close
 
 
-def run_jax(data_dir, batch_size, flag_values):
-  import jax
-
-  from fixed_replay.jax_batches import ReplayBatches
-
+def run_front_door(name, data_dir, batch_size, num_workers, flag_values):
+  """Batches a front door gives as fast as it can (`_timed`)."""
   flags.FLAGS(flag_values)
-  replay = ReplayBatches(data_dir, batch_size=batch_size, seed=0, **ATARI)
-
-  def ready(batch):
-    jax.block_until_ready(batch)
-    return batch['indices'].shape[0]
-
-  outcome = _timed(iter(replay), ready)
-  replay.close()
+  batches, size_of, close = _front_door(name, data_dir, batch_size, num_workers)
+  outcome = _timed(batches, size_of)
+  close()
   return outcome
 
 
@@ -279,24 +281,14 @@ def fed_step_alone(step_s, flag_values):
   return _fed_loop(itertools.repeat(0), step_s, flag_values)
 
 
-def fed_torch(data_dir, batch_size, num_workers, step_s, flag_values):
-  from torch.utils.data import DataLoader
-
-  from fixed_replay.torch import ReplayDataset
-
-  dataset = ReplayDataset(data_dir, batch_size=batch_size, seed=0)
-  loader = DataLoader(dataset, batch_size=None, num_workers=num_workers)
-  outcome = _fed_loop(iter(loader), step_s, flag_values)
-  dataset.close()
-  return outcome
-
-
-def fed_jax(data_dir, batch_size, step_s, flag_values):
-  from fixed_replay.jax_batches import ReplayBatches
-
-  replay = ReplayBatches(data_dir, batch_size=batch_size, seed=0)
-  outcome = _fed_loop(iter(replay), step_s, flag_values)
-  replay.close()
+def fed_front_door(
+  name, data_dir, batch_size, num_workers, step_s, flag_values
+):
+  """A front door feeding the loop of stand-in steps (`_fed_loop`)."""
+  flags.FLAGS(flag_values)
+  batches, _, close = _front_door(name, data_dir, batch_size, num_workers)
+  outcome = _fed_loop(batches, step_s, flag_values)
+  close()
   return outcome
 
 
@@ -321,14 +313,12 @@ def fed_table(stores, flag_values):
     alone_rate = alone['steps'] / alone['wall']
     alone_cpu = alone['cpu'] / alone['steps']
     for game, store in stores.items():
-      runs = {
-        f'torch w{n}': (fed_torch, (store, batch_size, n, step_s, flag_values))
-        for n in (0, 1, 2)
-      }
-      runs['jax'] = (fed_jax, (store, batch_size, step_s, flag_values))
-      for name, (function, args) in runs.items():
+      runs = {f'torch w{n}': ('torch', n) for n in (0, 1, 2)}
+      runs['jax'] = ('jax', 0)
+      for name, (front_door, num_workers) in runs.items():
+        args = (front_door, store, batch_size, num_workers, step_s, flag_values)
         outcome = common.measure(
-          common._no_setup, function, args, _identity
+          common._no_setup, fed_front_door, args, _identity
         ).digest
         rate = outcome['steps'] / outcome['wall']
         loader_cpu = outcome['cpu'] / outcome['steps'] - alone_cpu
@@ -393,19 +383,24 @@ def alone_table(checkpoint, store, work, flag_values):
           rounds[f'loader_w{count}'].append(
             common.measure(
               common._no_setup,
-              run_loader,
-              (data_dir, batch_size, count, flag_values),
+              run_front_door,
+              ('torch', data_dir, batch_size, count, flag_values),
               _identity,
             )
           )
       results = {name: _median(runs) for name, runs in rounds.items()}
-      for name, function in (('jax', run_jax), ('torchrl', run_torchrl)):
-        results[name] = common.measure(
-          common._no_setup,
-          function,
-          (data_dir, batch_size, flag_values),
-          _identity,
-        )
+      results['jax'] = common.measure(
+        common._no_setup,
+        run_front_door,
+        ('jax', data_dir, batch_size, 0, flag_values),
+        _identity,
+      )
+      results['torchrl'] = common.measure(
+        common._no_setup,
+        run_torchrl,
+        (data_dir, batch_size, flag_values),
+        _identity,
+      )
       disk = _disk_bytes(data_dir)
       disks = {name: disk for name in results}
       if kind == 'store':
@@ -439,7 +434,7 @@ def alone_table(checkpoint, store, work, flag_values):
 def _stored(checkpoint, store):
   """`checkpoint` converted into `store` (once)."""
   if not os.path.isdir(store):
-    from fixed_replay.store import convert
+    from fixed_replay.convert import convert
 
     convert.convert(checkpoint, store, workers=0)
   return store

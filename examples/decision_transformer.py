@@ -30,7 +30,7 @@ from torch import nn
 from torch.nn import functional
 from torch.utils.data import DataLoader
 
-from fixed_replay.dataset import environments
+from fixed_replay.sources.dopamine import environments
 from fixed_replay.torch import SegmentDataset
 
 _REPLAY_DIR = flags.DEFINE_string(

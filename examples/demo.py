@@ -38,8 +38,8 @@ heavy_imports.install()
 
 import fixed_replay  # noqa: E402
 from fixed_replay.cli import tables  # noqa: E402
-from fixed_replay.dataset import generate  # noqa: E402
-from fixed_replay.dataset import inspection  # noqa: E402
+from fixed_replay.generate import generate  # noqa: E402
+from fixed_replay.sources.dopamine import inspection  # noqa: E402
 
 # Several flags share `generate`'s and `train`'s names, with the demo's small
 # defaults.

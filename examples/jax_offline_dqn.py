@@ -31,8 +31,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from fixed_replay.dataset import environments
 from fixed_replay.jax_batches import ReplayBatches
+from fixed_replay.sources.dopamine import environments
 
 _REPLAY_DIR = flags.DEFINE_string(
   'replay_dir', None, 'Dopamine replay checkpoints or a compact store.'

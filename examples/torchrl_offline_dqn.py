@@ -35,7 +35,7 @@ from torchrl.modules import QValueActor
 from torchrl.objectives import DQNLoss
 from torchrl.objectives import HardUpdate
 
-from fixed_replay.dataset import environments
+from fixed_replay.sources.dopamine import environments
 from fixed_replay.torchrl import FixedReplayDataset
 
 _REPLAY_DIR = flags.DEFINE_string(

@@ -27,7 +27,7 @@ def open_buffer(data_dir: str, arguments: dict[str, Any]) -> Any:
     arguments: dict of the buffer's keyword arguments.
 
   Returns:
-    The FixedReplayBuffer.
+    The buffer (a FixedReplayBufferBase, built outside gin).
 
   Raises:
     CheckpointError, ValueError, TypeError, MemoryError: whatever the buffer
@@ -37,12 +37,8 @@ def open_buffer(data_dir: str, arguments: dict[str, Any]) -> Any:
   # derives seeds should not pay for them.
   from fixed_replay.replay import fixed_replay_buffer
 
-  class SeededOrderBuffer(fixed_replay_buffer.FixedReplayBuffer):
+  class SeededOrderBuffer(fixed_replay_buffer.FixedReplayBufferBase):
     store_sampling_threads = 1
-    # Built outside gin, with every argument given here: gin's bindings are
-    # for its agents, and its note on errors ("In call to configurable
-    # 'FixedReplayBuffer'") would only mislead.
-    __init__ = fixed_replay_buffer.FixedReplayBuffer.__init__.__wrapped__
 
   # The buffer alone decides what data_dir holds (once).
   return SeededOrderBuffer(data_dir, **arguments)

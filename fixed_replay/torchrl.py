@@ -266,7 +266,7 @@ class FixedSegmentDataset:
   def __init__(
     self, data_dir: str, channels_first: bool = False, **sampler_arguments
   ):
-    """Builds the fixed_replay.segments.SegmentSampler (its arguments)."""
+    """Builds the replay.segments.SegmentSampler (its arguments)."""
     self.sampler = segments.SegmentSampler(data_dir, **sampler_arguments)
     self.channels_first = channels_first
 

@@ -243,7 +243,7 @@ def store(dopamine_dir, tmp_path_factory):
 
   Shared: a test that damages files damages a copy.
   """
-  from fixed_replay.store import convert
+  from fixed_replay.convert import convert
 
   directory = tmp_path_factory.mktemp('compact')
   convert.convert(dopamine_dir[0], directory, workers=0)
@@ -340,7 +340,7 @@ def mixed_store(store, cartpole_dir, tmp_path):
   """The store with its checkpoint 1 replaced by a CartPole one."""
   import shutil
 
-  from fixed_replay.store import convert
+  from fixed_replay.convert import convert
 
   convert.convert(cartpole_dir, tmp_path / 'cartpole', workers=0)
   mixed = tmp_path / 'mixed'

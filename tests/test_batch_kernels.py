@@ -1,9 +1,20 @@
 """The compiled stack gathering equals numpy's moveaxis, for any layout."""
 
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
+from fixed_replay import kernel_cache
 from fixed_replay.replay import batch_kernels
+from fixed_replay.store import unit_decoding
+
+PACKAGE = pathlib.Path(kernel_cache.__file__).parent
 
 
 def _expected(frames, rows):
@@ -48,3 +59,60 @@ def test_rows_outside_frames_raise_instead_of_crashing():
     batch_kernels.gather_stacks(frames, np.array([[2, 3, 4, 5]]), out, [0])
   with pytest.raises(IndexError, match='batch positions'):
     batch_kernels.gather_stacks(frames, np.array([[1, 2, 3, 4]]), out, [2])
+
+
+def test_every_cached_kernel_is_stamped_with_every_kernel_file():
+  cached_kernel = re.compile(r'^@numba\.njit\([^)]*cache=True', re.MULTILINE)
+  defining = {
+    path.relative_to(PACKAGE).as_posix()
+    for path in PACKAGE.rglob('*.py')
+    if cached_kernel.search(path.read_text())
+  }
+  assert defining == set(kernel_cache.KERNEL_FILES)
+  for kernel in (
+    batch_kernels.decode_stacks,
+    batch_kernels.write_parts,
+    unit_decoding.decode_units,
+  ):
+    locator = kernel._cache._impl.locator  # noqa: SLF001
+    assert locator.get_source_stamp() == kernel_cache._STAMP  # noqa: SLF001
+
+
+# Compiles (or loads) one kernel in a fresh process, printing cache hits.
+_CACHE_HITS = """
+import numpy as np
+from fixed_replay.replay import batch_kernels
+batch_kernels._pairwise_sum(np.ones(3))
+print(sum(batch_kernels._pairwise_sum.stats.cache_hits.values()))
+"""
+
+
+@pytest.mark.slow
+def test_a_change_to_any_kernel_file_recompiles_every_kernel(tmp_path):
+  shutil.copytree(
+    PACKAGE,
+    tmp_path / 'fixed_replay',
+    ignore=shutil.ignore_patterns('__pycache__', 'configs'),
+  )
+  env = dict(os.environ, PYTHONPATH=str(tmp_path))
+  env.pop('NUMBA_CACHE_DIR', None)  # The copy's own __pycache__.
+
+  def cache_hits():
+    result = subprocess.run(
+      [sys.executable, '-c', _CACHE_HITS],
+      cwd=tmp_path,
+      env=env,
+      capture_output=True,
+      text=True,
+      timeout=300,
+      check=True,
+    )
+    return int(result.stdout.split()[-1])
+
+  assert cache_hits() == 0  # Compiled and saved.
+  assert cache_hits() == 1  # Loaded.
+  # A change to the other kernel file only (a comment is enough).
+  with open(tmp_path / 'fixed_replay' / 'store' / 'unit_decoding.py', 'a') as f:
+    f.write('# changed\n')
+  assert cache_hits() == 0
+  assert cache_hits() == 1

@@ -6,8 +6,8 @@ import shutil
 import numpy as np
 import pytest
 
-from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
+from fixed_replay.sources.dopamine import checkpoints
 
 
 def test_finds_all_complete_suffixes_with_or_without_slash(dopamine_dir):

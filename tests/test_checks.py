@@ -16,14 +16,14 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from fixed_replay.dataset import checkpoints
-from fixed_replay.dataset import checks
-from fixed_replay.dataset import inspection
-from fixed_replay.dataset import summaries
+from fixed_replay.convert import convert
 from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import CheckpointProblems
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
-from fixed_replay.store import convert
+from fixed_replay.sources import summaries
+from fixed_replay.sources.dopamine import checkpoints
+from fixed_replay.sources.dopamine import checks
+from fixed_replay.sources.dopamine import inspection
 
 
 def _npy(array):

@@ -20,12 +20,12 @@ import zstandard
 from fixed_replay.agents.tf.wrapped_fixed_replay_buffer import (
   WrappedFixedReplayBuffer,
 )
-from fixed_replay.dataset import validity
+from fixed_replay.convert import convert
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.sources.dopamine import validity
 from fixed_replay.store import compact_store
-from fixed_replay.store import convert
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
 

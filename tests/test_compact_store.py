@@ -10,12 +10,12 @@ import pytest
 from replay_oracle import as_dict
 from replay_oracle import assert_equals_oracle
 
-from fixed_replay.dataset import checkpoints
-from fixed_replay.dataset import validity
+from fixed_replay.convert import compact_output
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
-from fixed_replay.store import compact_output
+from fixed_replay.sources.dopamine import checkpoints
+from fixed_replay.sources.dopamine import validity
 from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
 
@@ -232,7 +232,7 @@ def test_a_rerun_into_a_store_of_an_older_version_is_refused(
   dopamine_dir, store, tmp_path
 ):
   """Only the newest version is written: no store mixes versions by rerun."""
-  from fixed_replay.store import convert
+  from fixed_replay.convert import convert
 
   old = tmp_path / 'store'
   shutil.copytree(store, old)

@@ -10,9 +10,9 @@ import time
 from dopamine_data import file_digests
 import pytest
 
+from fixed_replay.convert import convert
+from fixed_replay.convert import convert_options
 from fixed_replay.errors import CheckpointError
-from fixed_replay.store import convert
-from fixed_replay.store import convert_options
 from fixed_replay.store import manifest as manifest_lib
 
 # More checkpoints than conftest's four, as hard links (nothing copied), so

@@ -23,8 +23,8 @@ import time
 from dopamine_data import file_digests
 import pytest
 
+from fixed_replay.convert import convert
 from fixed_replay.errors import CheckpointError
-from fixed_replay.store import convert
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # conftest's four checkpoints and hard links to them under more suffixes.

@@ -315,7 +315,7 @@ def docs_data(tmp_path_factory):
   Made in this process (which has TensorFlow already): setup, not an
   example, so it needs no fresh process of its own.
   """
-  from fixed_replay.dataset import generate
+  from fixed_replay.generate import generate
 
   data = tmp_path_factory.mktemp('docs_data')
   run_1 = data / 'Pong' / '1' / 'replay_logs'

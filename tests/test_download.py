@@ -14,10 +14,10 @@ import time
 import pytest
 import rlu_data
 
-from fixed_replay.dataset import download
+from fixed_replay.convert import download
+from fixed_replay.convert import rlu_convert
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import tfrecord
-from fixed_replay.store import rlu_convert
 
 
 @pytest.fixture(scope='module')

@@ -24,7 +24,7 @@ import sys
 
 import pytest
 
-from fixed_replay.dataset import generate
+from fixed_replay.generate import generate
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DATA = os.path.join(ROOT, 'tests', 'data')

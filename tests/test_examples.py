@@ -17,7 +17,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 @pytest.fixture(scope='module')
 def cartpole_store(cartpole_dir, tmp_path_factory):
-  from fixed_replay.store import convert
+  from fixed_replay.convert import convert
 
   directory = tmp_path_factory.mktemp('cartpole_store')
   convert.convert(cartpole_dir, directory, workers=0)
@@ -84,7 +84,7 @@ def test_torchrl_example_learns_cartpole_from_a_store(tmp_path):
   """The issue's mark: >= 150 on random play within 4,000 updates."""
   import dopamine_data
 
-  from fixed_replay.store import convert
+  from fixed_replay.convert import convert
 
   (tmp_path / 'dopamine').mkdir()
   dopamine_data.write_cartpole_run(tmp_path / 'dopamine', 5000)
@@ -105,7 +105,7 @@ def mixed_cartpole(tmp_path_factory):
   """{source: directory} of CartPole played by the scripted policy with
   epsilon 0.5 (mean return about 130), as `fixed-replay generate` writes it,
   and its compact store."""
-  from fixed_replay.store import convert
+  from fixed_replay.convert import convert
 
   parent = tmp_path_factory.mktemp('mixed_cartpole')
   subprocess.run(

@@ -170,7 +170,7 @@ def test_tfds_source_names_the_tfds_extra(tmp_path):
   code = _WITHOUT.replace(
     "from fixed_replay import cli\n\nsys.exit(cli.main(['fixed-replay'] + "
     'sys.argv[2:]))',
-    'from fixed_replay.dataset import rlu_tfds\n'
+    'from fixed_replay.sources.rlu import rlu_tfds\n'
     'rlu_tfds._builder(sys.argv[2])',
   )
   completed = subprocess.run(

@@ -11,9 +11,9 @@ import pytest
 from replay_oracle import as_dict
 from replay_oracle import assert_equals_oracle
 
-from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.sources.dopamine import checkpoints
 
 
 def _buffer(directory, **kwargs):

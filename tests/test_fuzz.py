@@ -24,12 +24,12 @@ from dopamine_data import file_digests
 import numpy as np
 import pytest
 
-from fixed_replay.dataset import checkpoints
-from fixed_replay.dataset import inspection
+from fixed_replay.convert import convert
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
-from fixed_replay.store import convert
+from fixed_replay.sources.dopamine import checkpoints
+from fixed_replay.sources.dopamine import inspection
 from fixed_replay.store import manifest as manifest_lib
 
 # FUZZ_SEED and FUZZ_TRIALS widen a run by hand; the suite uses these.

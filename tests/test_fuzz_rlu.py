@@ -21,9 +21,9 @@ from test_fuzz import _check
 from test_fuzz import _damage
 from test_fuzz import summary_or_error
 
-from fixed_replay.dataset import rlu_inspection
-from fixed_replay.store import rlu_convert
-from fixed_replay.store import rlu_source
+from fixed_replay.convert import rlu_convert
+from fixed_replay.convert import rlu_source
+from fixed_replay.sources.rlu import rlu_inspection
 
 # Shard -> (checkpoint_idx, episode_idx) of its records, as published.
 LAYOUT = [[(0, 0), (0, 1)], [(1, 2), (1, 3)]]

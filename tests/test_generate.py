@@ -1,9 +1,9 @@
 """`fixed-replay generate` against Dopamine's own buffer and a replayed game.
 
 Generated files are loaded with Dopamine's `OutOfGraphReplayBuffer.load` and
-`fixed_replay.dataset.checkpoints.read_checkpoint`; their rows are checked by
-replaying the stored actions in a freshly seeded environment, which must
-reproduce every stored observation, reward and terminal.
+`fixed_replay.sources.dopamine.checkpoints.read_checkpoint`; their rows are
+checked by replaying the stored actions in a freshly seeded environment,
+which must reproduce every stored observation, reward and terminal.
 """
 
 # ruff: noqa: I001  (fixed_replay must be imported before Dopamine)
@@ -18,11 +18,11 @@ from dopamine.tf.replay_memory import circular_replay_buffer
 import numpy as np
 import pytest
 
-from fixed_replay.dataset import checkpoints
-from fixed_replay.dataset import file_names
-from fixed_replay.dataset import generate
-from fixed_replay.dataset import environments
-from fixed_replay.dataset import policies
+from fixed_replay.sources.dopamine import checkpoints
+from fixed_replay.sources.dopamine import file_names
+from fixed_replay.generate import generate
+from fixed_replay.sources.dopamine import environments
+from fixed_replay.generate import policies
 from fixed_replay.errors import CheckpointError
 
 _STORE_FILES = [f'$store$_{n}' for n in ('action', 'observation', 'reward')]
@@ -398,7 +398,7 @@ _AGENT_SCRIPT = textwrap.dedent("""
   from dopamine.discrete_domains import checkpointer, gym_lib, run_experiment
   import numpy as np
   import tensorflow as tf
-  from fixed_replay.dataset import checkpoints, generate
+  from fixed_replay.sources.dopamine import checkpoints, generate
 
   base_dir, gin_file, output_dir = sys.argv[1:4]
   run_experiment.load_gin_configs([gin_file], [])

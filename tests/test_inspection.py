@@ -15,8 +15,8 @@ import pytest
 
 from fixed_replay import progress
 from fixed_replay.cli import tables
-from fixed_replay.dataset import inspection
-from fixed_replay.dataset import summaries
+from fixed_replay.sources import summaries
+from fixed_replay.sources.dopamine import inspection
 
 OBSERVATION_SHAPE = (84, 84)
 CAPACITY = 300

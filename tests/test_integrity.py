@@ -16,10 +16,10 @@ import threading
 import numpy as np
 import pytest
 
-from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.sources.dopamine import checkpoints
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CORRUPT = 'corrupt gzip data'

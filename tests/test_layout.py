@@ -1,4 +1,4 @@
-"""dataset/layout.py over every layout, and the one-line errors of `train`.
+"""sources/layout.py over every layout, and the one-line errors of `train`.
 
 The files are real: Dopamine checkpoints written by Dopamine's own buffer
 (conftest.dopamine_dir), a compact store written by `fixed-replay convert`
@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 
 from fixed_replay import gin_files
-from fixed_replay.dataset import layout
 from fixed_replay.errors import CheckpointError
+from fixed_replay.sources import layout
 from fixed_replay.training import data_game
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from fixed_replay import batches
+from fixed_replay.convert import convert
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
-from fixed_replay.store import convert
 from fixed_replay.store import manifest as manifest_lib
 
 CARTPOLE = dict(

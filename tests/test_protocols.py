@@ -9,12 +9,12 @@ import inspect
 
 import pytest
 
-from fixed_replay.store import checkpoint_commit
-from fixed_replay.store import checkpoint_source
-from fixed_replay.store import compact_output
-from fixed_replay.store import convert_runners
-from fixed_replay.store import dopamine_output
-from fixed_replay.store import rlu_source
+from fixed_replay.convert import checkpoint_commit
+from fixed_replay.convert import checkpoint_source
+from fixed_replay.convert import compact_output
+from fixed_replay.convert import convert_runners
+from fixed_replay.convert import dopamine_output
+from fixed_replay.convert import rlu_source
 
 
 def _members(protocol):

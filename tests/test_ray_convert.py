@@ -17,10 +17,10 @@ from dopamine_data import file_digests
 import psutil
 import pytest
 
+from fixed_replay.convert import convert
+from fixed_replay.convert import convert_runners
+from fixed_replay.convert import rlu_convert
 from fixed_replay.errors import CheckpointError
-from fixed_replay.store import convert
-from fixed_replay.store import convert_runners
-from fixed_replay.store import rlu_convert
 
 # One local Ray cluster at a time: these tests share one xdist worker.
 pytestmark = pytest.mark.xdist_group('ray')
@@ -224,7 +224,7 @@ def test_cli_without_ray_never_imports_it(dopamine_dir, tmp_path):
     for line in completed.stderr.splitlines()
     if line.startswith('import time:')
   ]
-  assert 'fixed_replay.store.convert' in imported
+  assert 'fixed_replay.convert.convert' in imported
   assert not [name for name in imported if name.split('.')[0] == 'ray']
 
 

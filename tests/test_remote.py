@@ -27,10 +27,10 @@ OTHER = 'gs://some-private-bucket/run/replay_logs'
 _CHILD = r"""
 import json, os, sys, tempfile, time
 import fixed_replay
-from fixed_replay.dataset import checkpoints, inspection
+from fixed_replay.sources.dopamine import checkpoints, inspection
 from fixed_replay.io import remote
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
-from fixed_replay.store import convert
+from fixed_replay.convert import convert
 import tensorflow  # Imported before any timing.
 
 scenarios = json.loads(sys.argv[1])

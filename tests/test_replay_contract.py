@@ -19,9 +19,9 @@ import pytest
 from replay_oracle import as_dict
 from replay_oracle import assert_equals_oracle
 
+from fixed_replay.convert import convert
 from fixed_replay.replay import frame_sources
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
-from fixed_replay.store import convert
 
 # The `dopamine_dir`, `store` and `oracles` fixtures come from conftest.py.
 

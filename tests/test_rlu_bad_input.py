@@ -17,10 +17,10 @@ import pytest
 import rlu_data
 import tensorflow as tf
 
+from fixed_replay.convert import rlu_convert
+from fixed_replay.convert.convert_options import ConvertOptions
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import compact_store
-from fixed_replay.store import rlu_convert
-from fixed_replay.store.convert_options import ConvertOptions
 
 _STEPS = 24  # Frames per episode here: the damage matters, not the length.
 

@@ -9,10 +9,10 @@ import time
 
 from dopamine_data import file_digests
 
-from fixed_replay.store import dopamine_output
+from fixed_replay.convert import dopamine_output
+from fixed_replay.convert import rlu_convert
+from fixed_replay.convert.convert_options import ConvertOptions
 from fixed_replay.store import manifest as manifest_lib
-from fixed_replay.store import rlu_convert
-from fixed_replay.store.convert_options import ConvertOptions
 
 
 def _cli(*args, **kwargs):

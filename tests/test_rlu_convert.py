@@ -14,15 +14,15 @@ import numpy as np
 import pytest
 import rlu_data
 
-from fixed_replay.dataset import checkpoints
+from fixed_replay.convert import convert
+from fixed_replay.convert import dopamine_output
+from fixed_replay.convert import rlu_convert
+from fixed_replay.convert.convert_options import ConvertOptions
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.store import compact_store
-from fixed_replay.store import convert
-from fixed_replay.store import dopamine_output
 from fixed_replay.store import manifest as manifest_lib
-from fixed_replay.store import rlu_convert
-from fixed_replay.store.convert_options import ConvertOptions
 
 CHECKPOINTS = (0, 1, 2)
 

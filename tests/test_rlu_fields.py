@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import rlu_data
 
+from fixed_replay.convert import rlu_convert
+from fixed_replay.convert.convert_options import ConvertOptions
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
-from fixed_replay.store import rlu_convert
-from fixed_replay.store.convert_options import ConvertOptions
 
 CHECKPOINTS = (0, 1)
 EXTRAS = [rlu_data.UNCLIPPED_REWARD, rlu_data.EPISODE_IDX]

@@ -15,10 +15,10 @@ import sys
 
 import pytest
 
-from fixed_replay.dataset import layout
-from fixed_replay.dataset import rlu_tfds
+from fixed_replay.convert import rlu_convert
+from fixed_replay.sources import layout
+from fixed_replay.sources.rlu import rlu_tfds
 from fixed_replay.store import manifest as manifest_lib
-from fixed_replay.store import rlu_convert
 
 # Prepares like `tfds build` does, in a process of its own: TFDS' builder
 # decides `is_terminal` with `discounts[-1] == 0.0` inside a tf.data map,

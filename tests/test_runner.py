@@ -22,7 +22,7 @@ import tensorflow as tf
 from fixed_replay import agents
 from fixed_replay import progress
 from fixed_replay import WrappedFixedReplayBuffer
-from fixed_replay.dataset import layout
+from fixed_replay.sources import layout
 from fixed_replay.errors import CheckpointError
 from fixed_replay.training import plotting
 from fixed_replay.training import reporting

@@ -223,7 +223,7 @@ def game_score_sources(tmp_path_factory):
   from dopamine.tf.replay_memory import circular_replay_buffer
   import dopamine_data
 
-  from fixed_replay.store import convert
+  from fixed_replay.convert import convert
 
   extra = circular_replay_buffer.ReplayElement(
     'unclipped_reward', (), np.float32

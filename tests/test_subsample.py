@@ -9,10 +9,10 @@ the definition; the transitions at every kept row must equal Dopamine's
 import numpy as np
 import pytest
 
-from fixed_replay.dataset import checkpoints
-from fixed_replay.dataset import subsample
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.sources.dopamine import checkpoints
+from fixed_replay.sources.dopamine import subsample
 
 SUFFIXES = (0, 1, 3, 7)
 

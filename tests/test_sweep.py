@@ -37,7 +37,7 @@ TINY = (
 @pytest.fixture(scope='module')
 def dataset(tmp_path_factory):
   """Two CartPole checkpoints of random play, written by Dopamine."""
-  from fixed_replay.dataset import generate
+  from fixed_replay.generate import generate
 
   directory = tmp_path_factory.mktemp('cartpole') / 'replay_logs'
   generate.generate_dataset(

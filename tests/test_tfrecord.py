@@ -143,7 +143,7 @@ def test_reading_a_shard_does_not_import_tensorflow(played, tmp_path):
   shard = rlu_data.write_shard(tmp_path / 'run_1-00000-of-00001', played)
   code = (
     'import sys\n'
-    'from fixed_replay.dataset import rlu_shards\n'
+    'from fixed_replay.sources.rlu import rlu_shards\n'
     f'episodes = list(rlu_shards.iter_episodes({str(shard)!r}))\n'
     'assert "tensorflow" not in sys.modules, "TensorFlow was imported"\n'
     'print(len(episodes), sum(len(e.actions) for e in episodes))\n'
@@ -159,7 +159,7 @@ def test_reading_a_shard_does_not_import_tensorflow(played, tmp_path):
     check=False,
   )
   assert result.returncode == 0, result.stderr[-3000:]
-  from fixed_replay.dataset import rlu_shards
+  from fixed_replay.sources.rlu import rlu_shards
 
   episodes = list(rlu_shards.iter_episodes(str(shard)))
   steps = sum(len(e.actions) for e in episodes)

@@ -4,8 +4,8 @@ import dopamine_data
 import numpy as np
 import pytest
 
-from fixed_replay.dataset import checkpoints
-from fixed_replay.dataset import validity
+from fixed_replay.sources.dopamine import checkpoints
+from fixed_replay.sources.dopamine import validity
 
 
 @pytest.mark.parametrize(

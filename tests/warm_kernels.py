@@ -28,8 +28,8 @@ heavy_imports.install()
 import dopamine_data  # noqa: E402
 import numpy as np  # noqa: E402
 
+from fixed_replay.convert import convert  # noqa: E402
 from fixed_replay.replay import fixed_replay_buffer  # noqa: E402
-from fixed_replay.store import convert  # noqa: E402
 
 
 def _sample(data_dir, suffix=None, **kwargs):

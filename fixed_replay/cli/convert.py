@@ -58,12 +58,12 @@ from absl import flags
 from fixed_replay import cli
 from fixed_replay import compat
 from fixed_replay import progress
-from fixed_replay.dataset import layout
-from fixed_replay.dataset import rlu_shards
+from fixed_replay.convert import convert
+from fixed_replay.convert import convert_options
+from fixed_replay.convert import rlu_convert
 from fixed_replay.errors import CheckpointError
-from fixed_replay.store import convert
-from fixed_replay.store import convert_options
-from fixed_replay.store import rlu_convert
+from fixed_replay.sources import layout
+from fixed_replay.sources.rlu import rlu_shards
 
 _DEFAULTS = convert_options.ConvertOptions()
 _BLOCK_ROWS = flags.DEFINE_integer(

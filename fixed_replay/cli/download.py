@@ -21,10 +21,10 @@ import sys
 from absl import app
 from absl import flags
 
-from fixed_replay.dataset import download
+from fixed_replay.convert import download
+from fixed_replay.convert.convert_options import ConvertOptions
 from fixed_replay.errors import CheckpointError
 from fixed_replay.progress import format_bytes
-from fixed_replay.store.convert_options import ConvertOptions
 
 _GAME = flags.DEFINE_string(
   'game', None, 'Atari game, e.g. Pong (as RL Unplugged names it).'

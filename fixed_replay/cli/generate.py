@@ -14,8 +14,8 @@ import json
 from absl import flags
 
 from fixed_replay import cli
-from fixed_replay.dataset import environments
-from fixed_replay.dataset import generate
+from fixed_replay.generate import generate
+from fixed_replay.sources.dopamine import environments
 
 flags.DEFINE_string(
   'output_dir',

@@ -34,11 +34,11 @@ from absl import flags
 
 from fixed_replay import cli
 from fixed_replay.cli import tables
-from fixed_replay.dataset import layout
-from fixed_replay.dataset import rlu_inspection
+from fixed_replay.convert import rlu_convert
+from fixed_replay.convert import rlu_source
 from fixed_replay.errors import CheckpointError
-from fixed_replay.store import rlu_convert
-from fixed_replay.store import rlu_source
+from fixed_replay.sources import layout
+from fixed_replay.sources.rlu import rlu_inspection
 from fixed_replay.store import store_inspection
 
 _VERIFY = flags.DEFINE_boolean(

@@ -38,8 +38,9 @@ _BASE_DIR = flags.DEFINE_string(
 _REPLAY_DIR = flags.DEFINE_string(
   'replay_dir',
   None,
-  'Dataset of each trial, a run directory or its replay_logs/; may hold '
-  '{game}, {run} and {agent}, e.g. /data/{game}/{run}.',
+  "Dataset of each trial, as train's --replay_dir takes it (Dopamine's "
+  'files, local or gs://, or a compact store); may hold {game}, {run} and '
+  '{agent}, e.g. /data/{game}/{run}.',
 )
 _GAMES = flags.DEFINE_list(
   'games',

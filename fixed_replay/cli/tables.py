@@ -7,8 +7,8 @@ closed by a line of totals, then the list of problems, each naming its file.
 No flags here: any command may print these.
 """
 
-from fixed_replay.dataset import summaries
 from fixed_replay.progress import format_bytes
+from fixed_replay.sources import summaries
 
 _DIRECTORY_COLUMNS = (
   'suffix',

@@ -10,8 +10,9 @@ events go to --base_dir. Same flags as batch_rl's
       --gin_files=configs/dqn.gin \
       --gin_bindings='FixedReplayRunner.num_iterations=200'
 
---replay_dir may be a run directory (its replay_logs/ is used) or the folder
-of checkpoints itself. Rerunning with the same --base_dir resumes from the
+--replay_dir may be a run directory (its replay_logs/ is used), the folder
+of checkpoints itself (local or gs://), or a compact store (`fixed-replay
+convert`). Rerunning with the same --base_dir resumes from the
 last completed iteration. --agent_name also takes your own agent class as
 `package.module:Class` (see the README, "Your own agent").
 """
@@ -31,8 +32,9 @@ _BASE_DIR = flags.DEFINE_string(
 _REPLAY_DIR = flags.DEFINE_string(
   'replay_dir',
   None,
-  'The dataset: a run directory with replay_logs/, or the folder of replay '
-  'checkpoints itself (local or gs://).',
+  "The dataset: Dopamine's replay checkpoint files (a run directory with "
+  'replay_logs/, or the folder of checkpoints itself; local or gs://), or a '
+  'compact store written by `fixed-replay convert`.',
 )
 _AGENT_NAME = flags.DEFINE_string(
   'agent_name',
@@ -74,8 +76,8 @@ def _refuse_early_mistakes():
   """
   from fixed_replay import agents
   from fixed_replay import gin_files
-  from fixed_replay.dataset import layout
   from fixed_replay.io import files
+  from fixed_replay.sources import layout
 
   if files.is_remote(_REPLAY_DIR.value):
     return _REPLAY_DIR.value

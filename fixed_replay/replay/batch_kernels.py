@@ -20,7 +20,10 @@ import threading
 import numba
 import numpy as np
 
+from fixed_replay import kernel_cache
 from fixed_replay.store import unit_decoding
+
+kernel_cache.install()  # Before the first njit: see kernel_cache.py.
 
 
 @numba.njit(nogil=True, cache=True, inline='always')
@@ -185,11 +188,6 @@ def _finish_warm_up_before_fork():
 os.register_at_fork(before=_finish_warm_up_before_fork)
 
 
-# numba's cache checks this file only: a change to the compiled functions
-# this calls (unit_decoding.decode_units) comes with a change to this file
-# (a touch does not survive git), or caches compiled before keep the old
-# code. Last such change: format version 3's units, whose stripped first
-# bytes decode_units puts back (a stale cache fails on them in zstd).
 @numba.njit(nogil=True, cache=True)
 def decode_stacks(
   functions,

@@ -22,14 +22,14 @@ import numpy as np
 import psutil
 
 from fixed_replay import progress
-from fixed_replay.dataset import checkpoints
-from fixed_replay.dataset import file_names
-from fixed_replay.dataset import subsample as subsample_lib
-from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.progress import format_bytes
 from fixed_replay.replay import core
 from fixed_replay.replay import transitions
+from fixed_replay.sources.dopamine import checkpoints
+from fixed_replay.sources.dopamine import file_names
+from fixed_replay.sources.dopamine import subsample as subsample_lib
+from fixed_replay.sources.dopamine import validity
 
 _SMALL = ['observation', 'action', 'reward', 'terminal']
 # Extra elements only conversions of RL Unplugged data hold (for the hint).
@@ -164,7 +164,7 @@ def check_gzip_extras(files: dict, names: Sequence[str]) -> None:
   """check_extra_elements over Dopamine checkpoints, from their file names.
 
   Args:
-    files: dict of suffix to checkpoints.CheckpointFiles.
+    files: dict of suffix to file_names.CheckpointFiles.
     names: the extra_storage_types' names.
   """
   for suffix, checkpoint in files.items():
@@ -217,7 +217,7 @@ class WindowLoader:
     """Keeps what planning and loading need.
 
     Args:
-      files: dict of suffix to checkpoints.CheckpointFiles.
+      files: dict of suffix to file_names.CheckpointFiles.
       settings: WindowSettings; with `verify`, every file is checked to its
         end before a window is used.
     """

@@ -14,13 +14,13 @@ from absl import logging
 import numpy as np
 
 from fixed_replay import progress
-from fixed_replay.dataset import checks
-from fixed_replay.dataset import subsample as subsample_lib
-from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import frame_sources
 from fixed_replay.replay import transitions
+from fixed_replay.sources.dopamine import checks
+from fixed_replay.sources.dopamine import subsample as subsample_lib
+from fixed_replay.sources.dopamine import validity
 from fixed_replay.store import block_cache
 from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib

@@ -29,9 +29,9 @@ import numpy as np
 
 from fixed_replay import arguments as arguments_lib
 from fixed_replay import prefetch
-from fixed_replay.dataset import subsample as subsample_lib
 from fixed_replay.replay import frame_sources
 from fixed_replay.replay import transitions
+from fixed_replay.sources.dopamine import subsample as subsample_lib
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ row; rows whose stack or n-step future would leave the window are never
 sampled, and no row of a damaged file ever reaches the samplers.
 
 `subsample` and `subsample_fraction` choose among the published meanings of
-"x% of the data" (see fixed_replay/dataset/subsample.py).
+"x% of the data" (see fixed_replay/sources/dopamine/subsample.py).
 """
 
 import os
@@ -34,16 +34,16 @@ import gin
 import numpy as np
 
 from fixed_replay import arguments as arguments_lib
-from fixed_replay.dataset import checkpoints
-from fixed_replay.dataset import layout
-from fixed_replay.dataset import observation_spec
 from fixed_replay.replay import batch_kernels
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import checkpoint_sets
 from fixed_replay.replay import compact_windows
 from fixed_replay.replay import core
+from fixed_replay.sources import layout
+from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.store import block_cache
 from fixed_replay.store import manifest as manifest_lib
+from fixed_replay.store import observation_spec
 
 STORE = 'compact store'
 DOPAMINE = "Dopamine's checkpoint files"
@@ -66,9 +66,14 @@ def locate_dataset(data_dir: str) -> tuple[str, str]:
   return kind, found.data_dir
 
 
-@gin.configurable
-class FixedReplayBuffer(checkpoint_sets.SetRotation):
-  """Samples transitions from a fixed dataset on disk."""
+class FixedReplayBufferBase(checkpoint_sets.SetRotation):
+  """Samples transitions from a fixed dataset on disk, outside gin.
+
+  FixedReplayBuffer is this class under gin. Code that passes every argument
+  itself (batches.py, for PyTorch and JAX loops) builds this one:
+  gin's bindings are for its agents, and gin's note on errors ("In call to
+  configurable 'FixedReplayBuffer'") would only mislead there.
+  """
 
   # Sampling threads over a store when `sampling_threads` is None.
   store_sampling_threads = min(2, os.cpu_count() or 1)
@@ -118,7 +123,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       replay_suffix: int or None; if set, only this checkpoint is used (0 is
         a checkpoint like any other).
       observation_shape: tuple, shape of one observation, or None (the
-        default) for the data's (see dataset/observation_spec.py).
+        default) for the data's (see store/observation_spec.py).
       stack_size: int, frames per state, or None: a store's, else 4 for
         Atari frames (84x84 uint8) and 1 for other observations.
       replay_capacity: int, rows kept per checkpoint, counted from
@@ -163,7 +168,7 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       subsample: None (every row of each window) or how to take "x% of the
         data" from each checkpoint's window: 'first_rows' (the CQL code),
         'random_episodes' (the REM paper) or 'first_episodes' (Dopamine's
-        TFDS loader); see fixed_replay/dataset/subsample.py.
+        TFDS loader); see fixed_replay/sources/dopamine/subsample.py.
       subsample_fraction: float in (0, 1], the x (0.01 for 1%).
       verify_checksums: bool. True (default): a checkpoint's rows reach the
         samplers only after each of its files passed its gzip CRC-32 and
@@ -313,6 +318,15 @@ class FixedReplayBuffer(checkpoint_sets.SetRotation):
       types.SimpleNamespace(_replay_capacity=capacity, suffix=s)
       for s in self.loaded_suffixes
     ]
+
+
+@gin.configurable
+class FixedReplayBuffer(FixedReplayBufferBase):
+  """Samples transitions from a fixed dataset on disk.
+
+  Takes FixedReplayBufferBase's arguments; gin binds them as
+  `FixedReplayBuffer.<name>`.
+  """
 
 
 DEFAULT_STORE_BUDGET = 1_500_000_000

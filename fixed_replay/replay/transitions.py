@@ -23,8 +23,8 @@ import math
 
 import numpy as np
 
-from fixed_replay.dataset import validity
 from fixed_replay.replay import batch_kernels
+from fixed_replay.sources.dopamine import validity
 
 # Same fields as Dopamine's circular_replay_buffer.ReplayElement, so either
 # kind can describe our elements.

@@ -1,1 +1,1 @@
-"""The compact store: checkpoints as independently decodable frame blocks."""
+"""The compact store's format: manifest, frame units, decoding, inspection."""

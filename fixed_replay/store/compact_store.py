@@ -45,8 +45,8 @@ import os
 
 import numpy as np
 
-from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
+from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.store import frame_blocks
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib

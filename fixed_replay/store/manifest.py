@@ -27,9 +27,9 @@ import re
 import numpy as np
 import zstandard
 
-from fixed_replay.dataset import checkpoints
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import gzip_stream
+from fixed_replay.sources.dopamine import checkpoints
 
 # The format name manifests carry (the module's path when the format was
 # made; kept, as every written store holds it).

@@ -17,16 +17,16 @@ import os
 
 import numpy as np
 
-from fixed_replay.dataset import checks
-from fixed_replay.dataset import file_names
-from fixed_replay.dataset import inspection
-from fixed_replay.dataset import layout
-from fixed_replay.dataset import observation_spec
-from fixed_replay.dataset import summaries
-from fixed_replay.dataset import validity
 from fixed_replay.errors import CheckpointError
+from fixed_replay.sources import layout
+from fixed_replay.sources import summaries
+from fixed_replay.sources.dopamine import checks
+from fixed_replay.sources.dopamine import file_names
+from fixed_replay.sources.dopamine import inspection
+from fixed_replay.sources.dopamine import validity
 from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
+from fixed_replay.store import observation_spec
 
 
 def _valid_count(stored, stack_size: int, update_horizon: int):

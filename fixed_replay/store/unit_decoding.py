@@ -24,6 +24,10 @@ from numba import types
 from numba.extending import intrinsic
 import numpy as np
 
+from fixed_replay import kernel_cache
+
+kernel_cache.install()  # Before the first njit: see kernel_cache.py.
+
 # Columns of a unit table: one row per stored checkpoint. HEADER: -1 when
 # its units are whole zstd frames (format version 2); else they were
 # written without the first 6 bytes every unit shares (version 3): zstd's

@@ -9,7 +9,7 @@ An agent's checkpoints are a Dopamine Runner's (`ckpt.N` with
 `sentinel_checkpoint_complete.N`), in `base_dir/checkpoints/`; users name
 either folder. `latest_agent_checkpoint` is the one place that looks, for
 `--init_checkpoint_dir` and for generating data with a trained agent
-(dataset/policies.py), so both accept the same folders in the same order and
+(generate/policies.py), so both accept the same folders in the same order and
 fail with the same error.
 """
 

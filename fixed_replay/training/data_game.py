@@ -8,7 +8,7 @@ Asterix data with them used to evaluate in Pong, silently. The rule:
    also uses) is played, as asked; if the data is another game's, a warning
    says so.
 2. Otherwise the data's game, where its path or store names it (see
-   dataset/layout.py), is played, even if a gin file binds another; a
+   sources/layout.py), is played, even if a gin file binds another; a
    warning names the file's game and how to play it instead (rule 1).
 3. Otherwise the gin files' game; with none at all, an error says how to
    bind one.
@@ -161,9 +161,9 @@ def largest_action(dataset):
   Returns:
     (int, str): the largest action and the file holding it.
   """
-  from fixed_replay.dataset import checkpoints
-  from fixed_replay.dataset import layout
   from fixed_replay.io import npy_stream
+  from fixed_replay.sources import layout
+  from fixed_replay.sources.dopamine import checkpoints
   from fixed_replay.store import compact_store
   from fixed_replay.store import manifest as manifest_lib
 

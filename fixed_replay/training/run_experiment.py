@@ -34,7 +34,7 @@ import gin
 from fixed_replay import agents
 from fixed_replay import arguments as arguments_lib
 from fixed_replay import progress
-from fixed_replay.dataset import layout
+from fixed_replay.sources import layout
 from fixed_replay.training import agent_contract
 from fixed_replay.training import data_game
 from fixed_replay.training import reporting
@@ -353,7 +353,7 @@ def create_runner(
     base_dir: str, where the run writes checkpoints, logs and summaries.
     agent_name: str, a name registered in fixed_replay.agents.AGENTS.
     replay_dir: str, the dataset: a run directory, its replay_logs/ or a
-      compact store (see dataset/layout.py); or its trainable layout.Layout,
+      compact store (see sources/layout.py); or its trainable layout.Layout,
       already detected.
     gin_files: list of gin config files.
     gin_bindings: list of gin bindings, applied after the files.

@@ -25,8 +25,8 @@ from absl import logging
 from fixed_replay import agents as agents_lib
 from fixed_replay import gin_files as gin_files_lib
 from fixed_replay import progress
-from fixed_replay.dataset import layout
 from fixed_replay.io import files as storage
+from fixed_replay.sources import layout
 from fixed_replay.training import trial as trial_lib
 
 PLACEHOLDERS = ('game', 'run', 'agent')

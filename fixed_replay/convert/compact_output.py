@@ -1,0 +1,361 @@
+"""Writes one checkpoint as the compact store's files, and checks them.
+
+`CompactOutput` is the output convert.py uses by default (the other is
+dopamine_output.py): it streams a source's frames in slices into zstd units
+against a dictionary trained on the first slice (frame_units.py), bounded
+memory, the units compressed by a few threads; it writes the small arrays, the
+table of valid rows and a manifest with checksums, in the newest format version
+(older ones are read, not written), into a partial directory, then reads all of
+it back against the source before the commit. `check_existing` decides whether
+a stored checkpoint may be skipped. The layout is compact_store.py's.
+"""
+
+import concurrent.futures
+import itertools
+import os
+import shutil
+import threading
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import zstandard
+
+from fixed_replay.convert import checkpoint_source
+from fixed_replay.convert import convert_options
+from fixed_replay.convert import destination
+from fixed_replay.convert import workers as worker_processes
+from fixed_replay.convert.checkpoint_source import CheckpointSource
+from fixed_replay.convert.convert_options import ConvertOptions
+from fixed_replay.errors import CheckpointError
+from fixed_replay.sources.dopamine import file_names
+from fixed_replay.sources.dopamine import validity
+from fixed_replay.store import compact_store
+from fixed_replay.store import frame_units
+from fixed_replay.store import manifest as manifest_lib
+
+
+def _stored_options(manifest):
+  """ConvertOptions.stored() of what a checkpoint was written with."""
+  spec = manifest['observation']
+  return {
+    'block_rows': spec['block_rows'],
+    'clevel': spec['clevel'],
+    'stack_size': manifest['valid_rows']['stack_size'],
+    'update_horizon': manifest['valid_rows']['update_horizon'],
+    'version': manifest['version'],
+  }
+
+
+def check_existing(
+  directory: str,
+  files: CheckpointSource | file_names.CheckpointFiles,
+  options: ConvertOptions,
+) -> dict:
+  """Verifies an already converted checkpoint before it is skipped.
+
+  Args:
+    directory: str, the stored checkpoint.
+    files: a source (checkpoint_source.py) or CheckpointFiles.
+    options: ConvertOptions.
+
+  Raises:
+    CheckpointError: if it is damaged, was converted from other files or with
+      other options.
+  """
+  source = checkpoint_source.as_source(files)
+  manifest = compact_store.verify_checkpoint(directory).manifest
+  convert_options.check_same_conversion(
+    directory,
+    source,
+    manifest['source'],
+    _stored_options(manifest),
+    options.stored(),
+  )
+  return manifest
+
+
+def slice_rows(
+  row_shape: tuple[int, ...], dtype: npt.DTypeLike, options: ConvertOptions
+) -> int:
+  """Frames read per slice: slice_bytes worth, whole blocks."""
+  block_rows = options.block_rows
+  row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+  rows = max(1, options.slice_bytes // max(row_bytes, 1))
+  return max(block_rows, rows // block_rows * block_rows)
+
+
+def _compress_slices(slices, out, compress_one, options, threads):
+  """Compresses frames, slice by slice, into `out`.
+
+  Args:
+    slices: iterable of frame arrays.
+    out: binary file.
+    compress_one: function(frames) -> bytes, safe to call from `threads`
+      threads at once.
+    options: ConvertOptions.
+    threads: int.
+
+  Returns:
+    (offsets, crcs, frames_crc, blocks_crc, num_rows): block offsets in
+    `out` (one more than blocks), each block's CRC-32, the CRC-32 of all the
+    frames and of all the blocks, and the number of frames.
+  """
+  block_rows = options.block_rows
+  # A few tasks per thread and slice: one per 16-frame block cost more in
+  # futures than the blocks' compression on one core.
+  compress = lambda group: [compress_one(block) for block in group]
+  offsets, crcs = [0], []
+  frames_crc, blocks_crc, num_rows = 0, 0, 0
+  with concurrent.futures.ThreadPoolExecutor(threads) as pool:
+    for part in slices:
+      num_rows += len(part)
+      frames_crc = manifest_lib.crc32(part, frames_crc)
+      blocks = [
+        part[i : i + block_rows] for i in range(0, len(part), block_rows)
+      ]
+      step = max(1, -(-len(blocks) // (4 * threads)))
+      groups = [blocks[i : i + step] for i in range(0, len(blocks), step)]
+      for chunk in itertools.chain.from_iterable(pool.map(compress, groups)):
+        out.write(chunk)
+        offsets.append(offsets[-1] + len(chunk))
+        crcs.append(manifest_lib.crc32(chunk))
+        blocks_crc = manifest_lib.crc32(chunk, blocks_crc)
+      worker_processes.count_progress(len(part))
+  return offsets, crcs, frames_crc, blocks_crc, num_rows
+
+
+def _unit_compressor(dictionary: bytes, level: int):
+  """function(frames) -> unit, callable from any thread."""
+  local = threading.local()
+
+  def compress(frames):
+    # zstd contexts are not thread-safe: one per thread.
+    compressor = getattr(local, 'compressor', None)
+    if compressor is None:
+      compressor = local.compressor = frame_units.UnitCompressor(
+        dictionary, level
+      )
+    return compressor.compress(frames)
+
+  return compress
+
+
+def _write_frames(reader, directory: str, options, threads):
+  """Streams a source's frames into units; returns the manifest entry."""
+  slices = iter(
+    reader.frame_slices(slice_rows(reader.row_shape, reader.dtype, options))
+  )
+  first = next(slices, None)
+  # The dictionary is trained on the first slice's frames.
+  dictionary = b'' if first is None else frame_units.train_dictionary(first)
+  level = frame_units.zstd_level(options.clevel)
+  spec = {
+    'dictionary': None,
+    'unit_header': frame_units.UnitCompressor(dictionary, level).header,
+  }
+  if dictionary:
+    spec['dictionary'] = destination.write_bytes(
+      directory,
+      manifest_lib.stored_name(
+        manifest_lib.DICTIONARY_FILE, manifest_lib.VERSION
+      ),
+      manifest_lib.pack(dictionary),
+    )
+  name = manifest_lib.UNITS_FILE
+  with destination.synced_file(directory, name) as out:
+    offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
+      itertools.chain([first] if first is not None else [], slices),
+      out,
+      _unit_compressor(dictionary, level),
+      options,
+      threads,
+    )
+  # Sizes: offsets are their running sum, rebuilt at open.
+  destination.write_npy(
+    directory,
+    manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest_lib.VERSION),
+    np.diff(offsets).astype(np.uint32),
+  )
+  destination.write_npy(
+    directory, manifest_lib.CRC_FILE, np.array(crcs, dtype=np.uint32)
+  )
+  spec.update(
+    file=name,
+    dtype=np.dtype(reader.dtype).str,
+    row_shape=list(reader.row_shape),
+    codec='zstd',
+    clevel=options.clevel,
+    block_rows=options.block_rows,
+    num_blocks=len(crcs),
+    frames_crc32=frames_crc,
+    layout=frame_units.LAYOUT,
+    library=f'zstandard {zstandard.__version__}',
+  )
+  blocks_entry = {name: {'bytes': offsets[-1], 'crc32': blocks_crc}}
+  if spec.get('dictionary'):
+    blocks_entry[spec['dictionary']] = manifest_lib.file_entry(
+      os.path.join(directory, spec['dictionary'])
+    )
+  return num_rows, spec, blocks_entry
+
+
+def _write_checkpoint(source, directory: str, options, threads):
+  """Writes every file of one checkpoint into `directory`; returns manifest."""
+  with source.open(threads) as reader:
+    num_rows, frames_spec, blocks_entry = _write_frames(
+      reader, directory, options, threads
+    )
+    meta = reader.finish(num_rows)
+  arrays = meta.arrays
+
+  def write_npy(name, array):
+    stored = manifest_lib.stored_name(name, manifest_lib.VERSION)
+    return destination.write_npy(directory, stored, array)
+
+  written = {
+    name: write_npy(f'{name}.npy', array) for name, array in arrays.items()
+  }
+  write_npy(manifest_lib.INVALID_RANGE_FILE, meta.invalid_range)
+  episode_ends = None
+  if meta.episode_end_indices is not None:
+    episode_ends = write_npy(
+      manifest_lib.EPISODE_ENDS_FILE, meta.episode_end_indices
+    )
+  if num_rows >= 2**31:
+    raise CheckpointError(directory, f'{num_rows} rows: too many')
+  valid = validity.valid_rows(
+    arrays['terminal'],
+    0,
+    num_rows,
+    meta.add_count,
+    meta.invalid_range,
+    meta.episode_end_indices,
+    options.stack_size,
+    options.update_horizon,
+  ).astype(np.int32)
+  valid_mask = write_npy(
+    manifest_lib.VALID_MASK_FILE,
+    compact_store.pack_valid_rows(valid, num_rows),
+  )
+  # Every file written so far (the directory is this checkpoint's own);
+  # the frames' entries were taken while they were written.
+  file_entries = {
+    name: manifest_lib.file_entry(os.path.join(directory, name))
+    for name in sorted(os.listdir(directory))
+    if name not in blocks_entry
+  }
+  file_entries.update(blocks_entry)
+  manifest = {
+    'format': manifest_lib.FORMAT,
+    'version': manifest_lib.VERSION,
+    'suffix': source.suffix,
+    'num_rows': num_rows,
+    'add_count': meta.add_count,
+    'source': meta.description,
+    'observation': frames_spec,
+    'arrays': {
+      name: {
+        'file': written[name],
+        'dtype': array.dtype.str,
+        'row_shape': list(array.shape[1:]),
+      }
+      for name, array in arrays.items()
+    },
+    'valid_rows': {
+      'file': valid_mask,
+      'stack_size': options.stack_size,
+      'update_horizon': options.update_horizon,
+      'count': len(valid),
+    },
+    'episode_end_indices': episode_ends,
+    'files': file_entries,
+  }
+  if options.game:
+    manifest[manifest_lib.GAME_KEY] = options.game
+  manifest_lib.write_manifest(directory, manifest)
+  return manifest, arrays, valid
+
+
+def _verify_written(directory: str, arrays, valid):
+  """Reads a freshly written checkpoint back; raises on any difference."""
+  compact_store.verify_checkpoint(directory, decode=True)
+  opened = compact_store.StoredCheckpoint(directory, verify=False)
+  try:
+    for name, array in arrays.items():
+      stored = opened.arrays[name]
+      # Bytes, not values: NaN rewards must round-trip too.
+      if stored.tobytes() != array.tobytes():
+        raise CheckpointError(directory, f'{name}.npy differs from the source')
+    table = opened.valid_rows_table(
+      opened.manifest['valid_rows']['stack_size'],
+      opened.manifest['valid_rows']['update_horizon'],
+    )
+    if not np.array_equal(table, valid):
+      raise CheckpointError(directory, 'valid_mask.npy differs when read back')
+  finally:
+    opened.close()
+
+
+class CompactOutput:
+  """The compact store: checkpoint_<suffix>/ directories (compact_store.py).
+
+  A checkpoint_commit.ConverterOutput.
+  """
+
+  def final_path(self, store_dir: str, suffix: int) -> str:
+    return os.path.join(store_dir, manifest_lib.checkpoint_dirname(suffix))
+
+  def exists(self, store_dir: str, suffix: int) -> bool:
+    return os.path.exists(self.final_path(store_dir, suffix))
+
+  def stored_source(self, store_dir: str, suffix: int) -> dict | None:
+    """manifest['source'] of a stored checkpoint, or None if absent."""
+    if not self.exists(store_dir, suffix):
+      return None
+    return manifest_lib.read_manifest(self.final_path(store_dir, suffix))[
+      'source'
+    ]
+
+  def check_existing(
+    self, store_dir: str, source: CheckpointSource, options: ConvertOptions
+  ) -> None:
+    check_existing(self.final_path(store_dir, source.suffix), source, options)
+
+  def clean(self, store_dir: str) -> None:
+    """Nothing to tidy: partial directories are removed by the caller."""
+
+  def write(self, source, partial, options, threads):  # ConverterOutput's.
+    """Returns (rows, what verify needs)."""
+    manifest, arrays, valid = _write_checkpoint(
+      source, partial, options, threads
+    )
+    return manifest['num_rows'], (arrays, valid)
+
+  def verify(self, partial: str, written: Any) -> None:
+    _verify_written(partial, *written)
+
+  def commit(self, partial: str, store_dir: str, suffix: int) -> None:
+    os.rename(partial, self.final_path(store_dir, suffix))
+
+  def remove(self, store_dir: str, suffix: int) -> None:
+    """Deletes a stored checkpoint (renamed away first: never half there)."""
+    doomed = os.path.join(store_dir, manifest_lib.partial_dirname(suffix))
+    os.rename(self.final_path(store_dir, suffix), doomed)
+    destination.fsync_directory(store_dir)
+    shutil.rmtree(doomed)
+
+  def stored_bytes(self, store_dir: str, suffix: int) -> int:
+    return store_bytes(self.final_path(store_dir, suffix))
+
+  def stored_rows(self, store_dir: str, suffix: int) -> int:
+    path = self.final_path(store_dir, suffix)
+    return manifest_lib.read_manifest(path)['num_rows']
+
+
+def store_bytes(directory: str) -> int:
+  """Bytes of the files of a stored checkpoint directory."""
+  return sum(
+    os.path.getsize(os.path.join(directory, name))
+    for name in os.listdir(directory)
+  )

@@ -1,1 +1,0 @@
-"""Replay datasets on disk: finding, checking, summarising and writing them."""

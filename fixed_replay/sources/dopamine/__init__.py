@@ -1,0 +1,1 @@
+"""Dopamine's replay checkpoint files: find, read, check, summarise, write."""

@@ -1,0 +1,1 @@
+"""RL Unplugged's DQN Replay data: TFRecord shards, TFDS directories, plans."""
