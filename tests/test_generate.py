@@ -398,7 +398,8 @@ _AGENT_SCRIPT = textwrap.dedent("""
   from dopamine.discrete_domains import checkpointer, gym_lib, run_experiment
   import numpy as np
   import tensorflow as tf
-  from fixed_replay.sources.dopamine import checkpoints, generate
+  from fixed_replay.generate import generate
+  from fixed_replay.sources.dopamine import checkpoints
 
   base_dir, gin_file, output_dir = sys.argv[1:4]
   run_experiment.load_gin_configs([gin_file], [])
