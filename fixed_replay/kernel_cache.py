@@ -15,7 +15,6 @@ checks that KERNEL_FILES lists every module that defines a cached kernel.
 """
 
 import hashlib
-import os
 import pathlib
 
 from numba.core import caching
@@ -23,16 +22,14 @@ from numba.core import caching
 _PACKAGE = pathlib.Path(__file__).resolve().parent
 # The modules whose kernels numba caches, relative to the package.
 KERNEL_FILES = ('replay/batch_kernels.py', 'store/unit_decoding.py')
-_PATHS = {str(_PACKAGE / name) for name in KERNEL_FILES}
-_STAMP = hashlib.sha256(
-  b''.join(pathlib.Path(path).read_bytes() for path in sorted(_PATHS))
-).hexdigest()
+_PATHS = [_PACKAGE / name for name in KERNEL_FILES]
+_STAMP = hashlib.sha256(b''.join(p.read_bytes() for p in _PATHS)).hexdigest()
 _numba_stamp = caching._SourceFileBackedLocatorMixin.get_source_stamp  # noqa: SLF001
 
 
 def _source_stamp(locator):
   """numba's stamp of a kernel's source file; for ours, the digest above."""
-  if os.path.realpath(locator._py_file) in _PATHS:  # noqa: SLF001
+  if pathlib.Path(locator._py_file).resolve() in _PATHS:  # noqa: SLF001
     return _STAMP
   return _numba_stamp(locator)
 

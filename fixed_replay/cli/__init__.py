@@ -230,7 +230,3 @@ def run_command(command, command_main, argv):
     return 1
   remote.exit_now(code or 0)
   return code
-
-
-if __name__ == '__main__':
-  sys.exit(main())

@@ -376,7 +376,3 @@ def main(argv: list[str]) -> int:
   for (_, store), result in zip(runs, results, strict=True):
     _print_result(kind, result, store)
   return 0
-
-
-if __name__ == '__main__':
-  app.run(main)

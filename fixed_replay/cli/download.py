@@ -107,7 +107,3 @@ def main(argv: list[str]) -> int:
   else:
     print(f'shards in {store}')
   return 0
-
-
-if __name__ == '__main__':
-  app.run(main)

@@ -127,7 +127,3 @@ def main(argv: list[str]) -> int:
     print(f'fixed-replay inspect: {error}', file=sys.stderr)
     return 1
   return _report(summary, tables.format_table)
-
-
-if __name__ == '__main__':
-  app.run(main)

@@ -38,7 +38,3 @@ def main(argv: list[str]) -> int:
     )
   print(_OUTPUT.value)
   return 0
-
-
-if __name__ == '__main__':
-  app.run(main)

@@ -65,7 +65,3 @@ def main(argv: list[str]) -> int:
   for path in written:
     print(f'Wrote {path}')
   return 0
-
-
-if __name__ == '__main__':
-  app.run(main)

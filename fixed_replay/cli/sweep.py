@@ -137,7 +137,3 @@ def main(argv: list[str]) -> int:
   if not result.failed:
     print(f'Report: fixed-replay report {_BASE_DIR.value}')
   return 1 if result.failed else 0
-
-
-if __name__ == '__main__':
-  app.run(main)

@@ -17,7 +17,6 @@ last completed iteration. --agent_name also takes your own agent class as
 `package.module:Class` (see the README, "Your own agent").
 """
 
-from absl import app
 from absl import flags
 
 from fixed_replay import cli
@@ -110,7 +109,3 @@ def main(argv: list[str]) -> int:
   )
   runner.run_experiment()
   return 0
-
-
-if __name__ == '__main__':
-  app.run(main)

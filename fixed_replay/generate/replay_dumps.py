@@ -9,7 +9,6 @@ last), so an interrupted run never leaves a half-written file under a
 checkpoint name.
 """
 
-from collections.abc import Sequence
 import dataclasses
 import os
 import time
@@ -45,11 +44,6 @@ class CheckpointSummary:
   episodes: int
   mean_return: float
   save_seconds: float
-
-
-def mean_or_none(values: Sequence[float]) -> float | None:
-  """The mean of `values` as a float, or None when there are none."""
-  return float(np.mean(values)) if values else None
 
 
 def _array_name(name):
@@ -125,7 +119,7 @@ class CheckpointWriter:
       suffix=suffix,
       add_count=add_count,
       episodes=len(returns),
-      mean_return=mean_or_none(returns),
+      mean_return=float(np.mean(returns)) if returns else None,
       save_seconds=time.time() - start,
     )
     self.written.append(summary)

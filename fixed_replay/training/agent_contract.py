@@ -26,17 +26,13 @@ from fixed_replay.io import files as storage
 CHECKPOINTS = 'checkpoints'
 
 
-def method_of(agent: Any) -> str:
-  """The method an agent trains, as the run log names it (e.g. 'REM')."""
-  return getattr(agent, 'method', None) or type(agent).__name__
-
-
 def log_method(agent: Any) -> None:
   """Logs the method trained, the agent class and its data."""
   memory = replay_memory(agent)
   logging.info(
     'Training %s (%s) offline from %s',
-    method_of(agent),
+    # The method (e.g. 'REM') where the agent names it, else its class.
+    getattr(agent, 'method', None) or type(agent).__name__,
     type(agent).__name__,
     getattr(memory, 'data_dir', getattr(agent, '_replay_data_dir', '?')),
   )
