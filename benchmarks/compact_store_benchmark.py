@@ -289,7 +289,7 @@ def sample_compact(store, seconds, check_suffixes, check_rows, workers):
 
 
 def sample_memmap(gzip_run, memmap_dir, num_checkpoints, seconds, check):
-  from fixed_replay.replay import shard  # noqa: F401
+  from fixed_replay.replay import transitions  # noqa: F401
 
   store = MemmapStore(gzip_run, memmap_dir, num_checkpoints)
   rng = np.random.default_rng(0)
