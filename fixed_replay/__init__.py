@@ -4,7 +4,7 @@ The names most users need, importable from the top:
 
   from fixed_replay import FixedReplayBuffer, CompactReplayBuffer
   from fixed_replay import WrappedFixedReplayBuffer, FixedReplayRunner
-  from fixed_replay import CheckpointError
+  from fixed_replay import CheckpointError, ReplayMixture
 
 They are imported on first use, so `import fixed_replay` stays light (it does
 not import TensorFlow or JAX; see compat.py and quiet.py for what it does set
@@ -41,6 +41,7 @@ _PUBLIC = {
     'fixed_replay.agents.tf.wrapped_fixed_replay_buffer'
   ),
   'FixedReplayRunner': 'fixed_replay.training.run_experiment',
+  'ReplayMixture': 'fixed_replay.mixture',
 }
 __all__ = sorted(_PUBLIC)
 

@@ -5,6 +5,7 @@ import logging
 import pytest
 
 from fixed_replay.errors import UsageError
+from fixed_replay.sources import ale_games
 from fixed_replay.training import data_game
 
 
@@ -46,6 +47,6 @@ def test_without_a_data_game_the_config_decides(caplog):
 
 def test_atari_games_are_known_by_dopamines_names():
   for name in ('Pong', 'MsPacman', 'BeamRider', 'Asterix'):
-    assert data_game.is_atari_game(name), name
+    assert ale_games.is_atari_game(name), name
   for name in ('CartPole', 'Data', 'Pongg'):
-    assert not data_game.is_atari_game(name), name
+    assert not ale_games.is_atari_game(name), name

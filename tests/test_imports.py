@@ -22,6 +22,7 @@ PUBLIC = {
   ),
   'FixedReplayRunner': 'fixed_replay.training.run_experiment',
   'CheckpointError': 'fixed_replay.errors',
+  'ReplayMixture': 'fixed_replay.mixture',
 }
 
 
@@ -43,6 +44,7 @@ def test_public_api_at_the_top():
   from fixed_replay import CompactReplayBuffer  # noqa: F401
   from fixed_replay import FixedReplayBuffer  # noqa: F401
   from fixed_replay import FixedReplayRunner  # noqa: F401
+  from fixed_replay import ReplayMixture  # noqa: F401
   from fixed_replay import WrappedFixedReplayBuffer  # noqa: F401
 
   for name, module in PUBLIC.items():

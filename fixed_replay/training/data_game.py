@@ -27,6 +27,7 @@ import gin
 from fixed_replay import gin_files as gin_files_lib
 from fixed_replay.errors import CheckpointError
 from fixed_replay.errors import UsageError
+from fixed_replay.sources import ale_games
 
 GAME_PARAMETER = 'atari_lib.create_atari_environment.game_name'
 _GAME_BINDING = re.compile(r'(^|[./])create_atari_environment\.game_name\s*=')
@@ -59,14 +60,6 @@ def plays_atari() -> bool:
   return True  # Dopamine's Runner default.
 
 
-def is_atari_game(name: str) -> bool:
-  """Whether ALE knows the game Dopamine calls `name` ('MsPacman', ...)."""
-  import ale_py.roms
-
-  rom_id = re.sub(r'(?<!^)(?=[A-Z])', '_', name).lower()
-  return rom_id in ale_py.roms.get_all_rom_ids()
-
-
 def choose(data_game, data_dir, file_game, binding_game):
   """The game to evaluate in, by the module docstring's rule; logs it.
 
@@ -82,7 +75,7 @@ def choose(data_game, data_dir, file_game, binding_game):
   Raises:
     UsageError: if no game is known at all.
   """
-  if data_game is not None and not is_atari_game(data_game):
+  if data_game is not None and not ale_games.is_atari_game(data_game):
     data_game = None  # A directory named like a game, but no Atari game.
   if binding_game is not None:
     if data_game is not None and data_game != binding_game:

@@ -1,0 +1,400 @@
+"""ReplayMixture: one exact sampler over many games and runs.
+
+Multi-game offline RL (Multi-Game Decision Transformers, Scaled Q-learning)
+trains one model on the DQN Replay Dataset's runs of 40 or more games. Their
+loaders build per-game arrays by hand, approximately. A mixture instead keeps
+one sampler per run (FixedReplayBuffer's, or SegmentSampler's for sequence
+models), exact to Dopamine as they are, and draws each batch element's run
+from one categorical distribution:
+
+* a game with the game's weight (by default every game equally often, as
+  the multi-game papers draw them);
+* within the game, a run in proportion to its valid transitions (or segment
+  starts) loaded now, so that draws stay uniform over every loaded row of the
+  game, as within one run.
+
+Each run is then asked once for all its elements of the batch: the Python
+loop is per run, never per transition.
+
+Actions: the data stores each game's indices into its *minimal* action set.
+`action_space='full'` maps them to ALE's 18 actions through ale-py's own
+minimal set for the game (sources/ale_games.py); `legal_actions` is each
+game's (18,) mask.
+"""
+
+from collections.abc import Mapping
+from collections.abc import Sequence
+import dataclasses
+from typing import Any
+
+from absl import logging
+import numpy as np
+
+from fixed_replay import batches
+from fixed_replay import progress
+from fixed_replay import segments
+from fixed_replay.errors import CheckpointError
+from fixed_replay.io import files as storage
+from fixed_replay.sources import ale_games
+from fixed_replay.sources import layout
+
+ACTION_SPACES = ('minimal', 'full')
+# What a sampled batch adds to its sampler's elements.
+GAME_ID = 'game_id'
+RUN = 'run'
+
+
+@dataclasses.dataclass(frozen=True)
+class MixtureRun:
+  """One run of a mixture: its game, its name and where its data is."""
+
+  game: str
+  name: str
+  data_dir: str
+
+
+def _run_dirs(root: str) -> dict[str, list[tuple[str, str]]]:
+  """{folder name: [(run name, run directory)]} under ROOT/<game>/<run>."""
+  found, problems = {}, []
+  for game in sorted(storage.listdir(root)):
+    game_dir = storage.join(root, game)
+    if game.startswith('.') or not storage.isdir(game_dir):
+      continue
+    for name in sorted(storage.listdir(game_dir)):
+      run_dir = storage.join(game_dir, name)
+      if name.startswith('.') or not storage.isdir(run_dir):
+        continue
+      detected = layout.detect(run_dir)
+      if detected.trainable:
+        found.setdefault(game, []).append((name, run_dir))
+      elif detected.kind in (layout.Kind.PARTIAL, layout.Kind.RLU):
+        problems.append(f'{run_dir}: {detected.error().problem}')
+  if problems:
+    raise CheckpointError(root, '; '.join(problems))
+  if not found:
+    raise CheckpointError(
+      root,
+      'no runs found: expected <game>/<run>/ directories of Dopamine '
+      'checkpoints or compact stores (as ROOT/Pong/1)',
+    )
+  return found
+
+
+def find_runs(
+  data: str | Mapping[str, str | Sequence[str]],
+  games: Sequence[str] | None = None,
+  runs: Sequence[str | int] | None = None,
+) -> list[MixtureRun]:
+  """The runs a mixture samples, sorted by game then run name.
+
+  A run's game is the one its data records (a store's manifest), else its
+  folder's name (or the mapping's key). Both must agree, and ALE must know
+  the game.
+
+  Args:
+    data: str, a root laid out as the dataset is (ROOT/Pong/1, ...); or a
+      mapping {game: run directory or list of them}.
+    games: games to keep (None: all found).
+    runs: run names to keep under a root, e.g. [1, 2] (None: all).
+
+  Returns:
+    list of MixtureRun.
+
+  Raises:
+    CheckpointError: if a root holds no runs, or half-written ones.
+    ValueError: if a game asked for is missing, a game is not ALE's, or
+      the data records another game than its folder; naming the directories.
+  """
+  given = isinstance(data, Mapping)
+  if given:
+    if runs is not None:
+      raise ValueError('runs= selects runs under a root; a mapping lists them')
+    listed = [
+      (game, layout.run_name(d), str(d))
+      for game, dirs in data.items()
+      for d in ([dirs] if isinstance(dirs, str) else dirs)
+    ]
+  else:
+    wanted = None if runs is None else {str(r) for r in runs}
+    listed = [
+      (folder, name, run_dir)
+      for folder, found in _run_dirs(str(data)).items()
+      for name, run_dir in found
+      if wanted is None or name in wanted
+    ]
+  chosen, wrong = [], []
+  for listed_game, name, run_dir in listed:
+    recorded = layout.detect(run_dir).game
+    game = recorded or listed_game
+    if games is not None and game not in games:
+      continue
+    if given and recorded not in (None, listed_game):
+      wrong.append(f'{run_dir} holds {recorded}, listed as {listed_game}')
+    elif not ale_games.is_atari_game(game):
+      wrong.append(f'{run_dir}: {game!r} is not a game ALE knows')
+    chosen.append(MixtureRun(game, name, run_dir))
+  if wrong:
+    raise ValueError('; '.join(wrong))
+  missing = sorted(set(games or ()) - {r.game for r in chosen})
+  if missing or not chosen:
+    raise ValueError(
+      f'{data}: no runs of {", ".join(missing) or "any game"} ' f'(runs={runs})'
+    )
+  return sorted(chosen, key=lambda r: (r.game, r.name))
+
+
+class _Transitions:
+  """FixedReplayBuffer's transitions as a run of a mixture."""
+
+  def __init__(self, data_dir, batch_size, seed, arguments):
+    self.buffer = batches.open_buffer(
+      data_dir,
+      {
+        **arguments,
+        'batch_size': batch_size,
+        'seed': seed,
+        'sampling_threads': 0,
+      },
+    )
+
+  @property
+  def num_draws(self) -> int:
+    return self.buffer.num_valid_transitions
+
+  def element_shape(self) -> tuple:
+    return self.buffer.get_transition_elements(1)[0].shape[1:]
+
+  def sample(self, batch_size):
+    return batches.named(
+      self.buffer, self.buffer.sample_transition_batch(batch_size)
+    )
+
+  def reload_buffer(self):
+    self.buffer.reload_buffer()
+
+  def close(self):
+    self.buffer.close()
+
+
+class _Segments(segments.SegmentSampler):
+  """SegmentSampler's segments as a run of a mixture."""
+
+  @property
+  def num_draws(self) -> int:
+    return int(self._index()[1][-1])
+
+  def element_shape(self) -> tuple:
+    return self.get_transition_elements(1)[0].shape[2:]
+
+
+class ReplayMixture:
+  """Samples many games and runs as one exact, weighted dataset.
+
+  Example:
+
+    mixture = ReplayMixture('/data', games=['Pong', 'Breakout', 'MsPacman'],
+                            runs=[1], action_space='full', seed=0,
+                            num_buffers_to_load=None)
+    batch = mixture.sample()
+    batch['state'], batch['action'], batch['game_id']
+    mixture.games[batch['game_id'][0]]  # 'Breakout', ...
+
+  A batch is its sampler's {name: array} (FixedReplayBuffer's transition
+  elements, `indices` and `suffix` included; SegmentSampler's with
+  `segment_length`), plus `game_id` int32 (B,), an index into `games`, and
+  `run` int32 (B,), an index into `runs`. With `action_space='full'`,
+  `action` (and `next_action`) are ALE's full-set indices.
+  """
+
+  def __init__(
+    self,
+    data: str | Mapping[str, str | Sequence[str]],
+    games: Sequence[str] | None = None,
+    runs: Sequence[str | int] | None = None,
+    weights: str | Mapping[str, float] = 'equal',
+    action_space: str = 'minimal',
+    segment_length: int | None = None,
+    batch_size: int = 32,
+    seed: int | None = None,
+    **buffer_arguments: Any,
+  ):
+    """Finds the runs and opens each (so a bad path or argument fails here).
+
+    Args:
+      data: str, a root laid out as the dataset is (ROOT/<game>/<run>, each
+        run Dopamine's files, local or gs://, or a compact store); or a
+        mapping {game: run directory or list of them}.
+      games: games to sample (None: every game found).
+      runs: run names to sample under a root (None: all).
+      weights: 'equal' (every game as often), 'transitions' (games in
+        proportion to their loaded transitions or segment starts), or
+        {game: weight}.
+      action_space: 'minimal' (the stored indices) or 'full' (ALE's 18).
+      segment_length: None for transitions, or K for SegmentSampler's
+        segments of K steps.
+      batch_size: int, elements a batch.
+      seed: int or None; seeds the draws and each run's sampler.
+      **buffer_arguments: FixedReplayBuffer's arguments (and with
+        segment_length, SegmentSampler's options), with their meanings, for
+        every run.
+
+    Raises:
+      CheckpointError, ValueError, TypeError, MemoryError: a run's own
+        errors, or ValueError naming the directories for unknown games,
+        missing games, bad weights or runs whose observations differ.
+    """
+    if action_space not in ACTION_SPACES:
+      raise ValueError(
+        f'action_space must be one of {ACTION_SPACES}, got {action_space!r}'
+      )
+    self.runs = tuple(find_runs(data, games, runs))
+    self.games = sorted({r.game for r in self.runs})
+    self.action_space = action_space
+    self.batch_size = int(batch_size)
+    self._run_game = np.array([self.games.index(r.game) for r in self.runs])
+    self._weights = self._game_weights(weights)
+    self._rng = np.random.default_rng(
+      None if seed is None else batches.stream_seed(seed, 0)
+    )
+    self._samplers = []
+    with progress.bar(len(self.runs), 'Opening runs', 'run') as bar:
+      for i, run in enumerate(self.runs):
+        run_seed = None if seed is None else batches.stream_seed(seed, i + 1)
+        if segment_length is None:
+          sampler = _Transitions(
+            run.data_dir, batch_size, run_seed, buffer_arguments
+          )
+        else:
+          sampler = _Segments(
+            run.data_dir,
+            segment_length,
+            batch_size,
+            run_seed,
+            **buffer_arguments,
+          )
+        self._samplers.append(sampler)
+        bar.update()
+    shapes = {s.element_shape() for s in self._samplers}
+    if len(shapes) > 1:
+      self.close()
+      raise ValueError(
+        'the runs hold different observations: '
+        + '; '.join(
+          f'{r.data_dir} {s.element_shape()}'
+          for r, s in zip(self.runs, self._samplers, strict=True)
+        )
+      )
+    self._minimal = [ale_games.minimal_action_set(g) for g in self.games]
+    widest = max(len(m) for m in self._minimal)
+    self._to_full = np.zeros((len(self.games), widest), np.int64)
+    self.legal_actions = np.zeros(
+      (len(self.games), ale_games.FULL_ACTIONS), bool
+    )
+    for g, minimal in enumerate(self._minimal):
+      self._to_full[g, : len(minimal)] = minimal
+      self.legal_actions[g, minimal] = True
+    logging.info(
+      'Mixture of %s and %s (%s weights, %s action space)',
+      progress.count(len(self.games), 'game'),
+      progress.count(len(self.runs), 'run'),
+      weights if isinstance(weights, str) else 'given',
+      action_space,
+    )
+
+  def _game_weights(self, weights):
+    """Each game's weight as given (None: by its transitions, per batch)."""
+    if weights == 'equal':
+      return np.ones(len(self.games))
+    if weights == 'transitions':
+      return None
+    if not isinstance(weights, Mapping):
+      raise ValueError(
+        "weights must be 'equal', 'transitions' or {game: weight}, got "
+        f'{weights!r}'
+      )
+    unknown = sorted(set(weights) - set(self.games))
+    missing = sorted(set(self.games) - set(weights))
+    values = np.array([weights.get(g, 0.0) for g in self.games], float)
+    if unknown or missing or (values < 0).any() or not values.sum() > 0:
+      raise ValueError(
+        f'weights must give every game of the mixture ({self.games}) a '
+        f'weight >= 0, not all 0; unknown: {unknown}, missing: {missing}'
+      )
+    return values
+
+  def run_probabilities(self) -> np.ndarray:
+    """Each run's chance of drawing an element, for the data loaded now."""
+    draws = np.array([s.num_draws for s in self._samplers], float)
+    per_game = np.bincount(
+      self._run_game, weights=draws, minlength=len(self.games)
+    )
+    game_weights = per_game if self._weights is None else self._weights
+    empty = [g for g, n in zip(self.games, per_game, strict=True) if not n]
+    if empty:
+      raise ValueError(f'no valid transitions loaded for {", ".join(empty)}')
+    chance = game_weights / game_weights.sum()
+    return chance[self._run_game] * draws / per_game[self._run_game]
+
+  def sample(self, batch_size: int | None = None) -> dict[str, np.ndarray]:
+    """A batch as {name: array} (see the class docstring).
+
+    Raises:
+      CheckpointError: if a run's data turns out damaged, or holds an
+        action outside its game's minimal set (action_space='full').
+    """
+    b = self.batch_size if batch_size is None else int(batch_size)
+    run = self._rng.choice(len(self.runs), b, p=self.run_probabilities())
+    batch = {}
+    for r in np.unique(run):
+      members = np.flatnonzero(run == r)
+      part = self._samplers[r].sample(len(members))
+      for name, array in part.items():
+        if name not in batch:
+          batch[name] = np.empty((b,) + array.shape[1:], array.dtype)
+        batch[name][members] = array
+    game_id = self._run_game[run]
+    if self.action_space == 'full':
+      for name in ('action', 'next_action'):
+        if name in batch:
+          batch[name] = self._full_actions(batch[name], game_id, run)
+    batch[GAME_ID] = game_id.astype(np.int32)
+    batch[RUN] = run.astype(np.int32)
+    return batch
+
+  def _full_actions(self, actions, game_id, run):
+    """Minimal-set indices to ALE's full set, for every element at once."""
+    games = game_id.reshape((-1,) + (1,) * (actions.ndim - 1))
+    widths = np.array([len(m) for m in self._minimal])[games]
+    outside = (actions < 0) | (actions >= widths)
+    if outside.any():
+      at = np.flatnonzero(outside.reshape(len(run), -1).any(axis=1))[0]
+      data = self.runs[run[at]]
+      raise CheckpointError(
+        data.data_dir,
+        f'holds action {int(actions[at].max())}, but {data.game} has '
+        f'{len(self._minimal[game_id[at]])} actions in its minimal set',
+      )
+    return self._to_full[games, actions].astype(actions.dtype)
+
+  def batches(self, num_batches: int | None = None):
+    """Yields `num_batches` (None: endless) batches."""
+    count = 0
+    while num_batches is None or count < num_batches:
+      yield self.sample()
+      count += 1
+
+  def reload_buffer(self) -> None:
+    """Swaps in every run's next set of checkpoints (when it loads sets)."""
+    for sampler in self._samplers:
+      sampler.reload_buffer()
+
+  def close(self) -> None:
+    """Closes every run's sampler."""
+    for sampler in self._samplers:
+      sampler.close()
+
+  def __enter__(self):
+    return self
+
+  def __exit__(self, *exc):
+    self.close()

@@ -1,0 +1,240 @@
+"""ReplayMixture against Dopamine, over real ALE games.
+
+Each game's runs are played by `generate` (real ALE, random policy, written
+by Dopamine's own `save`): Pong, Breakout and MsPacman have minimal action
+sets of 6, 4 and 9. The oracle of every transition and segment step is
+Dopamine's `OutOfGraphReplayBuffer` loaded from its run's files.
+"""
+
+import shutil
+
+from dopamine.discrete_domains import atari_lib
+import dopamine_data
+import numpy as np
+import pytest
+from scipy import stats
+from test_segments import assert_segments_are_dopamines
+
+from fixed_replay.convert import convert
+from fixed_replay.errors import CheckpointError
+from fixed_replay.generate import generate
+from fixed_replay.mixture import ReplayMixture
+from fixed_replay.sources import ale_games
+
+pytestmark = pytest.mark.xdist_group('mixture')
+
+GAMES = {'Breakout': ['1'], 'MsPacman': ['1'], 'Pong': ['1', '2']}
+ROWS = 300
+ELEMENTS = (
+  'state',
+  'action',
+  'reward',
+  'next_state',
+  'next_action',
+  'next_reward',
+  'terminal',
+  'indices',
+)
+
+
+@pytest.fixture(scope='module')
+def roots(tmp_path_factory):
+  """{'files': ROOT of Dopamine runs, 'store': the same runs converted}."""
+  files = tmp_path_factory.mktemp('games')
+  store = tmp_path_factory.mktemp('stores')
+  seed = 0
+  for game, runs in GAMES.items():
+    for run in runs:
+      seed += 1
+      generate.generate_dataset(
+        str(files / game / run),
+        game=game,
+        num_checkpoints=2,
+        checkpoint_rows=ROWS,
+        seed=seed,
+        max_steps_per_episode=120,  # Episodes that end: segments.
+        progress=False,
+      )
+      convert.convert(
+        str(files / game / run), str(store / game / run), workers=0
+      )
+  return {'files': files, 'store': store}
+
+
+@pytest.fixture(scope='module')
+def oracle(roots):
+  """oracle(game, run, suffix): Dopamine's buffer loaded from the files."""
+  loaded = {}
+
+  def get(game, run, suffix):
+    key = (game, run, suffix)
+    if key not in loaded:
+      loaded[key] = dopamine_data.load_oracle(
+        roots['files'] / game / run, suffix, ROWS
+      )
+    return loaded[key]
+
+  return get
+
+
+@pytest.mark.parametrize('kind', ['files', 'store'])
+def test_every_transition_is_dopamines_for_its_game_run_and_row(
+  roots, oracle, kind
+):
+  mixture = ReplayMixture(
+    str(roots[kind]), action_space='full', batch_size=64, seed=0
+  )
+  assert mixture.games == ['Breakout', 'MsPacman', 'Pong']
+  assert [(r.game, r.name) for r in mixture.runs] == [
+    ('Breakout', '1'),
+    ('MsPacman', '1'),
+    ('Pong', '1'),
+    ('Pong', '2'),
+  ]
+  seen = set()
+  for batch in mixture.batches(3):
+    for i in range(64):
+      run = mixture.runs[batch['run'][i]]
+      assert mixture.games[batch['game_id'][i]] == run.game
+      suffix, row = int(batch['suffix'][i]), int(batch['indices'][i])
+      expected = oracle(run.game, run.name, suffix).sample_transition_batch(
+        1, indices=[row]
+      )
+      minimal = ale_games.minimal_action_set(run.game)
+      for name, value in zip(ELEMENTS, expected, strict=True):
+        if name in ('action', 'next_action'):
+          value = minimal[value]  # The full set's index.
+        np.testing.assert_array_equal(batch[name][i], value[0], err_msg=name)
+      seen.add((run.game, run.name))
+  assert len(seen) == 4
+  mixture.close()
+
+
+@pytest.mark.parametrize('kind', ['files', 'store'])
+def test_every_segment_step_is_dopamines(roots, oracle, kind):
+  mixture = ReplayMixture(
+    str(roots[kind]), segment_length=6, batch_size=24, seed=1
+  )
+  batch = mixture.sample()
+  assert batch['observation'].shape == (24, 6, 84, 84, 4)
+  assert batch['game_id'].shape == batch['run'].shape == (24,)
+  for r in np.unique(batch['run']):
+    run = mixture.runs[r]
+    members = batch['run'] == r
+    part = {name: array[members] for name, array in batch.items()}
+    assert_segments_are_dopamines(
+      part, lambda suffix, run=run: oracle(run.game, run.name, suffix)
+    )
+  mixture.close()
+
+
+def test_equal_weights_draw_every_game_as_often(roots):
+  mixture = ReplayMixture(
+    str(roots['store']), batch_size=256, seed=2, games=['Pong', 'Breakout']
+  )
+  assert mixture.games == ['Breakout', 'Pong']
+  counts = np.zeros(2)
+  runs = np.zeros(len(mixture.runs))
+  for batch in mixture.batches(20):
+    counts += np.bincount(batch['game_id'], minlength=2)
+    runs += np.bincount(batch['run'], minlength=len(mixture.runs))
+  assert stats.chisquare(counts).pvalue > 1e-3, counts
+  # Within Pong, runs in proportion to their valid transitions.
+  chance = mixture.run_probabilities()
+  valid = np.array([s.num_draws for s in mixture._samplers], float)
+  np.testing.assert_allclose(
+    chance, [0.5, *(0.5 * valid[1:] / valid[1:].sum())]
+  )
+  assert stats.chisquare(runs, chance * runs.sum()).pvalue > 1e-3, runs
+  mixture.close()
+
+
+def test_weights_by_transitions_or_given(roots):
+  by_size = ReplayMixture(str(roots['store']), weights='transitions', seed=0)
+  valid = np.array([s.num_draws for s in by_size._samplers], float)
+  np.testing.assert_allclose(by_size.run_probabilities(), valid / valid.sum())
+  by_size.close()
+  given = ReplayMixture(
+    str(roots['store']),
+    weights={'Pong': 2, 'Breakout': 1, 'MsPacman': 1},
+    seed=0,
+  )
+  chance = given.run_probabilities()
+  np.testing.assert_allclose(chance[2:].sum(), 0.5)
+  np.testing.assert_allclose(chance[:2], [0.25, 0.25])
+  given.close()
+  with pytest.raises(ValueError, match="missing: \\['MsPacman'\\]"):
+    ReplayMixture(str(roots['store']), weights={'Pong': 1, 'Breakout': 1})
+
+
+def test_seeded_mixtures_repeat_their_batches(roots):
+  first, second = (
+    ReplayMixture(str(roots['store']), seed=5, batch_size=16) for _ in range(2)
+  )
+  for a, b in zip(first.batches(3), second.batches(3), strict=True):
+    assert a.keys() == b.keys()
+    for name in a:
+      np.testing.assert_array_equal(a[name], b[name], err_msg=name)
+  first.close()
+  second.close()
+
+
+@pytest.mark.parametrize('game', ['Pong', 'Breakout', 'MsPacman', 'Seaquest'])
+def test_the_full_action_map_is_ales_minimal_set(game):
+  """The map's action names are those Dopamine's environment plays."""
+  import ale_py
+
+  environment = atari_lib.create_atari_environment(game)
+  meanings = environment.environment.unwrapped.get_action_meanings()
+  mapped = ale_games.minimal_action_set(game)
+  assert [ale_py.Action(int(a)).name for a in mapped] == meanings
+  assert len(set(mapped.tolist())) == len(mapped)
+  assert mapped.max() < ale_games.FULL_ACTIONS
+
+
+def test_legal_actions_and_a_mapping_of_runs(roots):
+  files = roots['files']
+  mixture = ReplayMixture(
+    {
+      'Pong': [str(files / 'Pong' / '2')],
+      'Breakout': str(files / 'Breakout' / '1'),
+    },
+    action_space='full',
+    seed=0,
+  )
+  assert [r.name for r in mixture.runs] == ['1', '2']
+  assert mixture.legal_actions.shape == (2, 18)
+  assert mixture.legal_actions.sum(axis=1).tolist() == [4, 6]
+  batch = mixture.sample()
+  assert mixture.legal_actions[batch['game_id'], batch['action']].all()
+  mixture.close()
+
+
+def test_bad_mixtures_name_their_directories(roots, tmp_path):
+  files = roots['files']
+  with pytest.raises(ValueError, match='no runs of Seaquest'):
+    ReplayMixture(str(files), games=['Seaquest'])
+  with pytest.raises(ValueError, match='holds Pong, listed as Breakout'):
+    ReplayMixture({'Breakout': str(files / 'Pong' / '1')})
+  # A folder named like no ALE game.
+  shutil.copytree(files / 'Pong' / '1', tmp_path / 'unknown' / 'Pongg' / '1')
+  with pytest.raises(ValueError, match="'Pongg' is not a game ALE knows"):
+    ReplayMixture(str(tmp_path / 'unknown'))
+  # Pong's 6 actions filed as Breakout, which has 4.
+  shutil.copytree(
+    files / 'Pong' / '1', tmp_path / 'misfiled' / 'Breakout' / '1'
+  )
+  mixture = ReplayMixture(
+    str(tmp_path / 'misfiled'), action_space='full', batch_size=256, seed=0
+  )
+  with pytest.raises(CheckpointError, match='Breakout has 4 actions') as raised:
+    mixture.sample()
+  assert raised.value.path.endswith('misfiled/Breakout/1')
+  mixture.close()
+  # Observations of another shape: CartPole filed under an ALE game's name.
+  (tmp_path / 'shapes' / 'Asterix' / '1').mkdir(parents=True)
+  dopamine_data.write_cartpole_run(tmp_path / 'shapes' / 'Asterix' / '1', 300)
+  shutil.copytree(files / 'Pong' / '1', tmp_path / 'shapes' / 'Pong' / '1')
+  with pytest.raises(ValueError, match='different observations') as raised:
+    ReplayMixture(str(tmp_path / 'shapes'))
+  assert 'shapes/Asterix/1' in str(raised.value)
