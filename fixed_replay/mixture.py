@@ -35,6 +35,7 @@ from fixed_replay import progress
 from fixed_replay import segments
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
+from fixed_replay.replay import transitions
 from fixed_replay.sources import ale_games
 from fixed_replay.sources import layout
 
@@ -164,6 +165,9 @@ class _Transitions:
   def element_shape(self) -> tuple:
     return self.buffer.get_transition_elements(1)[0].shape[1:]
 
+  def get_transition_elements(self, batch_size):
+    return self.buffer.get_transition_elements(batch_size)
+
   def sample(self, batch_size):
     return batches.named(
       self.buffer, self.buffer.sample_transition_batch(batch_size)
@@ -256,6 +260,8 @@ class ReplayMixture:
     self._rng = np.random.default_rng(
       None if seed is None else batches.stream_seed(seed, 0)
     )
+    # Where batches are written (a DataLoader worker points it at its ring).
+    self.allocate_batch = transitions.empty_batch
     self._samplers = []
     with progress.bar(len(self.runs), 'Opening runs', 'run') as bar:
       for i, run in enumerate(self.runs):
@@ -335,6 +341,15 @@ class ReplayMixture:
     chance = game_weights / game_weights.sum()
     return chance[self._run_game] * draws / per_game[self._run_game]
 
+  def get_transition_elements(self, batch_size: int | None = None) -> tuple:
+    """The elements of a batch (transitions.ReplayElement), in order."""
+    b = self.batch_size if batch_size is None else batch_size
+    return (
+      *self._samplers[0].get_transition_elements(b),
+      transitions.ReplayElement(GAME_ID, (b,), np.int32),
+      transitions.ReplayElement(RUN, (b,), np.int32),
+    )
+
   def sample(self, batch_size: int | None = None) -> dict[str, np.ndarray]:
     """A batch as {name: array} (see the class docstring).
 
@@ -344,21 +359,18 @@ class ReplayMixture:
     """
     b = self.batch_size if batch_size is None else int(batch_size)
     run = self._rng.choice(len(self.runs), b, p=self.run_probabilities())
-    batch = {}
+    batch = self.allocate_batch(self.get_transition_elements(b))
     for r in np.unique(run):
       members = np.flatnonzero(run == r)
-      part = self._samplers[r].sample(len(members))
-      for name, array in part.items():
-        if name not in batch:
-          batch[name] = np.empty((b,) + array.shape[1:], array.dtype)
+      for name, array in self._samplers[r].sample(len(members)).items():
         batch[name][members] = array
     game_id = self._run_game[run]
     if self.action_space == 'full':
       for name in ('action', 'next_action'):
         if name in batch:
-          batch[name] = self._full_actions(batch[name], game_id, run)
-    batch[GAME_ID] = game_id.astype(np.int32)
-    batch[RUN] = run.astype(np.int32)
+          batch[name][:] = self._full_actions(batch[name], game_id, run)
+    batch[GAME_ID][:] = game_id
+    batch[RUN][:] = run
     return batch
 
   def _full_actions(self, actions, game_id, run):

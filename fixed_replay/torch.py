@@ -42,6 +42,7 @@ from torch.utils import data
 from torch.utils.data._utils import collate
 
 from fixed_replay import batches
+from fixed_replay import mixture
 from fixed_replay import segments
 from fixed_replay.replay import transitions
 
@@ -425,6 +426,34 @@ class SegmentDataset(ReplayDataset):
 
   def _open(self, arguments):
     return segments.SegmentSampler(self.data_dir, **arguments)
+
+  def _batches(self, sampler, num_batches):
+    return sampler.batches(num_batches)
+
+
+class MixtureDataset(ReplayDataset):
+  """Batches of many games and runs (fixed_replay.ReplayMixture), as tensors.
+
+  Example:
+
+    dataset = MixtureDataset('/data', games=['Pong', 'Breakout'],
+                             action_space='full', batch_size=32, seed=0)
+    loader = DataLoader(dataset, batch_size=None, num_workers=2)
+    for batch in loader:
+      batch['state'], batch['action'], batch['game_id']
+
+  `data` and `**buffer_arguments` are ReplayMixture's (a root or a mapping
+  {game: runs}, games, runs, weights, action_space, segment_length,
+  batch_size, and every run's buffer arguments). Workers, seeds, reloads
+  and errors follow ReplayDataset's rules.
+  """
+
+  def __init__(self, data, *args, **kwargs):
+    self.data = data  # A mapping of runs, kept as it is for the workers.
+    super().__init__(str(data), *args, **kwargs)
+
+  def _open(self, arguments):
+    return mixture.ReplayMixture(self.data, **arguments)
 
   def _batches(self, sampler, num_batches):
     return sampler.batches(num_batches)

@@ -238,3 +238,27 @@ def test_bad_mixtures_name_their_directories(roots, tmp_path):
   with pytest.raises(ValueError, match='different observations') as raised:
     ReplayMixture(str(tmp_path / 'shapes'))
   assert 'shapes/Asterix/1' in str(raised.value)
+
+
+def test_dataloader_workers_stream_the_mixtures_of_their_seeds(roots):
+  """Each worker samples the mixture seeded with its own stream."""
+  torch = pytest.importorskip('torch')
+  from fixed_replay import batches
+  from fixed_replay.torch import MixtureDataset
+
+  root = str(roots['store'])
+  arguments = {'batch_size': 16, 'action_space': 'full'}
+  dataset = MixtureDataset(root, num_batches=4, seed=3, **arguments)
+  loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+  items = [{k: v.numpy() for k, v in b.items()} for b in loader]
+  assert len(items) == 4
+  for worker in (0, 1):
+    expected = ReplayMixture(
+      root, seed=batches.stream_seed(3, worker), **arguments
+    )
+    for item, want in zip(items[worker::2], expected.batches(2), strict=True):
+      assert item.keys() == want.keys()
+      for name in want:
+        np.testing.assert_array_equal(item[name], want[name], err_msg=name)
+    expected.close()
+  dataset.close()
