@@ -40,6 +40,7 @@ from torchrl.data.replay_buffers.storages import Storage
 from torchrl.data.replay_buffers.writers import ImmutableDatasetWriter
 
 from fixed_replay import batches
+from fixed_replay import mixture
 from fixed_replay import segments
 from fixed_replay import torch as fixed_replay_torch
 
@@ -70,9 +71,19 @@ def transitions_tensordict(
       },
       'indices': tensors['indices'],
       'suffix': tensors['suffix'],
+      **_mixture_keys(tensors, (size,)),
     },
     batch_size=[size],
   )
+
+
+def _mixture_keys(tensors, size):
+  """A mixture's `game_id` and `run` (B,), spread over `size`."""
+  return {
+    key: tensors[key].reshape(size[:1] + (1,) * (len(size) - 1)).expand(size)
+    for key in (mixture.GAME_ID, mixture.RUN)
+    if key in tensors
+  }
 
 
 class _NoState:
@@ -227,7 +238,7 @@ def segments_tensordict(
   (int64), `("next", "reward")`, `("next", "done")` and `("next",
   "terminated")` (B, K, 1), `("collector", "mask")` (False on padding, where
   TorchRL's split_trajectories puts its mask), and `indices` and `suffix`,
-  where each step came from.
+  where each step came from (and a mixture's `game_id` and `run`).
   """
   tensors = fixed_replay_torch.to_tensors(named, channels_first)
   size = tuple(tensors['mask'].shape)
@@ -246,6 +257,7 @@ def segments_tensordict(
       'collector': {'mask': tensors['mask']},
       'indices': tensors['indices'],
       'suffix': tensors['suffix'][:, None].expand(size),
+      **_mixture_keys(tensors, size),
     },
     batch_size=size,
   )
@@ -279,3 +291,35 @@ class FixedSegmentDataset:
 
   def close(self) -> None:
     self.sampler.close()
+
+
+class FixedMixtureDataset:
+  """Many games and runs (fixed_replay.ReplayMixture) as TensorDicts.
+
+  Example:
+    dataset = FixedMixtureDataset('/data', games=['Pong', 'Breakout'],
+                                  action_space='full', seed=0)
+    td = dataset.sample()  # transitions_tensordict's keys, plus:
+    td['game_id']          # int32 (32,), an index into dataset.mixture.games
+
+  With `segment_length`, segments_tensordict's keys instead. Both add
+  `game_id` and `run`.
+  """
+
+  def __init__(self, data, channels_first: bool = False, **mixture_arguments):
+    """Builds the ReplayMixture (its arguments)."""
+    self.mixture = mixture.ReplayMixture(data, **mixture_arguments)
+    self.channels_first = channels_first
+
+  def sample(self) -> TensorDict:
+    named = self.mixture.sample()
+    if 'mask' in named:
+      return segments_tensordict(named, self.channels_first)
+    return transitions_tensordict(named, self.channels_first)
+
+  def __iter__(self):
+    while True:
+      yield self.sample()
+
+  def close(self) -> None:
+    self.mixture.close()

@@ -262,3 +262,40 @@ def test_dataloader_workers_stream_the_mixtures_of_their_seeds(roots):
         np.testing.assert_array_equal(item[name], want[name], err_msg=name)
     expected.close()
   dataset.close()
+
+
+@pytest.mark.parametrize('segment_length', [None, 5])
+def test_torchrl_tensordicts_carry_the_game(roots, segment_length):
+  pytest.importorskip('torchrl')
+  from fixed_replay.torchrl import FixedMixtureDataset
+
+  dataset = FixedMixtureDataset(
+    str(roots['store']), segment_length=segment_length, batch_size=8, seed=4
+  )
+  expected = ReplayMixture(
+    str(roots['store']), segment_length=segment_length, batch_size=8, seed=4
+  ).sample()
+  td = dataset.sample()
+  size = (8,) if segment_length is None else (8, segment_length)
+  assert tuple(td.batch_size) == size
+  for key in ('game_id', 'run'):
+    assert tuple(td[key].shape) == size
+    np.testing.assert_array_equal(
+      td[key].numpy().reshape(8, -1)[:, 0], expected[key]
+    )
+  dataset.close()
+
+
+def test_plain_jax_batches_carry_the_game(roots):
+  pytest.importorskip('jax')
+  from fixed_replay import jax_batches
+
+  mixture = ReplayMixture(str(roots['store']), batch_size=8, seed=6)
+  expected = ReplayMixture(str(roots['store']), batch_size=8, seed=6)
+  placed = list(jax_batches.prefetch_to_device(mixture.batches(2)))
+  for batch, want in zip(placed, expected.batches(2), strict=True):
+    assert list(batch) == list(want)
+    for name in want:
+      np.testing.assert_array_equal(np.asarray(batch[name]), want[name])
+  mixture.close()
+  expected.close()
