@@ -299,3 +299,37 @@ def test_plain_jax_batches_carry_the_game(roots):
       np.testing.assert_array_equal(np.asarray(batch[name]), want[name])
   mixture.close()
   expected.close()
+
+
+def test_the_multi_game_example_trains_one_network_on_three_games(roots):
+  """examples/multi_game_dqn.py as a user runs it, in a fresh process."""
+  pytest.importorskip('torch')
+  import os
+  import subprocess
+  import sys
+
+  example = os.path.join(
+    os.path.dirname(os.path.dirname(__file__)), 'examples', 'multi_game_dqn.py'
+  )
+  completed = subprocess.run(
+    [
+      sys.executable,
+      example,
+      f'--data={roots["store"]}',
+      '--num_updates=200',
+      '--log_every=100',
+      '--batch_size=16',
+    ],
+    capture_output=True,
+    text=True,
+    timeout=600,
+  )
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert 'update 200/200' in completed.stderr
+  lines = completed.stdout.strip().splitlines()[-3:]
+  assert [line.split(':')[0] for line in lines] == [
+    'loss Breakout',
+    'loss MsPacman',
+    'loss Pong',
+  ]
+  assert all(0 <= float(line.split(':')[1]) < 10 for line in lines), lines
