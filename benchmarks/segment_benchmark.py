@@ -22,6 +22,7 @@ how to generate it). Each measurement runs in a fresh process:
 
 Usage:
   python benchmarks/segment_benchmark.py [--busy_game=MsPacman] [--seconds=10]
+    [--store_dir=benchmarks/data/compact_1000000x50]
 """
 
 import os
@@ -37,6 +38,13 @@ _GAME = flags.DEFINE_string('busy_game', 'MsPacman', 'busy_<game> data.')
 # --checkpoints (50) is busy_store_benchmark's flag.
 _CHECKPOINTS = busy_store_benchmark._CHECKPOINTS  # noqa: SLF001
 _SECONDS = flags.DEFINE_float('seconds', 10.0, 'Sampling time per method.')
+_STORE_DIR = flags.DEFINE_string(
+  'store_dir',
+  None,
+  "Measure over this store instead (e.g. compact_store_benchmark.py's "
+  'benchmarks/data/compact_1000000x50); skips the Decision Transformer '
+  'loader, which needs busy_<game>.',
+)
 
 SEGMENT_LENGTH = 30
 BATCH = 128
@@ -149,12 +157,12 @@ def _rows(store):
 def main(argv):
   del argv
   sys.path.insert(0, os.path.dirname(__file__))
-  store = _store(_GAME.value, _CHECKPOINTS.value)
+  store = _STORE_DIR.value or _store(_GAME.value, _CHECKPOINTS.value)
   rows = _rows(store)
   print(
     f'segment_benchmark {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}'
-    f', {os.cpu_count()} cores, {common.load_average()}; {_GAME.value}, '
-    f'{_CHECKPOINTS.value} checkpoints, {rows:,} rows; segments of '
+    f', {os.cpu_count()} cores, {common.load_average()}; {store}, '
+    f'{rows:,} rows; segments of '
     f'{SEGMENT_LENGTH} steps, batch {BATCH}'
   )
   seconds = _SECONDS.value
@@ -190,6 +198,8 @@ def main(argv):
     f'transitions at the faster batch size (target >= {TARGET_RATIO:.0f}x): '
     f'{"met" if ratio >= TARGET_RATIO else "NOT met"}'
   )
+  if _STORE_DIR.value:
+    return
   checkpoint_rows = rows // _CHECKPOINTS.value
   loaded, per_row, per_state = _measure(
     decision_transformers_loader,
