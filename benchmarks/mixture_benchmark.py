@@ -1,0 +1,196 @@
+"""Many games at once: a mixture of runs against one run, in one benchmark.
+
+The data: one converted checkpoint of busy frames (benchmarks/data/busy_<G>,
+random play written by Dopamine's writer; see busy_store_benchmark.py),
+hard-linked into a root laid out as the DQN Replay Dataset is,
+`--runs` runs of `--checkpoints` checkpoints, spread over as many ALE game
+names (each checkpoint with its own manifest naming its folder's game).
+Each measurement runs in a fresh process:
+
+* one run: `FixedReplayBuffer` over one run's store, batch `--batch_size`,
+  sampled in the calling thread (the baseline);
+* the mixture: `fixed_replay.ReplayMixture` over every run, same batch
+  size, every checkpoint of every run loaded.
+
+Reported: seconds to open, transitions per CPU-second, and the memory held
+once opened and sampled: anonymous (RssAnon: what the process allocated;
+the frames' files are mapped, not anonymous) and all resident (VmHWM, the
+peak, imports included). Both sample the same bytes, so a mixture batch's
+elements are checked against the one run's buffer at their (checkpoint,
+row).
+
+Usage: python benchmarks/mixture_benchmark.py [--runs=40] [--checkpoints=50]
+  [--busy_game=MsPacman] [--seconds=10]
+"""
+
+import os
+import time
+
+from absl import app
+from absl import flags
+import common
+import numpy as np
+
+_RUNS = flags.DEFINE_integer('runs', 40, 'Runs of the mixture.')
+_CHECKPOINTS = flags.DEFINE_integer('checkpoints', 50, 'Checkpoints a run.')
+_GAME = flags.DEFINE_string('busy_game', 'MsPacman', 'busy_<game> data.')
+_SECONDS = flags.DEFINE_float('seconds', 10.0, 'Sampling time per method.')
+_BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'Transitions a batch.')
+
+# ALE games the runs are filed under, 5 runs each by default.
+GAMES = (
+  'Asterix',
+  'Breakout',
+  'Enduro',
+  'MsPacman',
+  'Pong',
+  'Qbert',
+  'Seaquest',
+  'SpaceInvaders',
+)
+CHECKED = 64  # Mixture elements compared with the one run's buffer.
+
+
+def _setup():
+  from fixed_replay import mixture  # noqa: F401
+  from fixed_replay.replay import fixed_replay_buffer  # noqa: F401
+
+
+def _identity(result):
+  return result
+
+
+def _status(field):
+  return common._status_bytes(field)  # noqa: SLF001
+
+
+def build_root(game, num_runs, num_checkpoints):
+  """ROOT/<game>/<run>/checkpoint_<s>/: hard links of one converted one."""
+  from fixed_replay.convert import convert
+  from fixed_replay.store import manifest as manifest_lib
+
+  source = os.path.join(common.DATA_DIR, f'busy_{game}')
+  converted = os.path.join(common.DATA_DIR, f'mixture_{game}_store')
+  if not os.path.isdir(converted):
+    convert.convert(source, converted, workers=0)
+  origin = os.path.join(converted, manifest_lib.checkpoint_dirname(0))
+  manifest = manifest_lib.read_manifest(origin)
+  root = os.path.join(
+    common.DATA_DIR, f'mixture_{game}_{num_runs}x{num_checkpoints}'
+  )
+  for run in range(num_runs):
+    folder_game = GAMES[run % len(GAMES)]
+    run_dir = os.path.join(root, folder_game, str(run // len(GAMES) + 1))
+    for suffix in range(num_checkpoints):
+      target = os.path.join(run_dir, manifest_lib.checkpoint_dirname(suffix))
+      if os.path.exists(target):
+        continue
+      os.makedirs(target)
+      for name in os.listdir(origin):
+        if name != manifest_lib.MANIFEST:
+          os.link(os.path.join(origin, name), os.path.join(target, name))
+      copy = dict(manifest, suffix=suffix, game=folder_game)
+      copy['source'] = dict(manifest['source'])
+      copy['source']['files'] = {
+        name.replace('.0.gz', f'.{suffix}.gz'): size
+        for name, size in manifest['source']['files'].items()
+      }
+      manifest_lib.write_manifest(target, copy)
+  return root
+
+
+def _rate(sample, seconds):
+  """Transitions per CPU-second of sample() for `seconds` of wall time."""
+  count, began, cpu = 0, time.perf_counter(), time.process_time()
+  while time.perf_counter() - began < seconds:
+    count += len(sample()['indices'])
+  return count / (time.process_time() - cpu)
+
+
+def one_run(run_dir, batch_size, seconds):
+  """(open s, transitions per CPU-s, anonymous bytes held, digest)."""
+  from fixed_replay import batches
+
+  anonymous = _status('RssAnon')
+  began = time.perf_counter()
+  buffer = batches.open_buffer(
+    run_dir, {'batch_size': batch_size, 'sampling_threads': 0, 'seed': 0}
+  )
+  opened = time.perf_counter() - began
+  rate = _rate(
+    lambda: batches.named(buffer, buffer.sample_transition_batch()), seconds
+  )
+  held = _status('RssAnon') - anonymous
+  return opened, rate, held, buffer.num_valid_transitions
+
+
+def whole_mixture(root, batch_size, seconds, check_dir):
+  """Like one_run, for the mixture; and its elements checked."""
+  from fixed_replay import batches
+  from fixed_replay import mixture
+
+  anonymous = _status('RssAnon')
+  began = time.perf_counter()
+  sampler = mixture.ReplayMixture(root, batch_size=batch_size, seed=0)
+  opened = time.perf_counter() - began
+  rate = _rate(sampler.sample, seconds)
+  held = _status('RssAnon') - anonymous
+  batch = sampler.sample(CHECKED)
+  games = len(set(batch['game_id'].tolist()))
+  sampler.close()
+  # Every run holds the same bytes: one run's buffer is the reference.
+  buffer = batches.open_buffer(check_dir, {'sampling_threads': 0})
+  expected = batches.named(
+    buffer,
+    buffer.sample_transition_batch(
+      CHECKED, indices=batch['indices'], suffixes=batch['suffix']
+    ),
+  )
+  same = all(np.array_equal(expected[k], batch[k]) for k in expected)
+  return opened, rate, held, (len(sampler.runs), games, same)
+
+
+def main(argv):
+  del argv
+  runs, num_checkpoints = _RUNS.value, _CHECKPOINTS.value
+  seconds, batch_size = _SECONDS.value, _BATCH_SIZE.value
+  root = build_root(_GAME.value, runs, num_checkpoints)
+  run_dir = os.path.join(root, GAMES[0], '1')
+  print(
+    f'mixture_benchmark {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}'
+    f', {os.cpu_count()} cores, {common.load_average()}; {runs} runs x '
+    f'{num_checkpoints} checkpoints of busy_{_GAME.value} (hard links), '
+    f'batch {batch_size}, {seconds:.0f} s of sampling each'
+  )
+  single = common.measure(
+    _setup, one_run, (run_dir, batch_size, seconds), _identity
+  )
+  mixed = common.measure(
+    _setup, whole_mixture, (root, batch_size, seconds, run_dir), _identity
+  )
+  print(common.load_average())
+  opened, rate, held, valid = single.digest
+  rows = valid * runs
+  print(
+    f'one run:  open {opened:6.1f} s, {rate:9,.0f} transitions/CPU-s, '
+    f'anonymous +{common.format_bytes(held)}, peak RSS '
+    f'{common.format_bytes(single.peak_rss)}; {valid:,} valid transitions'
+  )
+  m_opened, m_rate, m_held, (num_runs, games, same) = mixed.digest
+  print(
+    f'mixture:  open {m_opened:6.1f} s, {m_rate:9,.0f} transitions/CPU-s, '
+    f'anonymous +{common.format_bytes(m_held)}, peak RSS '
+    f'{common.format_bytes(mixed.peak_rss)}; {num_runs} runs, '
+    f'{num_runs * num_checkpoints:,} checkpoints, {rows:,} valid '
+    f'transitions; {games} games in a batch of {CHECKED}'
+  )
+  print(
+    f'ratio: mixture / one run = {m_rate / rate:.2f}x transitions per '
+    f'CPU-second; anonymous memory {m_held / rows:.1f} B a valid '
+    f"transition; mixture elements equal the one run's at the same "
+    f'(checkpoint, row): {same}'
+  )
+
+
+if __name__ == '__main__':
+  app.run(main)
