@@ -104,7 +104,7 @@ class _CheckpointSteps:
     self.num_episodes = len(np.unique(run_episode))
 
 
-class _ReusedBatches:
+class ReusedBatches:
   """Batch arrays that reuse the memory of earlier batches nobody holds.
 
   A batch of 128 Atari segments of 30 steps holds 108 MB of stacks: fresh,
@@ -231,7 +231,7 @@ class SegmentSampler:
       },
     )
     # Where batches are written (see ReplayCore.allocate_batch).
-    self.allocate_batch = _ReusedBatches()
+    self.allocate_batch = ReusedBatches()
     row = self.buffer.get_transition_elements(1)
     self._stack_size = row[0].shape[-1]
     # Per-row arrays copied as they are: action, reward, terminal, extras.
