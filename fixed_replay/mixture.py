@@ -44,6 +44,10 @@ ACTION_SPACES = ('minimal', 'full')
 # elements each run should get a call, on average, when that allows.
 STAGED_BYTES = 64 << 20
 ELEMENTS_A_CALL = 32
+NO_RUNS = (
+  'no runs found: expected <game>/<run>/ directories of Dopamine '
+  'checkpoints or compact stores (as ROOT/Pong/1)'
+)
 # What a sampled batch adds to its sampler's elements.
 GAME_ID = 'game_id'
 RUN = 'run'
@@ -77,11 +81,7 @@ def _run_dirs(root: str) -> dict[str, list[tuple[str, str]]]:
   if problems:
     raise CheckpointError(root, '; '.join(problems))
   if not found:
-    raise CheckpointError(
-      root,
-      'no runs found: expected <game>/<run>/ directories of Dopamine '
-      'checkpoints or compact stores (as ROOT/Pong/1)',
-    )
+    raise CheckpointError(root, NO_RUNS)
   return found
 
 

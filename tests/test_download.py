@@ -150,3 +150,56 @@ def test_download_and_convert_keeps_no_raw_copy(bucket, rlu_dir, tmp_path):
   for checkpoint in range(3):
     name = f'checkpoint_{checkpoint}'
     assert _files(store / name) == _files(reference / name)
+
+
+def test_several_runs_convert_into_the_layout_a_mixture_reads(bucket, tmp_path):
+  """--games/--runs with --store_root: ROOT/<Game>/<run>, then a mixture."""
+  root = tmp_path / 'games'
+  completed = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'download',
+      '--games=Breakout',
+      '--runs=1,2',
+      tmp_path / 'rlu',
+      f'--source_root={bucket}',
+      '--convert',
+      f'--store_root={root}',
+      '--checkpoints=0-1',
+    ],
+    capture_output=True,
+    text=True,
+  )
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert 'Breakout run 1: downloaded' in completed.stdout
+  assert 'Breakout run 2: downloaded' in completed.stdout
+  assert sorted(os.listdir(root / 'Breakout')) == ['1', '2']
+  from fixed_replay.mixture import ReplayMixture
+
+  with ReplayMixture(str(root), batch_size=64, seed=0) as mixture:
+    assert [(r.game, r.name) for r in mixture.runs] == [
+      ('Breakout', '1'),
+      ('Breakout', '2'),
+    ]
+    batch = mixture.sample()
+    assert set(batch['run'].tolist()) == {0, 1}
+  # One run's store dir cannot take several runs.
+  refused = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'download',
+      '--games=Breakout',
+      '--runs=1,2',
+      tmp_path / 'rlu',
+      '--convert',
+      f'--store_dir={tmp_path / "one"}',
+    ],
+    capture_output=True,
+    text=True,
+  )
+  assert refused.returncode != 0
+  assert 'use --store_root' in refused.stderr

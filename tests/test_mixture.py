@@ -333,3 +333,36 @@ def test_the_multi_game_example_trains_one_network_on_three_games(roots):
     'loss Pong',
   ]
   assert all(0 <= float(line.split(':')[1]) < 10 for line in lines), lines
+
+
+def test_inspect_lists_a_roots_games_and_what_is_missing(roots, tmp_path):
+  import subprocess
+  import sys
+
+  def inspect(root):
+    return subprocess.run(
+      [sys.executable, '-m', 'fixed_replay.cli', 'inspect', str(root)],
+      capture_output=True,
+      text=True,
+    )
+
+  listed = inspect(roots['files'])
+  assert listed.returncode == 0, listed.stderr[-2000:]
+  assert '3 game(s), 4 run(s)' in listed.stdout
+  assert listed.stdout.count('Dopamine') == 4
+  assert 'missing: Breakout lacks run(s) 2' in listed.stdout
+  # A store root with one checkpoint gone and a game lacking a run.
+  root = tmp_path / 'stores'
+  shutil.copytree(roots['store'], root)
+  shutil.rmtree(root / 'Pong' / '2' / 'checkpoint_1')
+  shutil.copytree(root / 'Pong' / '1', root / 'Pong' / '3')
+  damaged = inspect(root)
+  assert damaged.returncode == 0, damaged.stderr[-2000:]
+  assert damaged.stdout.count('compact store') == 5
+  assert 'missing: Breakout lacks run(s) 2, 3' in damaged.stdout
+  assert 'differs: Pong/2 has 1 checkpoints' in damaged.stdout
+  # Not a root of runs: the unknown layout, as before.
+  (tmp_path / 'empty' / 'x').mkdir(parents=True)
+  unknown = inspect(tmp_path / 'empty')
+  assert unknown.returncode == 1
+  assert 'no known layout' in unknown.stderr

@@ -13,6 +13,12 @@ checkpoint instead of 1 GB.
 
   fixed-replay download --game=Pong --run=1 /data/rlu --checkpoints=0-4
   fixed-replay download --game=Pong --run=1 /data/rlu --convert
+
+Several games and runs in one command, each converted into the layout
+fixed_replay.ReplayMixture reads (STORE_ROOT/<Game>/<run>):
+
+  fixed-replay download --games=Pong,Breakout --runs=1,2 /data/rlu \
+      --convert --store_root=/data/games
 """
 
 import os
@@ -30,6 +36,14 @@ _GAME = flags.DEFINE_string(
   'game', None, 'Atari game, e.g. Pong (as RL Unplugged names it).'
 )
 _RUN = flags.DEFINE_integer('run', None, 'Run, 1..5.', lower_bound=1)
+_GAMES = flags.DEFINE_list('games', None, 'Several games (instead of --game).')
+_RUNS = flags.DEFINE_list('runs', None, 'Several runs (instead of --run).')
+_STORE_ROOT = flags.DEFINE_string(
+  'store_root',
+  None,
+  'With --convert: each run into STORE_ROOT/<Game>/<run>, the layout '
+  'fixed_replay.ReplayMixture reads.',
+)
 _CHECKPOINTS = flags.DEFINE_string(
   'checkpoints', None, 'Checkpoints to fetch, e.g. 0-49 or 0,3,5-7 (all).'
 )
@@ -56,14 +70,57 @@ _SOURCE_ROOT = flags.DEFINE_string(
 
 _USAGE = (
   'usage: fixed-replay download --game=Pong --run=1 DST [--checkpoints=0-49] '
-  '[--convert] [--source_root=...]'
+  '[--convert] [--source_root=...]; or --games=Pong,Breakout --runs=1,2'
 )
 
 
+def _runs() -> list[tuple[str, int]]:
+  """The (game, run) pairs asked for, by --game/--run or --games/--runs."""
+  games = _GAMES.value or ([_GAME.value] if _GAME.value else [])
+  try:
+    runs = [int(r) for r in _RUNS.value] if _RUNS.value else [_RUN.value]
+  except ValueError as error:
+    raise app.UsageError(f'--runs must be run numbers: {error}') from error
+  if not games or None in runs or min(runs) < 1:
+    raise app.UsageError(f'expected --game(s), --run(s) >= 1 and DST\n{_USAGE}')
+  pairs = [(game, run) for game in games for run in runs]
+  if _STORE_DIR.value and len(pairs) > 1:
+    raise app.UsageError(
+      "--store_dir names one run's store; for several, use --store_root"
+    )
+  return pairs
+
+
+def _download(game, run, destination, checkpoints):
+  """Downloads (and converts) one run: (the result, where it is)."""
+  if not _CONVERT.value:
+    result, _, store = download.download_run(
+      game, run, destination, checkpoints, _SOURCE_ROOT.value
+    )
+    return result, store
+  if _STORE_ROOT.value:
+    store = os.path.join(_STORE_ROOT.value, game, str(run))
+  else:
+    store = _STORE_DIR.value or os.path.join(
+      destination, game, f'run_{run}_{_FORMAT.value}'
+    )
+  result = download.download_and_convert(
+    game,
+    run,
+    destination,
+    store,
+    checkpoints,
+    _SOURCE_ROOT.value,
+    ConvertOptions(output_format=_FORMAT.value),
+  )
+  return result, store
+
+
 def main(argv: list[str]) -> int:
-  """Downloads (and converts) one run."""
-  if len(argv) != 2 or not _GAME.value or _RUN.value is None:
+  """Downloads (and converts) one run or several."""
+  if len(argv) != 2:
     raise app.UsageError(f'expected --game, --run and DST\n{_USAGE}')
+  pairs = _runs()
   try:
     checkpoints = None
     if _CHECKPOINTS.value:
@@ -71,39 +128,26 @@ def main(argv: list[str]) -> int:
   except ValueError as error:
     raise app.UsageError(str(error)) from error
   destination = argv[1]
-  try:
-    if _CONVERT.value:
-      store = _STORE_DIR.value or os.path.join(
-        destination, _GAME.value, f'run_{_RUN.value}_{_FORMAT.value}'
+  for game, run in pairs:
+    try:
+      result, store = _download(game, run, destination, checkpoints)
+    except CheckpointError as error:
+      print(
+        f'fixed-replay download: {game} run {run}: {error}', file=sys.stderr
       )
-      result = download.download_and_convert(
-        _GAME.value,
-        _RUN.value,
-        destination,
-        store,
-        checkpoints,
-        _SOURCE_ROOT.value,
-        ConvertOptions(output_format=_FORMAT.value),
+      return 1
+    rate = result.bytes / max(result.seconds, 1e-9)
+    print(
+      f'{game} run {run}: downloaded {len(result.downloaded)} shard(s), '
+      f'{len(result.skipped)} already there; '
+      f'{format_bytes(result.bytes)} in {result.seconds:.1f} s '
+      f'({format_bytes(rate)}/s)'
+    )
+    if result.conversion is not None:
+      print(
+        f'converted checkpoint(s) {result.conversion["converted"]} into '
+        f'{store} (raw copies deleted)'
       )
     else:
-      result, _, store = download.download_run(
-        _GAME.value, _RUN.value, destination, checkpoints, _SOURCE_ROOT.value
-      )
-  except CheckpointError as error:
-    print(f'fixed-replay download: {error}', file=sys.stderr)
-    return 1
-  rate = result.bytes / max(result.seconds, 1e-9)
-  print(
-    f'downloaded {len(result.downloaded)} shard(s), '
-    f'{len(result.skipped)} already there; '
-    f'{format_bytes(result.bytes)} in {result.seconds:.1f} s '
-    f'({format_bytes(rate)}/s)'
-  )
-  if result.conversion is not None:
-    print(
-      f'converted checkpoint(s) {result.conversion["converted"]} into {store}'
-      ' (raw copies deleted)'
-    )
-  else:
-    print(f'shards in {store}')
+      print(f'shards in {store}')
   return 0

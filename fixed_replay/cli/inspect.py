@@ -14,7 +14,11 @@ DIR is one of:
     TFDS-prepared rlu_atari_checkpoints_ordered: one line per checkpoint
     (episodes, steps, terminal episodes, return range, game-score range
     from `unclipped_rewards`, shards), reading every record; --verify also
-    decodes every frame.
+    decodes every frame;
+  a root of many games' runs (ROOT/<Game>/<run>, as fixed_replay.ReplayMixture
+    reads): one line per run (its kind and checkpoints), then the runs one
+    game has and another lacks, and the runs whose checkpoint count differs
+    from their game's others (inspect a run itself to check its data).
 
 Then every problem found, each naming its file. Exits with status 1 when
 anything is damaged or incomplete, or nothing usable was found.
@@ -24,6 +28,7 @@ anything is damaged or incomplete, or nothing usable was found.
       --verify
   fixed-replay inspect /data/rlu/Pong --run=1
   fixed-replay inspect /data/pong1_compact --verify
+  fixed-replay inspect /data/games
 """
 
 import json
@@ -105,6 +110,59 @@ def _inspect_run(directory, kind):
   return _report(summary, tables.format_run_table)
 
 
+def _inspect_root(directory):
+  """Lists a root's games and runs, and which are missing or differ.
+
+  Returns:
+    The exit status, or None if the directory holds no <Game>/<run>/ runs.
+  """
+  # Imported here: the other layouts need none of the samplers.
+  from fixed_replay import mixture
+  from fixed_replay.sources.dopamine import checkpoints
+  from fixed_replay.store import manifest as manifest_lib
+
+  try:
+    runs = mixture.find_runs(directory)
+  except ValueError as error:
+    raise CheckpointError(directory, str(error)) from error
+  except CheckpointError as error:
+    if error.problem == mixture.NO_RUNS:
+      return None  # Not a root of runs: the unknown layout is reported.
+    raise
+  counts, lines = {}, []
+  for run in runs:
+    found = layout.detect(run.data_dir)
+    if found.kind is layout.Kind.STORE:
+      suffixes = manifest_lib.find_stored_checkpoints(found.data_dir)
+    else:
+      suffixes = checkpoints.scan_checkpoints(found.data_dir)[0]
+    counts[run] = len(suffixes)
+    kind = 'compact store' if found.kind is layout.Kind.STORE else 'Dopamine'
+    lines.append(f'{run.game:<16} {run.name:<6} {len(suffixes):>11}  {kind}')
+  games = sorted({r.game for r in runs})
+  print(f'{directory}: {len(games)} game(s), {len(runs)} run(s)')
+  print(f'{"game":<16} {"run":<6} {"checkpoints":>11}  kind')
+  print('\n'.join(lines))
+  notes = []
+  names = {r.name for r in runs}
+  for game in games:
+    own = [r for r in runs if r.game == game]
+    lacking = sorted(names - {r.name for r in own})
+    if lacking:
+      notes.append(f'missing: {game} lacks run(s) {", ".join(lacking)}')
+    sizes = [counts[r] for r in own]
+    usual = max(set(sizes), key=sizes.count)
+    notes += [
+      f"differs: {game}/{r.name} has {counts[r]} checkpoints, its game's "
+      f'others {usual}'
+      for r in own
+      if counts[r] != usual
+    ]
+  if notes:
+    print('\n'.join(notes))
+  return 0
+
+
 def main(argv: list[str]) -> int:
   """Inspects the directory named by the one positional argument."""
   if len(argv) != 2:
@@ -117,6 +175,10 @@ def main(argv: list[str]) -> int:
     found = layout.detect(directory)
     if found.kind in (layout.Kind.RLU, layout.Kind.TFDS):
       return _inspect_run(directory, found.kind.name.lower())
+    if found.kind is layout.Kind.UNKNOWN:
+      root = _inspect_root(directory)
+      if root is not None:
+        return root
     summary = store_inspection.summarize_data(
       found,
       stack_size=_STACK_SIZE.value,
