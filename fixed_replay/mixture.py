@@ -13,8 +13,9 @@ from one categorical distribution:
   starts) loaded now, so that draws stay uniform over every loaded row of the
   game, as within one run.
 
-Each run is then asked once for all its elements of the batch: the Python
-loop is per run, never per transition.
+The runs of several batches' elements are drawn at once, and each run is
+then asked once for all of its elements: the Python loop is per run and per
+few batches, never per transition.
 
 Actions: the data stores each game's indices into its *minimal* action set.
 `action_space='full'` maps them to ALE's 18 actions through ale-py's own

@@ -395,12 +395,16 @@ def test_rem_mixing_weights_are_fresh_convex_and_used(cartpole_dir):
     target = batch['reward'] + 0.99 * (next_heads @ alpha).max(axis=1) * (
       1 - batch['terminal']
     )
-    np.testing.assert_allclose(loss, _huber(target - q).mean(), rtol=1e-5)
+    mixed = _huber(target - q).mean()
+    np.testing.assert_allclose(loss, mixed, rtol=1e-5)
     uniform = np.full_like(alpha, 1 / alpha.size)
     other = batch['reward'] + 0.99 * (next_heads @ uniform).max(axis=1) * (
       1 - batch['terminal']
     )
-    assert not np.isclose(loss, _huber(other - q).mean(), rtol=1e-5)
+    # Near initialisation the heads barely differ, so uniform weights can
+    # give a loss within 1e-5 of the agent's by chance (5.6e-6 was seen):
+    # the agent's weights must explain its loss better than uniform ones.
+    assert abs(loss - mixed) < abs(loss - _huber(other - q).mean())
 
 
 def test_rem_acts_on_the_mean_of_its_heads(cartpole_dir):
