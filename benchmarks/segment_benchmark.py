@@ -79,12 +79,11 @@ def sample_segments(store, seconds):
     count += 1
   rate = count * BATCH * SEGMENT_LENGTH / (time.process_time() - cpu)
   # What grows with the rows: each row's small arrays (action, reward,
-  # terminal), valid-row entry, unit offset and CRC, and return-to-go.
-  # Dictionaries and batches do not.
+  # terminal), valid-row entry, unit offset, and return-to-go (the unit
+  # CRCs stay in their file, mapped). Dictionaries and batches do not.
   source = sampler.buffer.source
   held = sum(
     stored.frames.offsets.nbytes
-    + stored.frames.crcs.nbytes
     + stored.num_rows
     * (stored.arrays.row_bytes(['action', 'reward', 'terminal']) + 4)
     for stored in source._stored  # noqa: SLF001
