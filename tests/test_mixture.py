@@ -6,6 +6,7 @@ sets of 6, 4 and 9. The oracle of every transition and segment step is
 Dopamine's `OutOfGraphReplayBuffer` loaded from its run's files.
 """
 
+import os
 import shutil
 
 from dopamine.discrete_domains import atari_lib
@@ -366,3 +367,38 @@ def test_inspect_lists_a_roots_games_and_what_is_missing(roots, tmp_path):
   unknown = inspect(tmp_path / 'empty')
   assert unknown.returncode == 1
   assert 'no known layout' in unknown.stderr
+
+
+def test_convert_a_root_of_games_into_the_same_layout(roots, tmp_path):
+  import subprocess
+  import sys
+
+  def convert_cli(*args):
+    return subprocess.run(
+      [sys.executable, '-m', 'fixed_replay.cli', 'convert', *map(str, args)],
+      capture_output=True,
+      text=True,
+    )
+
+  destination = tmp_path / 'games'
+  done = convert_cli(
+    roots['files'],
+    destination,
+    '--games=Pong,Breakout',
+    '--runs=1',
+    '--workers=1',
+  )
+  assert done.returncode == 0, done.stderr[-3000:]
+  assert sorted(os.listdir(destination)) == ['Breakout', 'Pong']
+  assert os.listdir(destination / 'Pong') == ['1']
+  with ReplayMixture(str(destination), batch_size=8, seed=0) as mixture:
+    assert [(r.game, r.name) for r in mixture.runs] == [
+      ('Breakout', '1'),
+      ('Pong', '1'),
+    ]
+    mixture.sample()
+  refused = convert_cli(
+    roots['files'] / 'Pong' / '1', tmp_path / 'one', '--games=Pong'
+  )
+  assert refused.returncode != 0
+  assert '--games and --runs select runs under a ROOT' in refused.stderr

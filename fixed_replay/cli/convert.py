@@ -29,6 +29,9 @@ Several Dopamine runs at once, each into its own store under DST:
   fixed-replay convert GAME_DIR DST   every run directory of GAME_DIR (one
       holding checkpoints itself or in replay_logs/, as in the DQN Replay
       Dataset's Pong/1/replay_logs) goes to DST/<run directory's name>/;
+  fixed-replay convert ROOT DST [--games=Pong,Breakout] [--runs=1,2]   every
+      run of a root of games (ROOT/<Game>/<run>, as fixed_replay.ReplayMixture
+      reads) goes to DST/<Game>/<run>/, all in one job;
   fixed-replay convert SRC1 SRC2 ... DST   each run (its checkpoints in
       SRC or SRC/replay_logs) to DST/<SRC's name>/ (the name of its parent
       for a SRC named replay_logs).
@@ -46,6 +49,7 @@ Then train on DST, either format, with `fixed-replay train --replay_dir=DST
   fixed-replay convert gs://rl_unplugged/atari_episodes_ordered/Pong \\
       /data/pong1 --run=1
   fixed-replay convert /data/rlu/Pong /data/compact/Pong --run=all
+  fixed-replay convert /data/dqn /data/games --games=Pong,Breakout --runs=1
 """
 
 import os
@@ -136,6 +140,12 @@ _RUN = flags.DEFINE_string(
   None,
   'Run to convert when SRC holds RL Unplugged shards of several runs: N, '
   'or all (each run r into DST/run_<r>/).',
+)
+_GAMES = flags.DEFINE_list(
+  'games', None, 'Games to convert under a ROOT of <Game>/<run> (all).'
+)
+_RUNS = flags.DEFINE_list(
+  'runs', None, 'Runs to convert under a ROOT of <Game>/<run> (all).'
 )
 _FORMAT = flags.DEFINE_enum(
   'format',
@@ -248,6 +258,34 @@ def several_runs(sources, destination):
   return [
     (_checkpoint_dir(source), os.path.join(destination, name))
     for source, name in zip(sources, names, strict=True)
+  ]
+
+
+def _root_runs(root, destination):
+  """[(run, store)] of ROOT/<Game>/<run>, each into DST/<Game>/<run>/.
+
+  None if ROOT holds no such runs: a run, a game's directory of runs, or
+  what converting it as one run then names.
+  """
+  # Imported here: a single run's conversion needs none of the samplers.
+  from fixed_replay import mixture
+
+  if layout.detect(root).kind is not layout.Kind.UNKNOWN:
+    return None
+  try:
+    runs = mixture.find_runs(root, _GAMES.value, _RUNS.value)
+  except ValueError as error:
+    raise app.UsageError(str(error)) from error
+  except CheckpointError as error:
+    if error.problem == mixture.NO_RUNS:
+      return None
+    raise
+  return [
+    (
+      layout.detect(run.data_dir).data_dir,
+      os.path.join(destination, run.game, run.name),
+    )
+    for run in runs
   ]
 
 
@@ -364,7 +402,15 @@ def main(argv: list[str]) -> int:
       for store, result in _convert_all_runs(sources[0], destination, options):
         _print_result('rlu', result, store)
       return 0
-    runs = several_runs(sources, destination)
+    runs = None
+    if len(sources) == 1 and not _SOURCE.value:
+      runs = _root_runs(sources[0], destination)
+    if (_GAMES.value or _RUNS.value) and runs is None:
+      raise app.UsageError(
+        '--games and --runs select runs under a ROOT of <Game>/<run> '
+        'directories'
+      )
+    runs = runs or several_runs(sources, destination)
     if runs is None:
       kind, result = _convert(sources[0], destination, options)
       _print_result(kind, result, destination)
