@@ -141,16 +141,24 @@ def _replicate(store, num_checkpoints):
   from fixed_replay.store import manifest as manifest_lib
 
   origin = os.path.join(store, manifest_lib.checkpoint_dirname(0))
+  link_checkpoints(origin, store, range(1, num_checkpoints))
+
+
+def link_checkpoints(origin, store, suffixes, **fields):
+  """store/checkpoint_<s>/ for each suffix: hard links of the stored
+  checkpoint `origin`, each with its own manifest (`fields` changed)."""
+  from fixed_replay.store import manifest as manifest_lib
+
   manifest = manifest_lib.read_manifest(origin)
-  for suffix in range(1, num_checkpoints):
+  for suffix in suffixes:
     target = os.path.join(store, manifest_lib.checkpoint_dirname(suffix))
     if os.path.exists(target):
       continue
-    os.mkdir(target)
+    os.makedirs(target)
     for name in os.listdir(origin):
       if name != manifest_lib.MANIFEST:
         os.link(os.path.join(origin, name), os.path.join(target, name))
-    copy = dict(manifest, suffix=suffix)
+    copy = dict(manifest, suffix=suffix, **fields)
     copy['source'] = dict(manifest['source'])
     copy['source']['files'] = {
       name.replace('.0.gz', f'.{suffix}.gz'): size

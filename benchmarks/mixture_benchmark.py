@@ -28,11 +28,13 @@ import time
 
 from absl import app
 from absl import flags
+import busy_store_benchmark
 import common
 import numpy as np
 
 _RUNS = flags.DEFINE_integer('runs', 40, 'Runs of the mixture.')
-_CHECKPOINTS = flags.DEFINE_integer('checkpoints', 50, 'Checkpoints a run.')
+# --checkpoints (50, checkpoints a run) is busy_store_benchmark's flag.
+_CHECKPOINTS = busy_store_benchmark._CHECKPOINTS  # noqa: SLF001
 _GAME = flags.DEFINE_string('busy_game', 'MsPacman', 'busy_<game> data.')
 _SECONDS = flags.DEFINE_float('seconds', 10.0, 'Sampling time per method.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'Transitions a batch.')
@@ -74,28 +76,15 @@ def build_root(game, num_runs, num_checkpoints):
   if not os.path.isdir(converted):
     convert.convert(source, converted, workers=0)
   origin = os.path.join(converted, manifest_lib.checkpoint_dirname(0))
-  manifest = manifest_lib.read_manifest(origin)
   root = os.path.join(
     common.DATA_DIR, f'mixture_{game}_{num_runs}x{num_checkpoints}'
   )
   for run in range(num_runs):
     folder_game = GAMES[run % len(GAMES)]
     run_dir = os.path.join(root, folder_game, str(run // len(GAMES) + 1))
-    for suffix in range(num_checkpoints):
-      target = os.path.join(run_dir, manifest_lib.checkpoint_dirname(suffix))
-      if os.path.exists(target):
-        continue
-      os.makedirs(target)
-      for name in os.listdir(origin):
-        if name != manifest_lib.MANIFEST:
-          os.link(os.path.join(origin, name), os.path.join(target, name))
-      copy = dict(manifest, suffix=suffix, game=folder_game)
-      copy['source'] = dict(manifest['source'])
-      copy['source']['files'] = {
-        name.replace('.0.gz', f'.{suffix}.gz'): size
-        for name, size in manifest['source']['files'].items()
-      }
-      manifest_lib.write_manifest(target, copy)
+    busy_store_benchmark.link_checkpoints(
+      origin, run_dir, range(num_checkpoints), game=folder_game
+    )
   return root
 
 

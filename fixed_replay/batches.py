@@ -50,12 +50,19 @@ def named(buffer: Any, batch: tuple) -> dict[str, np.ndarray]:
   return {e.name: array for e, array in zip(elements, batch, strict=True)}
 
 
-def sample(buffer, num_batches: int | None = None) -> Iterator[dict]:
-  """Yields `num_batches` (None: endless) minibatches of `buffer`, named."""
+def repeated(sample, num_batches: int | None = None) -> Iterator[dict]:
+  """Yields `num_batches` (None: endless) results of `sample()`."""
   count = 0
   while num_batches is None or count < num_batches:
-    yield named(buffer, buffer.sample_transition_batch())
+    yield sample()
     count += 1
+
+
+def sample(buffer, num_batches: int | None = None) -> Iterator[dict]:
+  """Yields `num_batches` (None: endless) minibatches of `buffer`, named."""
+  return repeated(
+    lambda: named(buffer, buffer.sample_transition_batch()), num_batches
+  )
 
 
 def stream_seed(seed: int, stream: int) -> int:

@@ -56,16 +56,18 @@ RUN = 'run'
 
 @dataclasses.dataclass(frozen=True)
 class MixtureRun:
-  """One run of a mixture: its game, its name and where its data is."""
+  """One run of a mixture: its game, its name, where its data is and what
+  that holds (sources/layout.py's answer, found once)."""
 
   game: str
   name: str
   data_dir: str
+  detected: layout.Layout
 
 
-def _run_dirs(root: str) -> dict[str, list[tuple[str, str]]]:
-  """{folder name: [(run name, run directory)]} under ROOT/<game>/<run>."""
-  found, problems = {}, []
+def _run_dirs(root: str) -> list[tuple[str, str, str, layout.Layout]]:
+  """[(folder name, run name, run directory, its layout)] of ROOT/<g>/<r>."""
+  found, problems = [], []
   for game in sorted(storage.listdir(root)):
     game_dir = storage.join(root, game)
     if game.startswith('.') or not storage.isdir(game_dir):
@@ -76,7 +78,7 @@ def _run_dirs(root: str) -> dict[str, list[tuple[str, str]]]:
         continue
       detected = layout.detect(run_dir)
       if detected.trainable:
-        found.setdefault(game, []).append((name, run_dir))
+        found.append((game, name, run_dir, detected))
       elif detected.kind in (layout.Kind.PARTIAL, layout.Kind.RLU):
         problems.append(f'{run_dir}: {detected.error().problem}')
   if problems:
@@ -94,8 +96,8 @@ def find_runs(
   """The runs a mixture samples, sorted by game then run name.
 
   A run's game is the one its data records (a store's manifest), else its
-  folder's name (or the mapping's key). Both must agree, and ALE must know
-  the game.
+  folder's name (or the mapping's key, which must then agree with it); ALE
+  must know the game.
 
   Args:
     data: str, a root laid out as the dataset is (ROOT/Pong/1, ...); or a
@@ -116,21 +118,20 @@ def find_runs(
     if runs is not None:
       raise ValueError('runs= selects runs under a root; a mapping lists them')
     listed = [
-      (game, layout.run_name(d), str(d))
+      (game, layout.run_name(d), str(d), layout.detect(str(d)))
       for game, dirs in data.items()
       for d in ([dirs] if isinstance(dirs, str) else dirs)
     ]
   else:
     wanted = None if runs is None else {str(r) for r in runs}
     listed = [
-      (folder, name, run_dir)
-      for folder, found in _run_dirs(str(data)).items()
-      for name, run_dir in found
-      if wanted is None or name in wanted
+      entry
+      for entry in _run_dirs(str(data))
+      if wanted is None or entry[1] in wanted
     ]
   chosen, wrong = [], []
-  for listed_game, name, run_dir in listed:
-    recorded = layout.detect(run_dir).game
+  for listed_game, name, run_dir, detected in listed:
+    recorded = detected.game
     game = recorded or listed_game
     if games is not None and game not in games:
       continue
@@ -138,7 +139,7 @@ def find_runs(
       wrong.append(f'{run_dir} holds {recorded}, listed as {listed_game}')
     elif not ale_games.is_atari_game(game):
       wrong.append(f'{run_dir}: {game!r} is not a game ALE knows')
-    chosen.append(MixtureRun(game, name, run_dir))
+    chosen.append(MixtureRun(game, name, run_dir, detected))
   if wrong:
     raise ValueError('; '.join(wrong))
   missing = sorted(set(games or ()) - {r.game for r in chosen})
@@ -447,10 +448,7 @@ class ReplayMixture:
 
   def batches(self, num_batches: int | None = None):
     """Yields `num_batches` (None: endless) batches."""
-    count = 0
-    while num_batches is None or count < num_batches:
-      yield self.sample()
-      count += 1
+    return batches.repeated(self.sample, num_batches)
 
   def reload_buffer(self) -> None:
     """Swaps in every run's next set of checkpoints (when it loads sets)."""

@@ -396,10 +396,7 @@ class SegmentSampler:
 
   def batches(self, num_batches: int | None = None):
     """Yields `num_batches` (None: endless) batches of segments."""
-    count = 0
-    while num_batches is None or count < num_batches:
-      yield self.sample()
-      count += 1
+    return batches.repeated(self.sample, num_batches)
 
   def reload_buffer(self) -> None:
     """Swaps in the buffer's next set of checkpoints (when it loads sets)."""

@@ -31,15 +31,12 @@ def bucket(rlu_dir, tmp_path_factory):
   return root
 
 
+def _cli_download(*args):
+  return [sys.executable, '-m', 'fixed_replay.cli', 'download', *map(str, args)]
+
+
 def _download(*args):
-  return [
-    sys.executable,
-    '-m',
-    'fixed_replay.cli',
-    'download',
-    '--game=Breakout',
-    *map(str, args),
-  ]
+  return _cli_download('--game=Breakout', *args)
 
 
 def _files(directory):
@@ -156,11 +153,7 @@ def test_several_runs_convert_into_the_layout_a_mixture_reads(bucket, tmp_path):
   """--games/--runs with --store_root: ROOT/<Game>/<run>, then a mixture."""
   root = tmp_path / 'games'
   completed = subprocess.run(
-    [
-      sys.executable,
-      '-m',
-      'fixed_replay.cli',
-      'download',
+    _cli_download(
       '--games=Breakout',
       '--runs=1,2',
       tmp_path / 'rlu',
@@ -168,7 +161,7 @@ def test_several_runs_convert_into_the_layout_a_mixture_reads(bucket, tmp_path):
       '--convert',
       f'--store_root={root}',
       '--checkpoints=0-1',
-    ],
+    ),
     capture_output=True,
     text=True,
   )
@@ -187,17 +180,13 @@ def test_several_runs_convert_into_the_layout_a_mixture_reads(bucket, tmp_path):
     assert set(batch['run'].tolist()) == {0, 1}
   # One run's store dir cannot take several runs.
   refused = subprocess.run(
-    [
-      sys.executable,
-      '-m',
-      'fixed_replay.cli',
-      'download',
+    _cli_download(
       '--games=Breakout',
       '--runs=1,2',
       tmp_path / 'rlu',
       '--convert',
       f'--store_dir={tmp_path / "one"}',
-    ],
+    ),
     capture_output=True,
     text=True,
   )

@@ -233,17 +233,29 @@ def _check_dopamine_flags(options):
     raise app.UsageError('--run is for RL Unplugged shards (--source=rlu)')
 
 
+_NOT_A_ROOT = (
+  '--games and --runs select runs under a ROOT of <Game>/<run> directories'
+)
+
+
 def several_runs(sources, destination):
   """[(run, store)] when SRC names several runs, None for a single run.
 
   Raises:
-    app.UsageError: if two runs would share a store.
+    app.UsageError: if two runs would share a store, or --games or --runs
+      are given without a root of games.
   """
-  if len(sources) == 1:
-    if _SOURCE.value:
-      return None
+  selecting = bool(_GAMES.value or _RUNS.value)
+  if len(sources) == 1 and not _SOURCE.value:
     found = layout.detect(sources[0])
-    if found.kind is not layout.Kind.GAME:
+    if found.kind is layout.Kind.UNKNOWN:
+      runs = _root_runs(sources[0], destination)
+      if runs is not None or not selecting:
+        return runs
+  if selecting:
+    raise app.UsageError(_NOT_A_ROOT)
+  if len(sources) == 1:
+    if _SOURCE.value or found.kind is not layout.Kind.GAME:
       return None  # Converting it as one run names what is wrong.
     return [
       (run_dir, os.path.join(destination, name)) for name, run_dir in found.runs
@@ -264,14 +276,12 @@ def several_runs(sources, destination):
 def _root_runs(root, destination):
   """[(run, store)] of ROOT/<Game>/<run>, each into DST/<Game>/<run>/.
 
-  None if ROOT holds no such runs: a run, a game's directory of runs, or
-  what converting it as one run then names.
+  None if ROOT holds no such runs (converting it as one run then names
+  what it holds).
   """
   # Imported here: a single run's conversion needs none of the samplers.
   from fixed_replay import mixture
 
-  if layout.detect(root).kind is not layout.Kind.UNKNOWN:
-    return None
   try:
     runs = mixture.find_runs(root, _GAMES.value, _RUNS.value)
   except ValueError as error:
@@ -282,7 +292,7 @@ def _root_runs(root, destination):
     raise
   return [
     (
-      layout.detect(run.data_dir).data_dir,
+      run.detected.data_dir,
       os.path.join(destination, run.game, run.name),
     )
     for run in runs
@@ -402,15 +412,7 @@ def main(argv: list[str]) -> int:
       for store, result in _convert_all_runs(sources[0], destination, options):
         _print_result('rlu', result, store)
       return 0
-    runs = None
-    if len(sources) == 1 and not _SOURCE.value:
-      runs = _root_runs(sources[0], destination)
-    if (_GAMES.value or _RUNS.value) and runs is None:
-      raise app.UsageError(
-        '--games and --runs select runs under a ROOT of <Game>/<run> '
-        'directories'
-      )
-    runs = runs or several_runs(sources, destination)
+    runs = several_runs(sources, destination)
     if runs is None:
       kind, result = _convert(sources[0], destination, options)
       _print_result(kind, result, destination)

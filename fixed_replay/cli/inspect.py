@@ -131,7 +131,7 @@ def _inspect_root(directory):
     raise
   counts, lines = {}, []
   for run in runs:
-    found = layout.detect(run.data_dir)
+    found = run.detected
     if found.kind is layout.Kind.STORE:
       suffixes = manifest_lib.find_stored_checkpoints(found.data_dir)
     else:
