@@ -25,7 +25,6 @@ game's (18,) mask.
 
 from collections.abc import Mapping
 from collections.abc import Sequence
-import dataclasses
 from typing import Any
 
 from absl import logging
@@ -35,119 +34,18 @@ from fixed_replay import batches
 from fixed_replay import progress
 from fixed_replay import segments
 from fixed_replay.errors import CheckpointError
-from fixed_replay.io import files as storage
 from fixed_replay.replay import transitions
 from fixed_replay.sources import ale_games
-from fixed_replay.sources import layout
+from fixed_replay.sources import game_roots
 
 ACTION_SPACES = ('minimal', 'full')
 # Most bytes of batches drawn ahead (see ReplayMixture._stage), and the
 # elements each run should get a call, on average, when that allows.
 STAGED_BYTES = 64 << 20
 ELEMENTS_A_CALL = 32
-NO_RUNS = (
-  'no runs found: expected <game>/<run>/ directories of Dopamine '
-  'checkpoints or compact stores (as ROOT/Pong/1)'
-)
 # What a sampled batch adds to its sampler's elements.
 GAME_ID = 'game_id'
 RUN = 'run'
-
-
-@dataclasses.dataclass(frozen=True)
-class MixtureRun:
-  """One run of a mixture: its game, its name, where its data is and what
-  that holds (sources/layout.py's answer, found once)."""
-
-  game: str
-  name: str
-  data_dir: str
-  detected: layout.Layout
-
-
-def _run_dirs(root: str) -> list[tuple[str, str, str, layout.Layout]]:
-  """[(folder name, run name, run directory, its layout)] of ROOT/<g>/<r>."""
-  found, problems = [], []
-  for game in sorted(storage.listdir(root)):
-    game_dir = storage.join(root, game)
-    if game.startswith('.') or not storage.isdir(game_dir):
-      continue
-    for name in sorted(storage.listdir(game_dir)):
-      run_dir = storage.join(game_dir, name)
-      if name.startswith('.') or not storage.isdir(run_dir):
-        continue
-      detected = layout.detect(run_dir)
-      if detected.trainable:
-        found.append((game, name, run_dir, detected))
-      elif detected.kind in (layout.Kind.PARTIAL, layout.Kind.RLU):
-        problems.append(f'{run_dir}: {detected.error().problem}')
-  if problems:
-    raise CheckpointError(root, '; '.join(problems))
-  if not found:
-    raise CheckpointError(root, NO_RUNS)
-  return found
-
-
-def find_runs(
-  data: str | Mapping[str, str | Sequence[str]],
-  games: Sequence[str] | None = None,
-  runs: Sequence[str | int] | None = None,
-) -> list[MixtureRun]:
-  """The runs a mixture samples, sorted by game then run name.
-
-  A run's game is the one its data records (a store's manifest), else its
-  folder's name (or the mapping's key, which must then agree with it); ALE
-  must know the game.
-
-  Args:
-    data: str, a root laid out as the dataset is (ROOT/Pong/1, ...); or a
-      mapping {game: run directory or list of them}.
-    games: games to keep (None: all found).
-    runs: run names to keep under a root, e.g. [1, 2] (None: all).
-
-  Returns:
-    list of MixtureRun.
-
-  Raises:
-    CheckpointError: if a root holds no runs, or half-written ones.
-    ValueError: if a game asked for is missing, a game is not ALE's, or
-      the data records another game than its folder; naming the directories.
-  """
-  given = isinstance(data, Mapping)
-  if given:
-    if runs is not None:
-      raise ValueError('runs= selects runs under a root; a mapping lists them')
-    listed = [
-      (game, layout.run_name(d), str(d), layout.detect(str(d)))
-      for game, dirs in data.items()
-      for d in ([dirs] if isinstance(dirs, str) else dirs)
-    ]
-  else:
-    wanted = None if runs is None else {str(r) for r in runs}
-    listed = [
-      entry
-      for entry in _run_dirs(str(data))
-      if wanted is None or entry[1] in wanted
-    ]
-  chosen, wrong = [], []
-  for listed_game, name, run_dir, detected in listed:
-    recorded = detected.game
-    game = recorded or listed_game
-    if games is not None and game not in games:
-      continue
-    if given and recorded not in (None, listed_game):
-      wrong.append(f'{run_dir} holds {recorded}, listed as {listed_game}')
-    elif not ale_games.is_atari_game(game):
-      wrong.append(f'{run_dir}: {game!r} is not a game ALE knows')
-    chosen.append(MixtureRun(game, name, run_dir, detected))
-  if wrong:
-    raise ValueError('; '.join(wrong))
-  missing = sorted(set(games or ()) - {r.game for r in chosen})
-  if missing or not chosen:
-    raise ValueError(
-      f'{data}: no runs of {", ".join(missing) or "any game"} ' f'(runs={runs})'
-    )
-  return sorted(chosen, key=lambda r: (r.game, r.name))
 
 
 class _Transitions:
@@ -262,7 +160,7 @@ class ReplayMixture:
       raise ValueError(
         f'action_space must be one of {ACTION_SPACES}, got {action_space!r}'
       )
-    self.runs = tuple(find_runs(data, games, runs))
+    self.runs = tuple(game_roots.find_runs(data, games, runs))
     self.games = sorted({r.game for r in self.runs})
     self.action_space = action_space
     self.batch_size = int(batch_size)

@@ -280,14 +280,14 @@ def _root_runs(root, destination):
   what it holds).
   """
   # Imported here: a single run's conversion needs none of the samplers.
-  from fixed_replay import mixture
+  from fixed_replay.sources import game_roots
 
   try:
-    runs = mixture.find_runs(root, _GAMES.value, _RUNS.value)
+    runs = game_roots.find_runs(root, _GAMES.value, _RUNS.value)
   except ValueError as error:
     raise app.UsageError(str(error)) from error
   except CheckpointError as error:
-    if error.problem == mixture.NO_RUNS:
+    if error.problem == game_roots.NO_RUNS:
       return None
     raise
   return [

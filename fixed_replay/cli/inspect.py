@@ -117,16 +117,16 @@ def _inspect_root(directory):
     The exit status, or None if the directory holds no <Game>/<run>/ runs.
   """
   # Imported here: the other layouts need none of the samplers.
-  from fixed_replay import mixture
+  from fixed_replay.sources import game_roots
   from fixed_replay.sources.dopamine import checkpoints
   from fixed_replay.store import manifest as manifest_lib
 
   try:
-    runs = mixture.find_runs(directory)
+    runs = game_roots.find_runs(directory)
   except ValueError as error:
     raise CheckpointError(directory, str(error)) from error
   except CheckpointError as error:
-    if error.problem == mixture.NO_RUNS:
+    if error.problem == game_roots.NO_RUNS:
       return None  # Not a root of runs: the unknown layout is reported.
     raise
   counts, lines = {}, []
