@@ -22,6 +22,7 @@ from fixed_replay.agents.tf.wrapped_fixed_replay_buffer import (
 )
 from fixed_replay.convert import convert
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import spill
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.sources.dopamine import validity
@@ -356,6 +357,30 @@ def test_bound_num_buffers_samples_that_many_per_iteration(
   buffer.reload_buffer(num_buffers=3)
   assert len(buffer.loaded_suffixes) == 3
   buffer.close()
+
+
+def test_tables_are_mapped_from_unlinked_spill_files(
+  store, oracles, tmp_path, monkeypatch
+):
+  """Dictionaries, offsets, arrays and the valid-row table live in unlinked
+  files of FIXED_REPLAY_SPILL_DIR; where it cannot be written, in memory.
+  Either way the transitions are Dopamine's."""
+  monkeypatch.setattr(spill, 'SMALLEST_BYTES', 0)  # This store's are small.
+  for spill_dir, mapped_tables in (
+    (tmp_path, 4 * 2 + 3 + 1),
+    (tmp_path / 'no', 0),
+  ):
+    monkeypatch.setenv(spill.DIRECTORY_VARIABLE, str(spill_dir))
+    buffer = _buffer(store, seed=3)
+    with open('/proc/self/maps') as maps:
+      mapped = [line for line in maps if f' {spill_dir}/' in line]
+    assert len(mapped) >= mapped_tables
+    assert all(line.rstrip().endswith('(deleted)') for line in mapped)
+    for _ in range(3):
+      batch = as_dict(buffer, buffer.sample_transition_batch())
+      assert_equals_oracle(batch, oracles)
+    buffer.close()
+  assert not list(tmp_path.iterdir())
 
 
 def test_compact_replay_buffer_is_fixed_replay_buffer(store):

@@ -15,6 +15,7 @@ import numpy as np
 
 from fixed_replay import progress
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import spill
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import frame_sources
 from fixed_replay.replay import transitions
@@ -179,7 +180,7 @@ def _read_small_arrays(stored, windows, names):
   arrays = {}
   for name in names:
     dtype, row_shape = stored[0].arrays.row_type(name)
-    arrays[name] = np.empty((int(counts.sum()),) + row_shape, dtype)
+    arrays[name] = spill.empty((int(counts.sum()),) + row_shape, dtype)
   for checkpoint, (start, count), offset in zip(
     stored, windows, offsets, strict=True
   ):

@@ -23,6 +23,7 @@ import math
 
 import numpy as np
 
+from fixed_replay.io import spill
 from fixed_replay.replay import batch_kernels
 from fixed_replay.sources.dopamine import validity
 
@@ -329,9 +330,8 @@ class ValidRowTable:
   @classmethod
   def concatenate(cls, suffixes, valid_rows, dtype=None) -> 'ValidRowTable':
     """A table whose rows are laid end to end (see `concatenated`)."""
-    joined = np.concatenate(list(valid_rows)).astype(
-      dtype or np.int64, copy=False
-    )
+    joined = spill.empty(sum(map(len, valid_rows)), dtype or np.int64)
+    np.concatenate(valid_rows, out=joined, casting='same_kind')
     ends = np.cumsum([len(r) for r in valid_rows])
     return cls(suffixes, np.split(joined, ends[:-1]), concatenated=joined)
 

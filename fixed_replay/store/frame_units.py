@@ -24,6 +24,7 @@ import numpy as np
 import zstandard
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import spill
 from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import unit_decoding
@@ -195,7 +196,8 @@ class StoredUnits(frame_blocks.StoredFrameFile):
         files,
         manifest_lib.load_npy,
       )
-      offsets = np.zeros(len(sizes) + 1, np.int64)
+      offsets = spill.empty(len(sizes) + 1, np.int64)
+      offsets[0] = 0
       np.cumsum(sizes, out=offsets[1:])
     else:
       offsets = self._load_checked(
@@ -208,11 +210,13 @@ class StoredUnits(frame_blocks.StoredFrameFile):
       files,
       lambda path: manifest_lib.load_npy(path, mmap=True),
     )
-    dictionary = b''
+    dictionary = np.empty(0, np.uint8)
     if spec.get('dictionary'):
-      dictionary = self._load_checked(
+      data = self._load_checked(
         spec['dictionary'], files, manifest_lib.read_small
       )
+      dictionary = spill.empty(len(data), np.uint8)
+      dictionary[:] = np.frombuffer(data, np.uint8)
     self._check_index(offsets, crcs)
     # The compiled decoder reads these two through their addresses.
     self.offsets = np.ascontiguousarray(offsets, np.int64)

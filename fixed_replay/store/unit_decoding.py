@@ -58,8 +58,8 @@ def _address(function):
 _zstd = _load_library('zstandard._cffi', 'ZSTD_decompress_usingDDict')
 _zstd.ZSTD_createDCtx.restype = ctypes.c_void_p
 _zstd.ZSTD_freeDCtx.argtypes = [ctypes.c_void_p]
-_zstd.ZSTD_createDDict.restype = ctypes.c_void_p
-_zstd.ZSTD_createDDict.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+_zstd.ZSTD_createDDict_byReference.restype = ctypes.c_void_p
+_zstd.ZSTD_createDDict_byReference.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _zstd.ZSTD_freeDDict.argtypes = [ctypes.c_void_p]
 _zstd.ZSTD_getErrorName.restype = ctypes.c_char_p
 _zstd.ZSTD_getErrorName.argtypes = [ctypes.c_size_t]
@@ -289,14 +289,22 @@ def context():
 
 
 class Dictionary:
-  """A zstd dictionary digested for decoding, shared by every thread."""
+  """A zstd dictionary digested for decoding, shared by every thread.
+
+  zstd keeps its entropy tables (about 27 KB) and refers to `data`, a uint8
+  array held here, for the content: a spilled array keeps the megabyte out
+  of the process's memory (io/spill.py).
+  """
 
   _free = _zstd.ZSTD_freeDDict
 
-  def __init__(self, data):
+  def __init__(self, data: np.ndarray):
     self.address = 0
-    if data:
-      self.address = _zstd.ZSTD_createDDict(data, len(data))
+    self._data = data
+    if len(data):
+      self.address = _zstd.ZSTD_createDDict_byReference(
+        data.ctypes.data, len(data)
+      )
       if not self.address:
         raise MemoryError('zstd could not load the dictionary')
 
