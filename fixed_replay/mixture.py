@@ -48,56 +48,25 @@ GAME_ID = 'game_id'
 RUN = 'run'
 
 
-class _Transitions:
-  """FixedReplayBuffer's transitions as a run of a mixture."""
-
-  def __init__(self, data_dir, batch_size, seed, arguments):
-    self.buffer = batches.open_buffer(
-      data_dir,
-      {
-        **arguments,
-        'batch_size': batch_size,
-        'seed': seed,
-        'sampling_threads': 0,
-      },
-    )
-
-  @property
-  def num_draws(self) -> int:
-    return self.buffer.num_valid_transitions
-
-  def element_shape(self) -> tuple:
-    return self.buffer.get_transition_elements(1)[0].shape[1:]
-
-  def get_transition_elements(self, batch_size):
-    return self.buffer.get_transition_elements(batch_size)
-
-  def sample_into(self, arrays, count):
-    """Samples `count` transitions into `arrays`, {name: (count, ...)}."""
-    self.buffer.allocate_batch = lambda elements: arrays
-    self.buffer.sample_transition_batch(count)
-
-  def reload_buffer(self):
-    self.buffer.reload_buffer()
-
-  def close(self):
-    self.buffer.close()
-
-
 class _Segments(segments.SegmentSampler):
   """SegmentSampler's segments as a run of a mixture."""
 
-  @property
-  def num_draws(self) -> int:
-    return int(self._index()[1][-1])
+  def sample_into(self, arrays, destinations):
+    """Samples a segment into each row `destinations` of `arrays`."""
+    for name, array in self.sample(len(destinations)).items():
+      arrays[name][destinations] = array
 
-  def element_shape(self) -> tuple:
-    return self.get_transition_elements(1)[0].shape[2:]
 
-  def sample_into(self, arrays, count):
-    """Samples `count` segments into `arrays`, {name: (count, ...)}."""
-    self.allocate_batch = lambda elements: arrays
-    self.sample(count)
+def _num_draws(sampler) -> int:
+  """What a run draws from: its valid transitions, or segment starts."""
+  if isinstance(sampler, _Segments):
+    return int(sampler._index()[1][-1])  # noqa: SLF001
+  return sampler.num_valid_transitions
+
+
+def _element_shape(sampler) -> tuple:
+  """The shape of one batch element's observations (segments: K of them)."""
+  return sampler.get_transition_elements(1)[0].shape[1:]
 
 
 class ReplayMixture:
@@ -169,18 +138,25 @@ class ReplayMixture:
     self._rng = np.random.default_rng(
       None if seed is None else batches.stream_seed(seed, 0)
     )
-    # Where batches are written (a DataLoader worker points it at its ring).
-    self.allocate_batch = segments.ReusedBatches()
-    self._staged = None  # {name: array} of batches drawn ahead
-    self._order = None  # (batches, B): each staged batch's rows
-    self._next = 0
+    # None: batches are views of the staged ones; a DataLoader worker
+    # points it at its ring, and batches are copied there.
+    self.allocate_batch = None
+    self._staging = segments.ReusedBatches(depth=2)
+    self._staged = None  # {name: array}: batches drawn ahead, end to end
+    self._next = 0  # The first staged row not yet in a batch.
     self._samplers = []
     with progress.bar(len(self.runs), 'Opening runs', 'run') as bar:
       for i, run in enumerate(self.runs):
         run_seed = None if seed is None else batches.stream_seed(seed, i + 1)
         if segment_length is None:
-          sampler = _Transitions(
-            run.data_dir, batch_size, run_seed, buffer_arguments
+          sampler = batches.open_buffer(
+            run.data_dir,
+            dict(
+              buffer_arguments,
+              batch_size=batch_size,
+              seed=run_seed,
+              sampling_threads=0,
+            ),
           )
         else:
           sampler = _Segments(
@@ -192,13 +168,13 @@ class ReplayMixture:
           )
         self._samplers.append(sampler)
         bar.update()
-    shapes = {s.element_shape() for s in self._samplers}
+    shapes = {_element_shape(s) for s in self._samplers}
     if len(shapes) > 1:
       self.close()
       raise ValueError(
         'the runs hold different observations: '
         + '; '.join(
-          f'{r.data_dir} {s.element_shape()}'
+          f'{r.data_dir} {_element_shape(s)}'
           for r, s in zip(self.runs, self._samplers, strict=True)
         )
       )
@@ -242,7 +218,7 @@ class ReplayMixture:
 
   def run_probabilities(self) -> np.ndarray:
     """Each run's chance of drawing an element, for the data loaded now."""
-    draws = np.array([s.num_draws for s in self._samplers], float)
+    draws = np.array([_num_draws(s) for s in self._samplers], float)
     per_game = np.bincount(
       self._run_game, weights=draws, minlength=len(self.games)
     )
@@ -270,64 +246,52 @@ class ReplayMixture:
         action outside its game's minimal set (action_space='full').
     """
     b = self.batch_size if batch_size is None else int(batch_size)
-    if (
-      self._order is None
-      or self._order.shape[1] != b
-      or (self._next == len(self._order))
-    ):
+    if self._staged is None or self._next + b > len(self._staged[RUN]):
       self._stage(b)
-    rows = self._order[self._next]
-    self._next += 1
-    batch = self.allocate_batch(self.get_transition_elements(b))
-    for name, array in self._staged.items():
-      np.take(array, rows, axis=0, out=batch[name])
-    run = batch[RUN]
-    game_id = self._run_game[run]
-    if self.action_space == 'full':
-      for name in ('action', 'next_action'):
-        if name in batch:
-          batch[name][:] = self._full_actions(batch[name], game_id, run)
-    batch[GAME_ID][:] = game_id
-    return batch
+    rows = slice(self._next, self._next + b)
+    self._next += b
+    batch = {name: array[rows] for name, array in self._staged.items()}
+    if self.allocate_batch is None:
+      return batch
+    out = self.allocate_batch(self.get_transition_elements(b))
+    for name, array in batch.items():
+      out[name][...] = array
+    return out
 
   def _stage(self, b):
     """Draws the next batches' elements, each run's in one call.
 
     A call per run and batch would cost more than the sampling itself with
     tens of runs. So the runs of several batches' elements are drawn at once
-    (i.i.d., as before), each run samples all of its elements in one call,
-    and each batch then gathers its own rows in draw order: the same
-    distribution, far fewer calls.
+    (i.i.d., as before), and each run samples all of its elements in one
+    call, writing each into its batch's row: the same distribution, far
+    fewer calls, no copy. A batch is a view of the staged arrays, which are
+    reused only once no batch of them is held (segments.ReusedBatches).
     """
-    self._order = None
+    self._staged = None
     elements = self.get_transition_elements(1)
     row_bytes = sum(
       np.dtype(e.type).itemsize * np.prod(e.shape) for e in elements
     )
     ahead = -(-ELEMENTS_A_CALL * len(self.runs) // b)
     ahead = max(1, min(ahead, STAGED_BYTES // int(row_bytes * b)))
-    total = ahead * b
-    run = self._rng.choice(len(self.runs), total, p=self.run_probabilities())
-    if self._staged is None or len(self._staged[RUN]) != total:
-      self._staged = transitions.empty_batch(
-        self.get_transition_elements(total)
-      )
+    run = self._rng.choice(
+      len(self.runs), ahead * b, p=self.run_probabilities()
+    )
+    staged = self._staging(self.get_transition_elements(ahead * b))
     by_run = np.argsort(run, kind='stable')
-    counts = np.bincount(run, minlength=len(self.runs))
-    start = 0
-    for r in np.flatnonzero(counts):
-      end = start + int(counts[r])
-      part = {
-        n: a[start:end]
-        for n, a in self._staged.items()
-        if n not in (GAME_ID, RUN)
-      }
-      self._samplers[r].sample_into(part, end - start)
-      start = end
-    self._staged[RUN][:] = run[by_run]
-    order = np.empty(total, np.int64)
-    order[by_run] = np.arange(total)
-    self._order, self._next = order.reshape(ahead, b), 0
+    ends = np.cumsum(np.bincount(run, minlength=len(self.runs)))
+    for r, rows in enumerate(np.split(by_run, ends[:-1])):
+      if len(rows):
+        self._samplers[r].sample_into(staged, rows)
+    game_id = self._run_game[run]
+    if self.action_space == 'full':
+      for name in ('action', 'next_action'):
+        if name in staged:
+          staged[name][:] = self._full_actions(staged[name], game_id, run)
+    staged[RUN][:] = run
+    staged[GAME_ID][:] = game_id
+    self._staged, self._next = staged, 0
 
   def _full_actions(self, actions, game_id, run):
     """Minimal-set indices to ALE's full set, for every element at once."""
@@ -350,7 +314,7 @@ class ReplayMixture:
 
   def reload_buffer(self) -> None:
     """Swaps in every run's next set of checkpoints (when it loads sets)."""
-    self._order = None  # Batches drawn from the old sets are dropped.
+    self._staged = None  # Batches drawn from the old sets are dropped.
     for sampler in self._samplers:
       sampler.reload_buffer()
 

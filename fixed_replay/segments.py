@@ -91,12 +91,8 @@ class _CheckpointSteps:
     reward = window.store[return_to_go_from][order].astype(np.float64)
     reward[~usable[episode]] = 0.0
     after = np.append(np.cumsum(reward[::-1])[::-1], 0.0)
-    self.return_to_go = spill.empty(rows, np.float32)
-    np.subtract(
-      after[:-1],
-      after[lasts[episode] + 1],
-      out=self.return_to_go,
-      casting='same_kind',
+    self.return_to_go = spill.copy(
+      (after[:-1] - after[lasts[episode] + 1]).astype(np.float32)
     )
     same_next = np.zeros(rows, bool)
     same_next[:-1] = step[1:] & step[:-1] & ~begins[1:]

@@ -142,7 +142,7 @@ def test_equal_weights_draw_every_game_as_often(roots):
   assert stats.chisquare(counts).pvalue > 1e-3, counts
   # Within Pong, runs in proportion to their valid transitions.
   chance = mixture.run_probabilities()
-  valid = np.array([s.num_draws for s in mixture._samplers], float)
+  valid = np.array([s.num_valid_transitions for s in mixture._samplers], float)
   np.testing.assert_allclose(
     chance, [0.5, *(0.5 * valid[1:] / valid[1:].sum())]
   )
@@ -152,7 +152,7 @@ def test_equal_weights_draw_every_game_as_often(roots):
 
 def test_weights_by_transitions_or_given(roots):
   by_size = ReplayMixture(str(roots['store']), weights='transitions', seed=0)
-  valid = np.array([s.num_draws for s in by_size._samplers], float)
+  valid = np.array([s.num_valid_transitions for s in by_size._samplers], float)
   np.testing.assert_allclose(by_size.run_probabilities(), valid / valid.sum())
   by_size.close()
   given = ReplayMixture(
@@ -178,6 +178,19 @@ def test_seeded_mixtures_repeat_their_batches(roots):
       np.testing.assert_array_equal(a[name], b[name], err_msg=name)
   first.close()
   second.close()
+
+
+def test_held_batches_are_never_overwritten(roots):
+  """A batch is a view of staged rows: new stages reuse only free arrays."""
+  mixture = ReplayMixture(str(roots['store']), seed=2, batch_size=16)
+  held = [mixture.sample() for _ in range(3)]
+  copies = [{k: v.copy() for k, v in batch.items()} for batch in held]
+  for size in (16, 7, 16) * 10:  # Several stages, and other batch sizes.
+    assert len(mixture.sample(size)['indices']) == size
+  for batch, copy in zip(held, copies, strict=True):
+    for name in batch:
+      np.testing.assert_array_equal(batch[name], copy[name], err_msg=name)
+  mixture.close()
 
 
 @pytest.mark.parametrize('game', ['Pong', 'Breakout', 'MsPacman', 'Seaquest'])

@@ -11,8 +11,8 @@ the process being killed.
 
 The file lives in $FIXED_REPLAY_SPILL_DIR, else the temporary directory
 ($TMPDIR, /tmp). A tmpfs there would make it shared memory, RAM again. Where
-the directory cannot hold the array, it is allocated in memory, with a
-warning: the tables work the same either way.
+the directory cannot hold the array, it stays in memory, with a warning:
+the tables work the same either way.
 """
 
 import mmap
@@ -27,30 +27,28 @@ DIRECTORY_VARIABLE = 'FIXED_REPLAY_SPILL_DIR'
 SMALLEST_BYTES = 64 << 10
 
 
-def empty(shape: int | tuple, dtype) -> np.ndarray:
-  """An uninitialised, writable array in an unlinked, mapped file.
+def copy(array: np.ndarray) -> np.ndarray:
+  """`array`'s values, read-only, in an unlinked file mapped into memory.
 
-  Its disk blocks are reserved first, so a full disk is an OSError here
-  (the array is then allocated in memory), never a SIGBUS while writing.
+  Read-only, so that neither this process nor a forked worker (which shares
+  the pages) can change them. Small arrays, and any the directory cannot
+  take, are returned as they are (the latter with a warning).
   """
-  dtype = np.dtype(dtype)
-  shape = (shape,) if isinstance(shape, int) else tuple(shape)
-  nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-  if nbytes < SMALLEST_BYTES:
-    return np.empty(shape, dtype)
+  array = np.ascontiguousarray(array)
+  if array.nbytes < SMALLEST_BYTES:
+    return array
   directory = os.environ.get(DIRECTORY_VARIABLE) or tempfile.gettempdir()
   try:
     with tempfile.TemporaryFile(dir=directory) as stream:
-      os.posix_fallocate(stream.fileno(), 0, nbytes)
-      mapped = mmap.mmap(stream.fileno(), nbytes)
+      stream.write(array.reshape(-1).view(np.uint8))
+      stream.flush()
+      mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
   except OSError as error:
     logging.log_first_n(
       logging.WARNING,
-      'Tables held in memory: cannot map them in %s (%s); set %s',
+      f'Tables held in memory: {directory} cannot hold them ({error}); '
+      f'set {DIRECTORY_VARIABLE}',
       1,
-      directory,
-      error,
-      DIRECTORY_VARIABLE,
     )
-    return np.empty(shape, dtype)
-  return np.frombuffer(mapped, dtype).reshape(shape)
+    return array
+  return np.frombuffer(mapped, array.dtype).reshape(array.shape)

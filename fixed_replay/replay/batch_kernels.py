@@ -201,6 +201,7 @@ def decode_stacks(
   frames,
   states,
   next_states,
+  destinations,
   units,
   status,
 ):
@@ -211,8 +212,9 @@ def decode_stacks(
   `unit_rows` frames; each unit they need is decoded once, in (checkpoint,
   unit) order (unit_decoding.decode_units reads runs of consecutive units
   at once), into `frames`, scratch rows of one frame's bytes: unit k fills
-  rows [k * unit_rows, (k + 1) * unit_rows). states[b] and next_states[b]
-  (uint32 pixels, 4 frames each) are then packed from them. units[0],
+  rows [k * unit_rows, (k + 1) * unit_rows). states[d] and next_states[d]
+  (uint32 pixels, 4 frames each), d = destinations[b], are then packed from
+  them. units[0],
   units[1] get the decoded units' table rows and unit numbers, status[4]
   their count (-1: a table row or file row out of range, -2: `frames` too
   small), status[:4] the decoder's status.
@@ -277,8 +279,8 @@ def decode_stacks(
     return
   slots = slots.reshape(2 * batch, stack)
   for b in range(batch):
-    pack_stack4(frames, slots[b], states[b])
-    pack_stack4(frames, slots[batch + b], next_states[b])
+    pack_stack4(frames, slots[b], states[destinations[b]])
+    pack_stack4(frames, slots[batch + b], next_states[destinations[b]])
 
 
 # Columns of transitions.RowLayout.table, one row per window.

@@ -180,13 +180,13 @@ def _read_small_arrays(stored, windows, names):
   arrays = {}
   for name in names:
     dtype, row_shape = stored[0].arrays.row_type(name)
-    arrays[name] = spill.empty((int(counts.sum()),) + row_shape, dtype)
+    arrays[name] = np.empty((int(counts.sum()),) + row_shape, dtype)
   for checkpoint, (start, count), offset in zip(
     stored, windows, offsets, strict=True
   ):
     for name, array in arrays.items():
       checkpoint.read_rows_into(name, start, array[offset : offset + count])
-  return arrays, offsets
+  return {n: spill.copy(a) for n, a in arrays.items()}, offsets
 
 
 def _fixed_bytes(stored, windows, names):

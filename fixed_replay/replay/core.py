@@ -99,7 +99,7 @@ def _sample_into(source, draw, rng, elements, allocate):
   """One minibatch drawn from `source` and written where `allocate` says."""
   which, rows = draw(source.table, rng, elements[0].shape[0])
   batch = allocate(elements)
-  source.write(batch, which, rows)
+  source.write(batch, which, rows, np.arange(len(rows)))
   return batch
 
 
@@ -308,9 +308,19 @@ class ReplayCore:
       which = source.table.positions(suffixes, len(rows))
       source.check(which, rows)
       batch = transitions.empty_batch(self.get_transition_elements(len(rows)))
-      source.write(batch, which, rows)
+      source.write(batch, which, rows, np.arange(len(rows)))
     elements = self.get_transition_elements(len(batch['indices']))
     return tuple(batch[e.name] for e in elements)
+
+  def sample_into(self, batch: dict, destinations: np.ndarray) -> None:
+    """Samples a transition into each row `destinations` of `batch`.
+
+    The arrays of `batch` (get_transition_elements' names) may hold more
+    rows: a mixture fills the runs' rows of several batches this way.
+    """
+    source = self._current()
+    which, rows = self._draw(source.table, self._rng, len(destinations))
+    source.write(batch, which, rows, destinations)
 
   def sample(self, size: int | None = None, with_sample_metadata: bool = False):
     """Dopamine 4.x JAX replay API: a batched `ReplayElement`.

@@ -63,8 +63,15 @@ class FrameSource(Protocol):
   def check(self, which: np.ndarray, rows: np.ndarray) -> None:
     """Raises ValueError unless every row is valid in its window."""
 
-  def write(self, batch: dict, which: np.ndarray, rows: np.ndarray) -> None:
-    """Writes the transitions at (table positions, file rows) into batch."""
+  def write(
+    self,
+    batch: dict,
+    which: np.ndarray,
+    rows: np.ndarray,
+    destinations: np.ndarray,
+  ) -> None:
+    """Writes the transitions at (table positions, file rows) into batch, at
+    its rows `destinations` (int64, one each)."""
 
   def read_frames(
     self, which: np.ndarray, rows: np.ndarray
@@ -106,14 +113,13 @@ class ShardFrames:
   def check(self, which, rows):
     check_rows(self.shards, which, rows)
 
-  def write(self, batch, which, rows):
+  def write(self, batch, which, rows, destinations):
     """Writes the transitions (positions `which`, file rows `rows`)."""
-    if len(self.shards) == 1:
-      self.shards[0].write_transitions(rows, batch, np.arange(len(rows)))
-      return
     for i in np.unique(which):
-      destinations = np.flatnonzero(which == i)
-      self.shards[i].write_transitions(rows[destinations], batch, destinations)
+      members = which == i
+      self.shards[i].write_transitions(
+        rows[members], batch, destinations[members]
+      )
 
   def read_frames(self, which, rows):
     first = self.shards[0].window.store['observation']
@@ -198,27 +204,28 @@ class BlockFrames:
   def check(self, which, rows):
     check_rows(self._shards, which, rows)
 
-  def write(self, batch, which, rows):
+  def write(self, batch, which, rows, destinations):
     which = np.asarray(which, dtype=np.int64)
     rows = np.asarray(rows, dtype=np.int64)
+    destinations = np.asarray(destinations, dtype=np.int64)
     if self._compiled:
-      self._write_units(batch, which, rows)
+      self._write_units(batch, which, rows, destinations)
       return
     if self._per_frame:
-      self._write_frames(batch, which, rows)
+      self._write_frames(batch, which, rows, destinations)
       return
     for start in range(0, len(rows), CHUNK):
-      stop = min(start + CHUNK, len(rows))
-      self._write_chunk(batch, which[start:stop], rows[start:stop], start)
+      part = slice(start, start + CHUNK)
+      self._write_chunk(batch, which[part], rows[part], destinations[part])
 
-  def _write_units(self, batch, which, rows):
+  def _write_units(self, batch, which, rows, destinations):
     """Writes transitions decoding just the distinct units they use.
 
     Units, checks and stacks in one compiled call, outside the GIL.
     """
     count = len(rows)
     state, next_state = self._writer.write_parts(
-      which, rows, batch, np.arange(count)
+      which, rows, batch, destinations
     )
     frame_bytes = self._stored[0].frames.frame_bytes
     status = np.zeros(5, np.int64)
@@ -235,8 +242,9 @@ class BlockFrames:
       self._scratch(
         count * self._units_per_transition * self._unit_rows, frame_bytes
       ),
-      batch['state'].reshape(count, -1).view(np.uint32),
-      batch['next_state'].reshape(count, -1).view(np.uint32),
+      batch['state'].reshape(len(batch['state']), -1).view(np.uint32),
+      batch['next_state'].reshape(len(batch['state']), -1).view(np.uint32),
+      destinations,
       units,
       status,
     )
@@ -248,13 +256,12 @@ class BlockFrames:
     if status[1] != unit_decoding.OK:
       self.frame_reader.raise_for(status[:4], units[0], units[1])
 
-  def _write_frames(self, batch, which, rows):
+  def _write_frames(self, batch, which, rows, destinations):
     """Writes transitions decoding just the distinct frames they use.
 
     For one-frame units whose stacks do not pack (see _write_units).
     """
     count = len(rows)
-    destinations = np.arange(count)
     state, next_state = self._writer.write_parts(
       which, rows, batch, destinations
     )
@@ -316,9 +323,8 @@ class BlockFrames:
     ):
       self._stored[i].frames.read_block(block, arena[slot])
 
-  def _write_chunk(self, batch, which, rows, offset):
+  def _write_chunk(self, batch, which, rows, destinations):
     count = len(rows)
-    destinations = np.arange(offset, offset + count)
     state, next_state = self._writer.write_parts(
       which, rows, batch, destinations
     )

@@ -330,8 +330,9 @@ class ValidRowTable:
   @classmethod
   def concatenate(cls, suffixes, valid_rows, dtype=None) -> 'ValidRowTable':
     """A table whose rows are laid end to end (see `concatenated`)."""
-    joined = spill.empty(sum(map(len, valid_rows)), dtype or np.int64)
-    np.concatenate(valid_rows, out=joined, casting='same_kind')
+    joined = spill.copy(
+      np.concatenate(list(valid_rows)).astype(dtype or np.int64, copy=False)
+    )
     ends = np.cumsum([len(r) for r in valid_rows])
     return cls(suffixes, np.split(joined, ends[:-1]), concatenated=joined)
 

@@ -196,8 +196,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
         files,
         manifest_lib.load_npy,
       )
-      offsets = spill.empty(len(sizes) + 1, np.int64)
-      offsets[0] = 0
+      offsets = np.zeros(len(sizes) + 1, np.int64)
       np.cumsum(sizes, out=offsets[1:])
     else:
       offsets = self._load_checked(
@@ -215,11 +214,10 @@ class StoredUnits(frame_blocks.StoredFrameFile):
       data = self._load_checked(
         spec['dictionary'], files, manifest_lib.read_small
       )
-      dictionary = spill.empty(len(data), np.uint8)
-      dictionary[:] = np.frombuffer(data, np.uint8)
+      dictionary = spill.copy(np.frombuffer(data, np.uint8))
     self._check_index(offsets, crcs)
     # The compiled decoder reads these two through their addresses.
-    self.offsets = np.ascontiguousarray(offsets, np.int64)
+    self.offsets = spill.copy(np.asarray(offsets, np.int64))
     self.crcs = np.ascontiguousarray(crcs, np.uint32)
     if (self.offsets[1:] < self.offsets[:-1]).any():
       raise CheckpointError(
