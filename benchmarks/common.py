@@ -258,7 +258,7 @@ def load_average():
 
 
 def _status_bytes(field):
-  """Returns a `Vm...` field of /proc/self/status in bytes."""
+  """Returns a `Vm...` or `Rss...` field of /proc/self/status in bytes."""
   with open('/proc/self/status') as status:
     for line in status:
       if line.startswith(field + ':'):
@@ -279,6 +279,8 @@ class Measurement:
     system_s: float, CPU seconds in the kernel (mostly page faults: first
       touches of freshly allocated memory).
     page_faults: int, minor page faults during the call.
+    anonymous: int, growth of the anonymous resident bytes (RssAnon: what
+      the process allocated, not the file pages it maps) over the call.
   """
 
   wall_s: float
@@ -288,6 +290,7 @@ class Measurement:
   user_s: float = 0.0
   system_s: float = 0.0
   page_faults: int = 0
+  anonymous: int = 0
 
   @property
   def peak_increase(self):
@@ -300,11 +303,13 @@ def _child(connection, verbosity, setup, function, args, digest):
   try:
     setup()
     rss_after_setup = _status_bytes('VmRSS')
+    anonymous = _status_bytes('RssAnon')
     usage = resource.getrusage(resource.RUSAGE_SELF)
     start = time.perf_counter()
     result = function(*args)
     wall_s = time.perf_counter() - start
     peak_rss = _status_bytes('VmHWM')
+    anonymous = _status_bytes('RssAnon') - anonymous
     after = resource.getrusage(resource.RUSAGE_SELF)
     summary = digest(result) if digest else None
     connection.send(
@@ -316,6 +321,7 @@ def _child(connection, verbosity, setup, function, args, digest):
         user_s=after.ru_utime - usage.ru_utime,
         system_s=after.ru_stime - usage.ru_stime,
         page_faults=after.ru_minflt - usage.ru_minflt,
+        anonymous=anonymous,
       )
     )
   except BaseException as error:  # Reported to the parent, then re-raised.

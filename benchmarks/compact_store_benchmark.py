@@ -527,7 +527,8 @@ def main(argv):
       )
     print(
       f'   {name:<27} {rate:8,.0f}/s wall, {per_core:8,.0f}/s per core, RSS '
-      f'+{common.format_bytes(measurement.peak_increase)}{extra}'
+      f'+{common.format_bytes(measurement.peak_increase)} (anonymous '
+      f'+{common.format_bytes(measurement.anonymous)}){extra}'
     )
   if not fixed_buffers:
     print(

@@ -10,7 +10,9 @@ Each measurement runs in a fresh process:
 * one run: `FixedReplayBuffer` over one run's store, batch `--batch_size`,
   sampled in the calling thread (the baseline);
 * the mixture: `fixed_replay.ReplayMixture` over every run, same batch
-  size, every checkpoint of every run loaded.
+  size, every checkpoint of every run loaded;
+* a control: the mixture again, every checkpoint decoding with one shared
+  dictionary (see _setup_one_dictionary).
 
 Reported: seconds to open, transitions per CPU-second, and the memory held
 once opened and sampled: anonymous (RssAnon: what the process allocated;
@@ -25,6 +27,7 @@ Usage: python benchmarks/mixture_benchmark.py [--runs=40] [--checkpoints=50]
 
 import os
 import time
+import zlib
 
 from absl import app
 from absl import flags
@@ -56,6 +59,28 @@ CHECKED = 64  # Mixture elements compared with the one run's buffer.
 def _setup():
   from fixed_replay import mixture  # noqa: F401
   from fixed_replay.replay import fixed_replay_buffer  # noqa: F401
+
+
+def _setup_one_dictionary():
+  """The control: every checkpoint decodes with one digested dictionary.
+
+  Not a way to run: here every checkpoint holds the same bytes (hard
+  links), while each of the dataset's trains its own. What it shows is the
+  cost of decoding against 2,000 dictionaries (2 GB, far past the CPU's
+  caches and TLB) instead of one run's 50.
+  """
+  _setup()
+  from fixed_replay.store import unit_decoding
+
+  digested, dictionary = {}, unit_decoding.Dictionary
+
+  def shared(data):
+    key = zlib.crc32(data)
+    if key not in digested:
+      digested[key] = dictionary(data)
+    return digested[key]
+
+  unit_decoding.Dictionary = shared
 
 
 def _identity(result):
@@ -157,6 +182,12 @@ def main(argv):
   mixed = common.measure(
     _setup, whole_mixture, (root, batch_size, seconds, run_dir), _identity
   )
+  control = common.measure(
+    _setup_one_dictionary,
+    whole_mixture,
+    (root, batch_size, seconds, run_dir),
+    _identity,
+  )
   print(common.load_average())
   opened, rate, held, valid = single.digest
   rows = valid * runs
@@ -178,6 +209,11 @@ def main(argv):
     f'CPU-second; anonymous memory {m_held / rows:.1f} B a valid '
     f"transition; mixture elements equal the one run's at the same "
     f'(checkpoint, row): {same}'
+  )
+  print(
+    f'control, one dictionary for every checkpoint: '
+    f'{control.digest[1]:,.0f} transitions/CPU-s = '
+    f'{control.digest[1] / rate:.2f}x one run'
   )
 
 

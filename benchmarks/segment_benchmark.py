@@ -175,7 +175,9 @@ def main(argv):
   print(
     f'segments:    {rate:10,.0f} steps/CPU-s, first batch {first:.1f} s, '
     f'peak RSS {common.format_bytes(segments_run.peak_rss)} (target <= '
-    f'{common.format_bytes(TARGET_RAM)}), checkpoints loaded {suffixes}'
+    f'{common.format_bytes(TARGET_RAM)}; anonymous '
+    f'+{common.format_bytes(segments_run.anonymous)}), checkpoints loaded '
+    f'{suffixes}'
   )
   # A whole run: 50 checkpoints of 1M rows, the rest of the RSS unchanged.
   projected = segments_run.peak_rss + held / rows * (50_000_000 - rows)

@@ -85,7 +85,8 @@ class ReplayMixture:
   elements, `indices` and `suffix` included; SegmentSampler's with
   `segment_length`), plus `game_id` int32 (B,), an index into `games`, and
   `run` int32 (B,), an index into `runs`. With `action_space='full'`,
-  `action` (and `next_action`) are ALE's full-set indices.
+  `action` (and `next_action`) are ALE's full-set indices. The arrays are
+  views of rows drawn ahead, never overwritten while any of them is held.
   """
 
   def __init__(
