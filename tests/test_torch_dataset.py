@@ -163,11 +163,14 @@ def test_a_failing_worker_raises_in_the_main_process_naming_the_data(
   # The shutdown is DataLoader's own, when the iterator is dropped: it tells
   # each worker to stop, joins it, and only then unregisters its pid from
   # the SIGCHLD handler. A worker that had to be terminated (-15) would mean
-  # the error left it unable to stop.
+  # the error left it unable to stop. One still starting when the error
+  # came may exit with 1 instead: its queues were gone when it unpickled
+  # them (DataLoader's own shutdown, seen once in 740 runs of the suite).
   workers = list(iterator._workers)  # noqa: SLF001
   del iterator, raised  # The error's traceback holds the iterator too.
   gc.collect()
-  assert [w.exitcode for w in workers] == [0, 0]
+  exit_codes = [w.exitcode for w in workers]
+  assert all(code in (0, 1) for code in exit_codes), exit_codes
 
 
 def test_construction_errors_come_from_the_buffer_in_the_main_process(
