@@ -213,11 +213,11 @@ def decode_stacks(
   unit) order (unit_decoding.decode_units reads runs of consecutive units
   at once), into `frames`, scratch rows of one frame's bytes: unit k fills
   rows [k * unit_rows, (k + 1) * unit_rows). states[d] and next_states[d]
-  (uint32 pixels, 4 frames each), d = destinations[b], are then packed from
-  them. units[0],
-  units[1] get the decoded units' table rows and unit numbers, status[4]
-  their count (-1: a table row or file row out of range, -2: `frames` too
-  small), status[:4] the decoder's status.
+  (uint32 pixels, 4 frames each), d = destinations[b] (checked by the
+  caller), are then packed from them. units[0], units[1] get the decoded
+  units' table rows and unit numbers, status[4] their count (-1: a table
+  row or file row out of range, -2: `frames` too small), status[:4] the
+  decoder's status.
   """
   batch, stack = state_rows.shape
   frame_bytes = frames.shape[1]
