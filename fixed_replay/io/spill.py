@@ -9,10 +9,11 @@ cache: read at memory speed while RAM allows, shared with forked workers,
 and under pressure written back and dropped, then read again, instead of
 the process being killed.
 
-The file lives in $FIXED_REPLAY_SPILL_DIR, else the temporary directory
-($TMPDIR, /tmp). A tmpfs there would make it shared memory, RAM again. Where
-the directory cannot hold the array, it stays in memory, with a warning:
-the tables work the same either way.
+The file lives in $FIXED_REPLAY_SPILL_DIR, else /var/tmp: the place for
+large temporary files, on disk where /tmp is often a tmpfs (Fedora, Debian
+13), whose files are shared memory, RAM again. Where the directory cannot
+hold the array, it stays in memory, with a warning: the tables work the
+same either way.
 """
 
 import mmap
@@ -23,6 +24,7 @@ from absl import logging
 import numpy as np
 
 DIRECTORY_VARIABLE = 'FIXED_REPLAY_SPILL_DIR'
+DEFAULT_DIRECTORY = '/var/tmp'
 # Smaller arrays stay in memory: a mapping costs a page and a map entry.
 SMALLEST_BYTES = 64 << 10
 
@@ -37,7 +39,7 @@ def copy(array: np.ndarray) -> np.ndarray:
   array = np.ascontiguousarray(array)
   if array.nbytes < SMALLEST_BYTES:
     return array
-  directory = os.environ.get(DIRECTORY_VARIABLE) or tempfile.gettempdir()
+  directory = os.environ.get(DIRECTORY_VARIABLE) or DEFAULT_DIRECTORY
   try:
     with tempfile.TemporaryFile(dir=directory) as stream:
       stream.write(array.reshape(-1).view(np.uint8))
