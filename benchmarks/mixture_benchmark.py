@@ -22,7 +22,8 @@ elements are checked against the one run's buffer at their (checkpoint,
 row).
 
 Usage: python benchmarks/mixture_benchmark.py [--runs=40] [--checkpoints=50]
-  [--busy_game=MsPacman] [--seconds=10]
+  [--busy_game=MsPacman] [--seconds=10] [--origin=STORE/checkpoint_0]
+  [--nocontrol]
 """
 
 import os
@@ -41,6 +42,15 @@ _CHECKPOINTS = busy_store_benchmark._CHECKPOINTS  # noqa: SLF001
 _GAME = flags.DEFINE_string('busy_game', 'MsPacman', 'busy_<game> data.')
 _SECONDS = flags.DEFINE_float('seconds', 10.0, 'Sampling time per method.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'Transitions a batch.')
+_ORIGIN = flags.DEFINE_string(
+  'origin',
+  None,
+  "A stored checkpoint to hard-link instead of busy_<game>'s (e.g. "
+  'benchmarks/data/compact_1000000x50/checkpoint_0, 1M rows).',
+)
+_CONTROL = flags.DEFINE_bool(
+  'control', True, 'Also measure the one-dictionary control.'
+)
 
 # ALE games the runs are filed under, 5 runs each by default.
 GAMES = (
@@ -91,18 +101,24 @@ def _status(field):
   return common._status_bytes(field)  # noqa: SLF001
 
 
-def build_root(game, num_runs, num_checkpoints):
-  """ROOT/<game>/<run>/checkpoint_<s>/: hard links of one converted one."""
+def build_root(game, num_runs, num_checkpoints, origin=None):
+  """ROOT/<game>/<run>/checkpoint_<s>/: hard links of one converted one
+  (`origin`, else busy_<game> converted)."""
   from fixed_replay.convert import convert
   from fixed_replay.store import manifest as manifest_lib
 
-  source = os.path.join(common.DATA_DIR, f'busy_{game}')
-  converted = os.path.join(common.DATA_DIR, f'mixture_{game}_store')
-  if not os.path.isdir(converted):
-    convert.convert(source, converted, workers=0)
-  origin = os.path.join(converted, manifest_lib.checkpoint_dirname(0))
+  name = game
+  if origin is None:
+    source = os.path.join(common.DATA_DIR, f'busy_{game}')
+    converted = os.path.join(common.DATA_DIR, f'mixture_{game}_store')
+    if not os.path.isdir(converted):
+      convert.convert(source, converted, workers=0)
+    origin = os.path.join(converted, manifest_lib.checkpoint_dirname(0))
+  else:
+    rows = manifest_lib.read_manifest(origin)['num_rows']
+    name = f'{rows}_rows'
   root = os.path.join(
-    common.DATA_DIR, f'mixture_{game}_{num_runs}x{num_checkpoints}'
+    common.DATA_DIR, f'mixture_{name}_{num_runs}x{num_checkpoints}'
   )
   for run in range(num_runs):
     folder_game = GAMES[run % len(GAMES)]
@@ -168,12 +184,13 @@ def main(argv):
   del argv
   runs, num_checkpoints = _RUNS.value, _CHECKPOINTS.value
   seconds, batch_size = _SECONDS.value, _BATCH_SIZE.value
-  root = build_root(_GAME.value, runs, num_checkpoints)
+  root = build_root(_GAME.value, runs, num_checkpoints, _ORIGIN.value)
   run_dir = os.path.join(root, GAMES[0], '1')
   print(
     f'mixture_benchmark {time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}'
     f', {os.cpu_count()} cores, {common.load_average()}; {runs} runs x '
-    f'{num_checkpoints} checkpoints of busy_{_GAME.value} (hard links), '
+    f'{num_checkpoints} checkpoints of '
+    f'{_ORIGIN.value or "busy_" + _GAME.value} (hard links), '
     f'batch {batch_size}, {seconds:.0f} s of sampling each'
   )
   single = common.measure(
@@ -182,7 +199,7 @@ def main(argv):
   mixed = common.measure(
     _setup, whole_mixture, (root, batch_size, seconds, run_dir), _identity
   )
-  control = common.measure(
+  control = _CONTROL.value and common.measure(
     _setup_one_dictionary,
     whole_mixture,
     (root, batch_size, seconds, run_dir),
@@ -210,11 +227,12 @@ def main(argv):
     f"transition; mixture elements equal the one run's at the same "
     f'(checkpoint, row): {same}'
   )
-  print(
-    f'control, one dictionary for every checkpoint: '
-    f'{control.digest[1]:,.0f} transitions/CPU-s = '
-    f'{control.digest[1] / rate:.2f}x one run'
-  )
+  if control:
+    print(
+      f'control, one dictionary for every checkpoint: '
+      f'{control.digest[1]:,.0f} transitions/CPU-s = '
+      f'{control.digest[1] / rate:.2f}x one run'
+    )
 
 
 if __name__ == '__main__':

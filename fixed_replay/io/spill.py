@@ -16,6 +16,7 @@ hold the array, it stays in memory, with a warning: the tables work the
 same either way.
 """
 
+import ctypes
 import mmap
 import os
 import tempfile
@@ -27,6 +28,7 @@ DIRECTORY_VARIABLE = 'FIXED_REPLAY_SPILL_DIR'
 DEFAULT_DIRECTORY = '/var/tmp'
 # Smaller arrays stay in memory: a mapping costs a page and a map entry.
 SMALLEST_BYTES = 64 << 10
+_LIBC = ctypes.CDLL(None)
 
 
 def copy(array: np.ndarray) -> np.ndarray:
@@ -54,3 +56,15 @@ def copy(array: np.ndarray) -> np.ndarray:
     )
     return array
   return np.frombuffer(mapped, array.dtype).reshape(array.shape)
+
+
+def release_freed_memory() -> None:
+  """Hands the heap's freed pages back to the kernel (glibc's malloc_trim).
+
+  Building the tables frees megabytes of temporaries (a checkpoint's arrays
+  before they are copied out) that glibc would otherwise keep for later
+  allocations: 28 MB of the 70 MB a 50M-row run grew by.
+  """
+  trim = getattr(_LIBC, 'malloc_trim', None)  # glibc's; musl has none.
+  if trim is not None:
+    trim(0)

@@ -140,7 +140,9 @@ def open_store(
       )
       check_matches(stored[-1], s.observation_shape, s.observation_dtype)
       windows.append(_plan_window(stored[-1], settings))
-    return open_windows(settings, stored, windows, budget, cache)
+    source = open_windows(settings, stored, windows, budget, cache)
+    spill.release_freed_memory()  # The temporaries of open_windows.
+    return source
   except BaseException:
     for checkpoint in stored:
       checkpoint.close()
