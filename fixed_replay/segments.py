@@ -87,9 +87,12 @@ class _CheckpointSteps:
     step = valid[order] & usable[episode]
     # Sums of the rewards from each time to the window's end, less those
     # after the episode's last row (float64, rounded once). Rows of other
-    # episodes count as 0: past a writer's cursor they hold no data at all.
-    reward = window.store[return_to_go_from][order].astype(np.float64)
-    reward[~usable[episode]] = 0.0
+    # episodes count as 0, chosen before the cast: past a writer's cursor
+    # they hold no data at all (Dopamine's np.empty: any bits, and a
+    # signalling NaN among them made the cast warn).
+    reward = np.where(
+      usable[episode], window.store[return_to_go_from][order], 0
+    ).astype(np.float64)
     after = np.append(np.cumsum(reward[::-1])[::-1], 0.0)
     self.return_to_go = spill.copy(
       (after[:-1] - after[lasts[episode] + 1]).astype(np.float32)
