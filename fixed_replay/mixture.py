@@ -53,6 +53,7 @@ class _Segments(segments.SegmentSampler):
 
   def sample_into(self, arrays, destinations):
     """Samples a segment into each row `destinations` of `arrays`."""
+    self.allocate_batch = transitions.empty_batch  # Scratch, not kept.
     for name, array in self.sample(len(destinations)).items():
       arrays[name][destinations] = array
 
@@ -62,11 +63,6 @@ def _num_draws(sampler) -> int:
   if isinstance(sampler, _Segments):
     return int(sampler._index()[1][-1])  # noqa: SLF001
   return sampler.num_valid_transitions
-
-
-def _element_shape(sampler) -> tuple:
-  """The shape of one batch element's observations (segments: K of them)."""
-  return sampler.get_transition_elements(1)[0].shape[1:]
 
 
 class ReplayMixture:
@@ -169,14 +165,15 @@ class ReplayMixture:
           )
         self._samplers.append(sampler)
         bar.update()
-    shapes = {_element_shape(s) for s in self._samplers}
-    if len(shapes) > 1:
+    # One element's observations a run (segments: K of them).
+    shapes = [s.get_transition_elements(1)[0].shape[1:] for s in self._samplers]
+    if len(set(shapes)) > 1:
       self.close()
       raise ValueError(
         'the runs hold different observations: '
         + '; '.join(
-          f'{r.data_dir} {_element_shape(s)}'
-          for r, s in zip(self.runs, self._samplers, strict=True)
+          f'{r.data_dir} {shape}'
+          for r, shape in zip(self.runs, shapes, strict=True)
         )
       )
     self._minimal = [ale_games.minimal_action_set(g) for g in self.games]

@@ -5,9 +5,9 @@ A buffer over a store holds about 25 bytes a row of tables it builds once
 zstd dictionary a checkpoint: for a mixture of 40 runs of 50 checkpoints of
 20,000 rows, 3 GiB of anonymous memory, which the kernel can only keep or
 swap. Written once into an unlinked file and mapped, the same bytes are page
-cache: read at memory speed while RAM allows, shared with forked workers,
-and under pressure written back and dropped, then read again, instead of
-the process being killed.
+cache: read at memory speed while RAM allows, and under pressure written
+back and dropped, then read again, instead of the process being killed.
+Each process that opens a buffer (a DataLoader worker too) writes its own.
 
 The file lives in $FIXED_REPLAY_SPILL_DIR, else /var/tmp: the place for
 large temporary files, on disk where /tmp is often a tmpfs (Fedora, Debian
@@ -34,28 +34,30 @@ _LIBC = ctypes.CDLL(None)
 def copy(array: np.ndarray) -> np.ndarray:
   """`array`'s values, read-only, in an unlinked file mapped into memory.
 
-  Read-only, so that neither this process nor a forked worker (which shares
-  the pages) can change them. Small arrays, and any the directory cannot
-  take, are returned as they are (the latter with a warning).
+  Read-only, so that nothing can change them (a forked worker would share
+  the pages). Small arrays, and any the directory cannot take (with a
+  warning), stay in memory, read-only all the same: a stray write fails on
+  small data as on large.
   """
   array = np.ascontiguousarray(array)
-  if array.nbytes < SMALLEST_BYTES:
-    return array
   directory = os.environ.get(DIRECTORY_VARIABLE) or DEFAULT_DIRECTORY
-  try:
-    with tempfile.TemporaryFile(dir=directory) as stream:
-      stream.write(array.reshape(-1).view(np.uint8))
-      stream.flush()
-      mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-  except OSError as error:
-    logging.log_first_n(
-      logging.WARNING,
-      f'Tables held in memory: {directory} cannot hold them ({error}); '
-      f'set {DIRECTORY_VARIABLE}',
-      1,
-    )
-    return array
-  return np.frombuffer(mapped, array.dtype).reshape(array.shape)
+  if array.nbytes >= max(SMALLEST_BYTES, 1):  # mmap refuses an empty file.
+    try:
+      with tempfile.TemporaryFile(dir=directory) as stream:
+        stream.write(array.reshape(-1).view(np.uint8))
+        stream.flush()
+        mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+      return np.frombuffer(mapped, array.dtype).reshape(array.shape)
+    except OSError as error:
+      logging.log_first_n(
+        logging.WARNING,
+        f'Tables held in memory: {directory} cannot hold them ({error}); '
+        f'set {DIRECTORY_VARIABLE}',
+        1,
+      )
+  view = array.view()
+  view.flags.writeable = False
+  return view
 
 
 def release_freed_memory() -> None:
@@ -65,6 +67,5 @@ def release_freed_memory() -> None:
   before they are copied out) that glibc would otherwise keep for later
   allocations: 28 MB of the 70 MB a 50M-row run grew by.
   """
-  trim = getattr(_LIBC, 'malloc_trim', None)  # glibc's; musl has none.
-  if trim is not None:
-    trim(0)
+  if hasattr(_LIBC, 'malloc_trim'):  # glibc's; musl has none.
+    _LIBC.malloc_trim(0)

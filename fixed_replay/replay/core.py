@@ -318,6 +318,7 @@ class ReplayCore:
     The arrays of `batch` (get_transition_elements' names) may hold more
     rows: a mixture fills the runs' rows of several batches this way.
     """
+    destinations = np.asarray(destinations, np.int64)
     source = self._current()
     which, rows = self._draw(source.table, self._rng, len(destinations))
     source.write(batch, which, rows, destinations)
