@@ -261,7 +261,7 @@ class ReplayMixture:
 
     A call per run and batch would cost more than the sampling itself with
     tens of runs. So the runs of several batches' elements are drawn at once
-    (i.i.d., as before), and each run samples all of its elements in one
+    (i.i.d.), and each run samples all of its elements in one
     call, writing each into its batch's row: the same distribution, far
     fewer calls, no copy. A batch is a view of the staged arrays, which are
     reused only once no batch of them is held (segments.ReusedBatches).

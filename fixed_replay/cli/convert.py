@@ -283,19 +283,14 @@ def _root_runs(root, destination):
   from fixed_replay.sources import game_roots
 
   try:
-    runs = game_roots.find_runs(root, _GAMES.value, _RUNS.value)
+    runs = game_roots.runs_of_root(root, _GAMES.value, _RUNS.value)
   except ValueError as error:
     raise app.UsageError(str(error)) from error
-  except CheckpointError as error:
-    if error.problem == game_roots.NO_RUNS:
-      return None
-    raise
+  if runs is None:
+    return None
   return [
-    (
-      run.detected.data_dir,
-      os.path.join(destination, run.game, run.name),
-    )
-    for run in runs
+    (r.detected.data_dir, os.path.join(destination, r.game, r.name))
+    for r in runs
   ]
 
 

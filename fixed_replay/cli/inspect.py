@@ -122,13 +122,11 @@ def _inspect_root(directory):
   from fixed_replay.store import manifest as manifest_lib
 
   try:
-    runs = game_roots.find_runs(directory)
+    runs = game_roots.runs_of_root(directory)
   except ValueError as error:
     raise CheckpointError(directory, str(error)) from error
-  except CheckpointError as error:
-    if error.problem == game_roots.NO_RUNS:
-      return None  # Not a root of runs: the unknown layout is reported.
-    raise
+  if runs is None:
+    return None  # Not a root of runs: the unknown layout is reported.
   counts, lines = {}, []
   for run in runs:
     found = run.detected

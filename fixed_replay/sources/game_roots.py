@@ -112,6 +112,22 @@ def find_runs(
   missing = sorted(set(games or ()) - {r.game for r in chosen})
   if missing or not chosen:
     raise ValueError(
-      f'{data}: no runs of {", ".join(missing) or "any game"} ' f'(runs={runs})'
+      f'{data}: no runs of {", ".join(missing) or "any game"} (runs={runs})'
     )
   return sorted(chosen, key=lambda r: (r.game, r.name))
+
+
+def runs_of_root(root: str, *selection: Sequence | None) -> list | None:
+  """find_runs(root, games, runs), or None where the root holds no
+  <game>/<run>/ at all (inspect and convert then take it as one run, and
+  name what it holds).
+
+  Raises:
+    CheckpointError, ValueError: as find_runs, for a root of runs.
+  """
+  try:
+    return find_runs(root, *selection)
+  except CheckpointError as error:
+    if error.problem != NO_RUNS:
+      raise
+  return None
