@@ -43,6 +43,9 @@ ACTION_SPACES = ('minimal', 'full')
 # elements each run should get a call, on average, when that allows.
 STAGED_BYTES = 64 << 20
 ELEMENTS_A_CALL = 32
+# Batches between reloads of runs that hold some of their checkpoints at a
+# time: an iteration of Dopamine's runner (Runner.training_steps).
+RELOAD_EVERY = 250_000
 # What a sampled batch adds to its sampler's elements.
 GAME_ID = 'game_id'
 RUN = 'run'
@@ -58,6 +61,11 @@ class _Segments(segments.SegmentSampler):
       arrays[name][destinations] = array
 
 
+def _buffer(sampler):
+  """The FixedReplayBuffer a run samples (a segment sampler's own)."""
+  return getattr(sampler, 'buffer', sampler)
+
+
 def _num_draws(sampler) -> int:
   """What a run draws from: its valid transitions, or segment starts."""
   if isinstance(sampler, _Segments):
@@ -71,11 +79,11 @@ class ReplayMixture:
   Example:
 
     mixture = ReplayMixture('/data', games=['Pong', 'Breakout', 'MsPacman'],
-                            runs=[1], action_space='full', seed=0,
-                            num_buffers_to_load=None)
+                            runs=[1], action_space='full', seed=0)
     batch = mixture.sample()
     batch['state'], batch['action'], batch['game_id']
-    mixture.games[batch['game_id'][0]]  # 'Breakout', ...
+    game_ids = batch['game_id']
+    mixture.games[game_ids[0]]  # 'Breakout', ...
 
   A batch is its sampler's {name: array} (FixedReplayBuffer's transition
   elements, `indices` and `suffix` included; SegmentSampler's with
@@ -95,6 +103,7 @@ class ReplayMixture:
     segment_length: int | None = None,
     batch_size: int = 32,
     seed: int | None = None,
+    reload_every: int | None = RELOAD_EVERY,
     **buffer_arguments: Any,
   ):
     """Finds the runs and opens each (so a bad path or argument fails here).
@@ -113,6 +122,11 @@ class ReplayMixture:
         segments of K steps.
       batch_size: int, elements a batch.
       seed: int or None; seeds the draws and each run's sampler.
+      reload_every: int or None, batches between reloads (a new random set
+        of checkpoints for each run that holds some at a time: Dopamine's
+        files hold `num_buffers_to_load`, 5 when unbound), as Dopamine's
+        runner reloads once an iteration; None: only at reload_buffer().
+        A store's runs hold every checkpoint, and never reload.
       **buffer_arguments: FixedReplayBuffer's arguments (and with
         segment_length, SegmentSampler's options), with their meanings, for
         every run.
@@ -122,6 +136,8 @@ class ReplayMixture:
         errors, or ValueError naming the directories for unknown games,
         missing games, bad weights or runs whose observations differ.
     """
+    if reload_every is not None and not int(reload_every) >= 1:
+      raise ValueError(f'reload_every must be >= 1 or None, got {reload_every}')
     if action_space not in ACTION_SPACES:
       raise ValueError(
         f'action_space must be one of {ACTION_SPACES}, got {action_space!r}'
@@ -185,6 +201,17 @@ class ReplayMixture:
     for g, minimal in enumerate(self._minimal):
       self._to_full[g, : len(minimal)] = minimal
       self.legal_actions[g, minimal] = True
+    rotating = sum(_buffer(s).rotates for s in self._samplers)
+    self._reload_every = reload_every if rotating else None
+    self._batches_since_reload = 0
+    if rotating:
+      logging.info(
+        '%s of %s hold a random set of their checkpoints at a time '
+        '(num_buffers_to_load): a new set every %s (reload_every)',
+        rotating,
+        progress.count(len(self.runs), 'run'),
+        f'{reload_every:,} batches' if reload_every else 'reload_buffer()',
+      )
     logging.info(
       'Mixture of %s and %s (%s weights, %s action space)',
       progress.count(len(self.games), 'game'),
@@ -243,6 +270,9 @@ class ReplayMixture:
       CheckpointError: if a run's data turns out damaged, or holds an
         action outside its game's minimal set (action_space='full').
     """
+    if self._batches_since_reload == self._reload_every:
+      self.reload_buffer()
+    self._batches_since_reload += 1
     b = self.batch_size if batch_size is None else int(batch_size)
     if self._staged is None or self._next + b > len(self._staged[RUN]):
       self._stage(b)
@@ -313,6 +343,7 @@ class ReplayMixture:
   def reload_buffer(self) -> None:
     """Swaps in every run's next set of checkpoints (when it loads sets)."""
     self._staged = None  # Batches drawn from the old sets are dropped.
+    self._batches_since_reload = 0
     for sampler in self._samplers:
       sampler.reload_buffer()
 

@@ -442,15 +442,24 @@ class MixtureDataset(ReplayDataset):
     for batch in loader:
       batch['state'], batch['action'], batch['game_id']
 
-  `data` and `**buffer_arguments` are ReplayMixture's (a root or a mapping
-  {game: runs}, games, runs, weights, action_space, segment_length,
-  batch_size, and every run's buffer arguments). Workers, seeds, reloads
-  and errors follow ReplayDataset's rules.
+  `data`, `reload_every` and `**buffer_arguments` are ReplayMixture's (a
+  root or a mapping {game: runs}, games, runs, weights, action_space,
+  segment_length, batch_size, and every run's buffer arguments): the
+  mixture reloads its runs itself, in each worker. Workers, seeds and
+  errors follow ReplayDataset's rules.
   """
 
-  def __init__(self, data, *args, **kwargs):
+  def __init__(
+    self,
+    data,
+    channels_first: bool = False,
+    num_batches: int | None = None,
+    reload_every: int | None = mixture.RELOAD_EVERY,
+    **buffer_arguments: Any,
+  ):
     self.data = data  # A mapping of runs, kept as it is for the workers.
-    super().__init__(str(data), *args, **kwargs)
+    buffer_arguments['reload_every'] = reload_every
+    super().__init__(str(data), channels_first, num_batches, **buffer_arguments)
 
   def _open(self, arguments):
     return mixture.ReplayMixture(self.data, **arguments)

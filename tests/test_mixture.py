@@ -6,6 +6,8 @@ sets of 6, 4 and 9. The oracle of every transition and segment step is
 Dopamine's `OutOfGraphReplayBuffer` loaded from its run's files.
 """
 
+import json
+import logging
 import os
 import shutil
 
@@ -23,6 +25,14 @@ from fixed_replay.mixture import ReplayMixture
 from fixed_replay.sources import ale_games
 
 pytestmark = pytest.mark.xdist_group('mixture')
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ATARI_TINY = [
+  'FixedReplayRunner.num_iterations = 1',
+  'FixedReplayRunner.training_steps = 8',
+  'FixedReplayRunner.evaluation_steps = 20',
+  'FixedReplayRunner.max_steps_per_episode = 20',
+]
 
 GAMES = {'Breakout': ['1'], 'MsPacman': ['1'], 'Pong': ['1', '2']}
 ROWS = 300
@@ -193,6 +203,58 @@ def test_held_batches_are_never_overwritten(roots):
   mixture.close()
 
 
+def test_runs_of_dopamine_files_rotate_their_checkpoints(roots, caplog):
+  """Each run holds num_buffers_to_load checkpoints, a new random set every
+  reload_every batches; unbound, it holds all it has (here 2), silently."""
+  caplog.set_level(logging.INFO)
+  with ReplayMixture(str(roots['files']), batch_size=8, seed=0) as mixture:
+    assert [s.loaded_suffixes for s in mixture._samplers] == [[0, 1]] * 4
+  assert 'num_buffers_to_load' not in caplog.text
+  with ReplayMixture(
+    str(roots['files']),
+    games='Pong',
+    num_buffers_to_load=1,
+    reload_every=2,
+    batch_size=8,
+    seed=0,
+  ) as mixture:
+    # {run: the checkpoint each period of 2 batches drew from}.
+    held = {0: [], 1: []}
+    for period in range(12):
+      drawn = {0: set(), 1: set()}
+      for batch in mixture.batches(2):
+        for run, suffix in zip(batch['run'], batch['suffix'], strict=True):
+          drawn[int(run)].add(int(suffix))
+      for run, suffixes in drawn.items():
+        assert len(suffixes) == 1, (period, drawn)  # One set at a time.
+        held[run] += suffixes
+  assert all(set(suffixes) == {0, 1} for suffixes in held.values()), held
+  assert (
+    '2 of 2 runs hold a random set of their checkpoints at a time '
+    '(num_buffers_to_load): a new set every 2 batches (reload_every)'
+  ) in caplog.text
+
+
+def test_arguments_as_a_user_means_them(roots, tmp_path, caplog):
+  """One game or run named alone; unknown games listed; empty runs named."""
+  store = roots['store']
+  with ReplayMixture(str(store), games='Pong', runs=2, seed=0) as mixture:
+    assert [(r.game, r.name) for r in mixture.runs] == [('Pong', '2')]
+  with pytest.raises(ValueError) as raised:
+    ReplayMixture(str(store), games=['pong'])
+  assert str(raised.value) == (
+    f'{store}: no runs of pong (runs=None); it holds Breakout, MsPacman, Pong'
+  )
+  root = tmp_path / 'root'
+  shutil.copytree(store / 'Breakout', root / 'Breakout')
+  (root / 'Breakout' / '2').mkdir()
+  with ReplayMixture(str(root), seed=0) as mixture:
+    assert [r.name for r in mixture.runs] == ['1']
+  assert (
+    f'Skipping {root / "Breakout" / "2"}: an empty directory, no run'
+  ) in caplog.text
+
+
 @pytest.mark.parametrize('game', ['Pong', 'Breakout', 'MsPacman', 'Seaquest'])
 def test_the_full_action_map_is_ales_minimal_set(game):
   """The map's action names are those Dopamine's environment plays."""
@@ -353,9 +415,9 @@ def test_inspect_lists_a_roots_games_and_what_is_missing(roots, tmp_path):
   import subprocess
   import sys
 
-  def inspect(root):
+  def inspect(root, *flags):
     return subprocess.run(
-      [sys.executable, '-m', 'fixed_replay.cli', 'inspect', str(root)],
+      [sys.executable, '-m', 'fixed_replay.cli', 'inspect', str(root), *flags],
       capture_output=True,
       text=True,
     )
@@ -375,6 +437,21 @@ def test_inspect_lists_a_roots_games_and_what_is_missing(roots, tmp_path):
   assert damaged.stdout.count('compact store') == 5
   assert 'missing: Breakout lacks run(s) 2, 3' in damaged.stdout
   assert 'differs: Pong/2 has 1 checkpoints' in damaged.stdout
+  assert 'Checkpoints counted, not read: --verify checks' in damaged.stdout
+  # --verify reads every run: a truncated unit file fails it, named.
+  units = root / 'Pong' / '1' / 'checkpoint_1' / 'observation.units'
+  units.write_bytes(units.read_bytes()[:-100])
+  (root / 'MsPacman' / '2').mkdir()  # A run folder with no data.
+  verified = inspect(root, '--verify')
+  assert verified.returncode == 1, verified.stderr[-2000:]
+  assert verified.stdout.count(', verified') == 4, verified.stdout
+  assert 'Pong             1                2  compact store, DAMAGED' in (
+    verified.stdout
+  )
+  assert f'{units}: damaged: ' in verified.stderr
+  assert f'Skipping {root / "MsPacman" / "2"}: an empty directory' in (
+    verified.stderr
+  )
   # Not a root of runs: the unknown layout, as before.
   (tmp_path / 'empty' / 'x').mkdir(parents=True)
   unknown = inspect(tmp_path / 'empty')
@@ -404,14 +481,49 @@ def test_convert_a_root_of_games_into_the_same_layout(roots, tmp_path):
   assert done.returncode == 0, done.stderr[-3000:]
   assert sorted(os.listdir(destination)) == ['Breakout', 'Pong']
   assert os.listdir(destination / 'Pong') == ['1']
+  # Each store records its own game, and each line its own figures.
+  for game in ('Breakout', 'Pong'):
+    for checkpoint in ('checkpoint_0', 'checkpoint_1'):
+      manifest = destination / game / '1' / checkpoint / 'manifest.json'
+      assert json.loads(manifest.read_text())['game'] == game
+  assert done.stdout.count(f'; {ROWS * 2:,} frames\n') == 2, done.stdout
+  assert f'2 runs: {ROWS * 4:,} frames in ' in done.stdout
   with ReplayMixture(str(destination), batch_size=8, seed=0) as mixture:
     assert [(r.game, r.name) for r in mixture.runs] == [
       ('Breakout', '1'),
       ('Pong', '1'),
     ]
     mixture.sample()
+  with pytest.raises(ValueError, match='holds Pong, listed as Breakout'):
+    ReplayMixture({'Breakout': str(destination / 'Pong' / '1')})
+  # Training on one of them evaluates in its game, not the config's Pong.
+  trained = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'fixed_replay.cli',
+      'train',
+      f'--replay_dir={destination / "Breakout" / "1"}',
+      f'--base_dir={tmp_path / "train"}',
+      f'--gin_files={os.path.join(ROOT, "configs", "dqn.gin")}',
+      *(f'--gin_bindings={b}' for b in ATARI_TINY),
+    ],
+    capture_output=True,
+    text=True,
+  )
+  assert trained.returncode == 0, trained.stderr[-3000:]
+  assert "Evaluating in Breakout, the data's game" in trained.stderr
   refused = convert_cli(
     roots['files'] / 'Pong' / '1', tmp_path / 'one', '--games=Pong'
   )
   assert refused.returncode != 0
   assert '--games and --runs select runs under a ROOT' in refused.stderr
+  # A usage error is its one line and where the help is, not the help.
+  unknown = convert_cli(roots['files'], tmp_path / 'none', '--games=Tetris')
+  assert unknown.returncode == 1
+  assert unknown.stderr.splitlines()[-2:] == [
+    f'fixed-replay convert: {roots["files"]}: no runs of Tetris (runs=None); '
+    'it holds Breakout, MsPacman, Pong',
+    '(fixed-replay convert --help lists its flags)',
+  ]
+  assert 'USAGE' not in unknown.stdout + unknown.stderr

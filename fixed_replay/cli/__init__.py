@@ -207,8 +207,9 @@ def run_command(command, command_main, argv):
   """Runs a subcommand; leaves at once if remote calls are left hanging.
 
   Damaged or unsuitable data (CheckpointError, naming the path) and a
-  mistake in what was asked for (UsageError) are printed as their message
-  alone, with no traceback, and exit with status 1.
+  mistake in what was asked for (UsageError, absl's app.UsageError) are
+  printed as their message alone, with no traceback and not after the
+  command's whole help (absl's way), and exit with status 1.
   """
   from fixed_replay import compat
   from fixed_replay.io import remote
@@ -223,9 +224,11 @@ def run_command(command, command_main, argv):
     if remote.hanging():
       traceback.print_exc()
       remote.exit_now(1)
-    if not isinstance(error, CheckpointError | UsageError):
+    if not isinstance(error, CheckpointError | UsageError | app.UsageError):
       raise
     print(f'fixed-replay {command}: {user_message(error)}', file=sys.stderr)
+    if isinstance(error, app.UsageError):
+      print(f'(fixed-replay {command} --help lists its flags)', file=sys.stderr)
     remote.exit_now(1)
     return 1
   remote.exit_now(code or 0)

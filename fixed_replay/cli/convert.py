@@ -368,19 +368,29 @@ def _convert(source, destination, options):
   )
 
 
-def _print_result(kind, result, store):
-  rate = result.frames / result.seconds if result.seconds else 0.0
-  print(
-    f'converted {len(result.converted)} checkpoint(s) {result.converted}, '
-    f'{len(result.skipped)} already there {result.skipped}; '
-    f'{result.frames:,} frames in {result.seconds:.1f} s ({rate:,.0f}/s)'
-  )
+def _timed(frames, seconds):
+  rate = frames / seconds if seconds else 0.0
+  return f'{frames:,} frames in {seconds:.1f} s ({rate:,.0f}/s)'
+
+
+def _print_results(kind, stored):
+  """Each store's own figures, then the job's time (one for all runs)."""
   what = {'dopamine': 'gzip', 'rlu': 'RL Unplugged shards', 'tfds': 'TFDS'}
-  print(
-    f'{_FORMAT.value} output {progress.format_bytes(result.store_bytes)} for '
-    f'{progress.format_bytes(result.source_bytes)} of {what[kind]} '
-    f'({result.store_bytes / max(result.source_bytes, 1):.2f}x): {store}'
-  )
+  for store, result in stored:
+    frames = f'{result.frames:,} frames'
+    print(
+      f'converted {len(result.converted)} checkpoint(s) {result.converted}, '
+      f'{len(result.skipped)} already there {result.skipped}; '
+      + (_timed(result.frames, result.seconds) if len(stored) == 1 else frames)
+    )
+    print(
+      f'{_FORMAT.value} output {progress.format_bytes(result.store_bytes)} '
+      f'for {progress.format_bytes(result.source_bytes)} of {what[kind]} '
+      f'({result.store_bytes / max(result.source_bytes, 1):.2f}x): {store}'
+    )
+  if len(stored) > 1:
+    frames = sum(result.frames for _, result in stored)
+    print(f'{len(stored)} runs: {_timed(frames, stored[0][1].seconds)}')
 
 
 def main(argv: list[str]) -> int:
@@ -404,18 +414,17 @@ def main(argv: list[str]) -> int:
     if _run() == 'all':
       if len(sources) != 1:
         raise app.UsageError('--run=all takes one SRC: a directory of shards')
-      for store, result in _convert_all_runs(sources[0], destination, options):
-        _print_result('rlu', result, store)
+      _print_results('rlu', _convert_all_runs(sources[0], destination, options))
       return 0
     runs = several_runs(sources, destination)
     if runs is None:
       kind, result = _convert(sources[0], destination, options)
-      _print_result(kind, result, destination)
+      _print_results(kind, [(destination, result)])
       return 0
     kind, results = _convert_runs(runs, options)
   except CheckpointError as error:
     print(f'fixed-replay convert: {error}', file=sys.stderr)
     return 1
-  for (_, store), result in zip(runs, results, strict=True):
-    _print_result(kind, result, store)
+  stores = [store for _, store in runs]
+  _print_results(kind, list(zip(stores, results, strict=True)))
   return 0

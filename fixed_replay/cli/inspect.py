@@ -18,7 +18,7 @@ DIR is one of:
   a root of many games' runs (ROOT/<Game>/<run>, as fixed_replay.ReplayMixture
     reads): one line per run (its kind and checkpoints), then the runs one
     game has and another lacks, and the runs whose checkpoint count differs
-    from their game's others (inspect a run itself to check its data).
+    from their game's others; --verify checks every run as above.
 
 Then every problem found, each naming its file. Exits with status 1 when
 anything is damaged or incomplete, or nothing usable was found.
@@ -127,7 +127,7 @@ def _inspect_root(directory):
     raise CheckpointError(directory, str(error)) from error
   if runs is None:
     return None  # Not a root of runs: the unknown layout is reported.
-  counts, lines = {}, []
+  counts, lines, damaged = {}, [], []
   for run in runs:
     found = run.detected
     if found.kind is layout.Kind.STORE:
@@ -136,11 +136,18 @@ def _inspect_root(directory):
       suffixes = checkpoints.scan_checkpoints(found.data_dir)[0]
     counts[run] = len(suffixes)
     kind = 'compact store' if found.kind is layout.Kind.STORE else 'Dopamine'
+    if _VERIFY.value:
+      summary = store_inspection.summarize_data(found, verify=True)
+      kind += ', verified' if summary.ok else ', DAMAGED'
+      if not summary.ok:
+        damaged.append(f'{found.path}: {tables.format_problems(summary)}')
     lines.append(f'{run.game:<16} {run.name:<6} {len(suffixes):>11}  {kind}')
   games = sorted({r.game for r in runs})
   print(f'{directory}: {len(games)} game(s), {len(runs)} run(s)')
   print(f'{"game":<16} {"run":<6} {"checkpoints":>11}  kind')
   print('\n'.join(lines))
+  if not _VERIFY.value:
+    print('Checkpoints counted, not read: --verify checks every run')
   notes = []
   names = {r.name for r in runs}
   for game in games:
@@ -158,7 +165,11 @@ def _inspect_root(directory):
     ]
   if notes:
     print('\n'.join(notes))
-  return 0
+  if not damaged:
+    return 0
+  sys.stdout.flush()
+  print('\n'.join(damaged), file=sys.stderr)
+  return 1
 
 
 def main(argv: list[str]) -> int:

@@ -78,7 +78,11 @@ class _Store:
   def __init__(self, source_dir: str, store_dir: str, options) -> None:
     self.source_dir = source_dir
     self.store_dir = store_dir
-    self._options = options
+    # Each run's game is its own (a job may span games): as given, else
+    # what its data or path names.
+    self._options = dataclasses.replace(
+      options, game=options.game or layout.game_of(source_dir)
+    )
     self._output = checkpoint_commit.output_of(options)
     self._lock = None
     self.converted, self.skipped, self.seen = [], [], {}
@@ -114,7 +118,9 @@ class _Store:
         self.skipped.append(source.suffix)
         continue
       pending.append(
-        convert_runners.Pending(source, self.store_dir, source.expected_rows())
+        convert_runners.Pending(
+          source, self.store_dir, source.expected_rows(), self._options
+        )
       )
     if sources:
       logging.info(
@@ -229,8 +235,7 @@ def convert_runs(
   # Every run's files are checked before any store is created or locked.
   rounds = [[_run_sources(str(source_dir))] for source_dir, _ in runs]
   options = dataclasses.replace(
-    options,  # Unless given: the game the paths name, the first run's stack.
-    game=options.game or layout.game_of(*(str(s) for s, _ in runs)),
+    options,  # Unless given: the first run's stack.
     stack_size=options.stack_size
     or observation_spec.resolve_directory(runs[0][0], {})['stack_size'],
   )
@@ -294,7 +299,7 @@ def convert_source_runs(
             still.append((store, rounds))
         pending = [item for _, items in planned for item in items]
         if pending:
-          run.run(pending, options)
+          run.run(pending)
         for store, items in planned:
           store.done(items)
         active = still

@@ -1,7 +1,7 @@
 """Who converts the pending checkpoints: this process, workers or Ray.
 
 A ConversionRunner (the Protocol below) is a context manager whose
-`run(pending, options)` returns once every Pending checkpoint is stored, or
+`run(pending)` returns once every Pending checkpoint is stored, or
 raises. All runners call checkpoint_commit.convert_checkpoint, so they write
 the same bytes (into a partial directory, verified, renamed into place):
 
@@ -64,11 +64,13 @@ class Pending(NamedTuple):
     source: the checkpoint's rows.
     store_dir: str, the store it goes to.
     rows: int, the rows it is expected to hold (for progress).
+    options: ConvertOptions, its store's (the game is each store's own).
   """
 
   source: CheckpointSource
   store_dir: str
   rows: int
+  options: ConvertOptions
 
 
 class ConversionRunner(Protocol):
@@ -78,7 +80,7 @@ class ConversionRunner(Protocol):
 
   def __exit__(self, *exc_info: Any) -> bool | None: ...
 
-  def run(self, pending: list[Pending], options: ConvertOptions) -> None:
+  def run(self, pending: list[Pending]) -> None:
     """Returns once every checkpoint of `pending` is stored, or raises."""
     ...
 
@@ -138,13 +140,13 @@ class _NothingToRelease:
 class InProcess(_NothingToRelease):
   """Converts the pending checkpoints one by one in this process."""
 
-  def run(self, pending: list[Pending], options: ConvertOptions) -> None:
+  def run(self, pending: list[Pending]) -> None:
     bar = FrameProgress(sum(item.rows for item in pending))
     done = 0
     try:
       for item in pending:
         result = checkpoint_commit.convert_checkpoint(
-          item.source, item.store_dir, options, os.cpu_count() or 1
+          item.source, item.store_dir, item.options, os.cpu_count() or 1
         )
         done += item.rows
         bar.update(done)
@@ -164,7 +166,7 @@ class ProcessPool(_NothingToRelease):
   def __init__(self, workers: int | None = None) -> None:
     self._workers = workers
 
-  def run(self, pending: list[Pending], options: ConvertOptions) -> None:
+  def run(self, pending: list[Pending]) -> None:
     small = sum(item.rows for item in pending) <= SMALL_JOB_ROWS
     if self._workers is None and (small or len(pending) == 1):
       logging.info(
@@ -173,7 +175,7 @@ class ProcessPool(_NothingToRelease):
         progress.count(len(pending), 'checkpoint'),
         f'{sum(item.rows for item in pending):,}',
       )
-      return InProcess().run(pending, options)
+      return InProcess().run(pending)
     count = self._workers or min(len(pending), os.cpu_count() or 1)
     count = min(count, len(pending))
     threads = max(1, (os.cpu_count() or 1) // count)
@@ -186,7 +188,7 @@ class ProcessPool(_NothingToRelease):
           checkpoint_commit.convert_checkpoint,
           item.source,
           item.store_dir,
-          options,
+          item.options,
           threads,
         ): item
         for item in pending
@@ -309,7 +311,7 @@ class RayRunner:
         )
     return self._info
 
-  def run(self, pending: list[Pending], options: ConvertOptions) -> None:
+  def run(self, pending: list[Pending]) -> None:
     """Converts `pending` (Pending) as Ray tasks.
 
     Raises:
@@ -322,7 +324,7 @@ class RayRunner:
     tasks = {task_key(item): item for item in pending}
     jobs = [
       distributed.Task(
-        key, convert_task, (item.source, item.store_dir, options, token)
+        key, convert_task, (item.source, item.store_dir, item.options, token)
       )
       for key, item in tasks.items()
     ]

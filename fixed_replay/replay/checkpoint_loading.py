@@ -323,9 +323,10 @@ class WindowLoader:
       window, s.stack_size, s.update_horizon, s.gamma, valid_rows
     )
     logging.info(
-      'Loaded checkpoint %d rows [%d, %d): %d valid transitions, %s in '
-      '%.1f s (%s)',
+      'Loaded checkpoint %d of %s rows [%d, %d): %d valid transitions, %s '
+      'in %.1f s (%s)',
       suffix,
+      self._data_dir,
       start,
       start + count,
       shard.num_valid,

@@ -150,6 +150,13 @@ class SetRotation(core.ReplayCore):
     self._open_set = None  # suffixes -> a new source, for sets opened whole.
     self.rolling = False  # Whether the last refresh replaces one at a time.
 
+  @property
+  def rotates(self) -> bool:
+    """Whether reload_buffer swaps in other checkpoints (some are not held)."""
+    return self._sets is not None and (
+      len(self._sets.suffixes) > self._num_buffers_to_load
+    )
+
   def _replace_source(self, source):
     """Publishes a source opened whole, then closes the one it replaces."""
     with self._swapped_in:
@@ -260,8 +267,9 @@ class SetRotation(core.ReplayCore):
       else:
         self._reload_now(self._sets.draw(self._num_buffers_to_load))
     logging.info(
-      'Swapped in checkpoints %s after waiting %.2f s',
+      'Swapped in checkpoints %s of %s after waiting %.2f s',
       self._source.table.suffixes,
+      self.data_dir,
       time.perf_counter() - began,
     )
     if self._prefetch:

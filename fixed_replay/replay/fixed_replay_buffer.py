@@ -260,7 +260,8 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
       )
       return
     checkpoint_loading.check_gzip_extras(selected, settings.extra_names)
-    num_buffers = 5 if num_buffers is None else num_buffers
+    if num_buffers is None:  # batch_rl's 5, or all there are: no warning.
+      num_buffers = min(5, len(selected))
     self._start_sets(
       checkpoint_loading.WindowLoader(selected, settings),
       sets,

@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from collections.abc import Sequence
 import dataclasses
 
+from absl import logging
+
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 from fixed_replay.sources import ale_games
@@ -48,6 +50,8 @@ def _run_dirs(root: str) -> list[tuple[str, str, str, layout.Layout]]:
         found.append((game, name, run_dir, detected))
       elif detected.kind in (layout.Kind.PARTIAL, layout.Kind.RLU):
         problems.append(f'{run_dir}: {detected.error().problem}')
+      else:  # Missing data must not go unnoticed.
+        logging.warning('Skipping %s: %s, no run', run_dir, detected.kind.value)
   if problems:
     raise CheckpointError(root, '; '.join(problems))
   if not found:
@@ -63,14 +67,15 @@ def find_runs(
   """The runs of a root of games, or of a mapping, sorted by game and name.
 
   A run's game is the one its data records (a store's manifest), else its
-  folder's name (or the mapping's key, which must then agree with it); ALE
-  must know the game.
+  folder's name (or the mapping's key); the two must agree, and ALE must
+  know the game. A run folder holding no data is skipped with a warning
+  naming it.
 
   Args:
     data: str, a root laid out as the dataset is (ROOT/Pong/1, ...); or a
       mapping {game: run directory or list of them}.
-    games: games to keep (None: all found).
-    runs: run names to keep under a root, e.g. [1, 2] (None: all).
+    games: games to keep, or one game's name (None: all found).
+    runs: run names to keep under a root, e.g. [1, 2], or one (None: all).
 
   Returns:
     list of GameRun.
@@ -80,6 +85,9 @@ def find_runs(
     ValueError: if a game asked for is missing, a game is not ALE's, or
       the data records another game than its folder; naming the directories.
   """
+  # One game or run may be named alone, as a user means it.
+  games = [games] if isinstance(games, str) else games
+  runs = [runs] if isinstance(runs, str | int) else runs
   given = isinstance(data, Mapping)
   if given:
     if runs is not None:
@@ -96,13 +104,14 @@ def find_runs(
       for entry in _run_dirs(str(data))
       if wanted is None or entry[1] in wanted
     ]
-  chosen, wrong = [], []
+  chosen, wrong, present = [], [], set()
   for listed_game, name, run_dir, detected in listed:
     recorded = detected.game
     game = recorded or listed_game
+    present.add(game)
     if games is not None and game not in games:
       continue
-    if given and recorded not in (None, listed_game):
+    if recorded not in (None, listed_game):
       wrong.append(f'{run_dir} holds {recorded}, listed as {listed_game}')
     elif not ale_games.is_atari_game(game):
       wrong.append(f'{run_dir}: {game!r} is not a game ALE knows')
@@ -112,7 +121,8 @@ def find_runs(
   missing = sorted(set(games or ()) - {r.game for r in chosen})
   if missing or not chosen:
     raise ValueError(
-      f'{data}: no runs of {", ".join(missing) or "any game"} (runs={runs})'
+      f'{data}: no runs of {", ".join(missing) or "any game"} (runs={runs}); '
+      f'it holds {", ".join(sorted(present)) or "none"}'
     )
   return sorted(chosen, key=lambda r: (r.game, r.name))
 

@@ -18,8 +18,9 @@ what was found and which layouts are accepted for anything else.
 
 The layout also knows the dataset's game where the path or the store says
 it: RL Unplugged's `<Game>/run_<r>-...` shards, TFDS' `<Game>_run_<r>`
-config, a Dopamine run's `<Game>/<run>/replay_logs`, or the `game` a store's
-manifest records (`fixed-replay convert --game`).
+config, the `game` a store's manifest records (`fixed-replay convert`
+records each run's), else a run's `<Game>/<run>/` path (Dopamine's files or
+a store).
 """
 
 import dataclasses
@@ -165,8 +166,9 @@ def _game_name(name: str) -> str | None:
   return name if _GAME_NAME.match(name) else None
 
 
-def dopamine_game(data_dir: str) -> str | None:
-  """The game of a Dopamine checkpoint folder, from `<Game>/<run>/...`.
+def path_game(data_dir: str) -> str | None:
+  """The game a run's path names, as `<Game>/<run>/...` (Dopamine's files
+  or a store).
 
   The run directory is the folder's parent when the folder is replay_logs/,
   else the folder itself; the game is the run directory's parent, when it
@@ -178,16 +180,13 @@ def dopamine_game(data_dir: str) -> str | None:
   return _game_name(_basename(_parent(run_dir)))
 
 
-def game_of(*paths: str) -> str | None:
-  """The one game the datasets at `paths` name (layout or path), or None."""
-  games = set()
-  for path in paths:
-    try:
-      found = detect(path).game
-    except CheckpointError:
-      found = None  # Remote storage did not answer: the path alone.
-    games.add(found or dopamine_game(str(path)))
-  return games.pop() if len(games) == 1 else None
+def game_of(path: str) -> str | None:
+  """The game of the dataset at `path` (its layout's, else its path's)."""
+  try:
+    found = detect(path).game
+  except CheckpointError:
+    found = None  # Remote storage did not answer: the path alone.
+  return found or path_game(str(path))
 
 
 def _complete_checkpoints(directory: str) -> tuple[dict, dict] | None:
@@ -256,7 +255,8 @@ def _store_layout(path: str, names: list[str]) -> Layout | None:
     if storage.exists(storage.join(storage.join(path, n), _STORE_MANIFEST))
   ]
   if complete:
-    return Layout(path, Kind.STORE, path, game=_store_game(path, complete))
+    game = _store_game(path, complete) or path_game(path)
+    return Layout(path, Kind.STORE, path, game=game)
   lacking = [f'{n}/{_STORE_MANIFEST}' for n in sorted(checkpoint_dirs)]
   problem = 'a compact store with no complete checkpoint'
   if lacking:
@@ -314,11 +314,11 @@ def _tfds_layout(path: str) -> Layout | None:
 def _dopamine_layout(path: str) -> Layout | None:
   scanned = _complete_checkpoints(path)
   if scanned and scanned[0]:
-    return Layout(path, Kind.DOPAMINE, path, game=dopamine_game(path))
+    return Layout(path, Kind.DOPAMINE, path, game=path_game(path))
   nested = storage.join(path, REPLAY_LOGS)
   nested_scan = _complete_checkpoints(nested)
   if nested_scan and nested_scan[0]:
-    return Layout(path, Kind.DOPAMINE_RUN, nested, game=dopamine_game(nested))
+    return Layout(path, Kind.DOPAMINE_RUN, nested, game=path_game(nested))
   for where, found in ((path, scanned), (nested, nested_scan)):
     if found and found[1]:
       return Layout(

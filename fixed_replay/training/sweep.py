@@ -180,7 +180,7 @@ def _one_dataset(replay_dir, runs):
       f'--runs={",".join(runs)} without --games: --replay_dir names one '
       'dataset'
     )
-  game = layout.detect(replay_dir).game or layout.dopamine_game(replay_dir)
+  game = layout.game_of(replay_dir)
   if game is None:
     return [layout.run_name(replay_dir)], runs
   return [game], [layout.run_name(replay_dir)]
