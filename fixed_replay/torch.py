@@ -442,24 +442,17 @@ class MixtureDataset(ReplayDataset):
     for batch in loader:
       batch['state'], batch['action'], batch['game_id']
 
-  `data`, `reload_every` and `**buffer_arguments` are ReplayMixture's (a
-  root or a mapping {game: runs}, games, runs, weights, action_space,
-  segment_length, batch_size, and every run's buffer arguments): the
-  mixture reloads its runs itself, in each worker. Workers, seeds and
-  errors follow ReplayDataset's rules.
+  `data` and `**buffer_arguments` are ReplayMixture's (a root or a mapping
+  {game: runs}, games, runs, weights, action_space, segment_length,
+  batch_size, and every run's buffer arguments). Workers, seeds, reloads
+  and errors follow ReplayDataset's rules: `reload_every` reloads every
+  run of each worker's mixture, which otherwise reloads on its own
+  schedule (ReplayMixture's `reload_every`).
   """
 
-  def __init__(
-    self,
-    data,
-    channels_first: bool = False,
-    num_batches: int | None = None,
-    reload_every: int | None = mixture.RELOAD_EVERY,
-    **buffer_arguments: Any,
-  ):
+  def __init__(self, data, *args, **kwargs):
     self.data = data  # A mapping of runs, kept as it is for the workers.
-    buffer_arguments['reload_every'] = reload_every
-    super().__init__(str(data), channels_first, num_batches, **buffer_arguments)
+    super().__init__(str(data), *args, **kwargs)
 
   def _open(self, arguments):
     return mixture.ReplayMixture(self.data, **arguments)

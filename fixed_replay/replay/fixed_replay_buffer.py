@@ -154,7 +154,8 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
       num_buffers_to_load: int or None, checkpoints sampled per iteration
         (a new random set at each reload_buffer); more than the data holds
         uses all of them (with one warning). None: batch_rl's 5 over
-        Dopamine's files, every checkpoint at once over a compact store.
+        Dopamine's files (all of them, silently, where there are fewer),
+        every checkpoint at once over a compact store.
       mix_checkpoints: bool, True samples uniformly over the valid
         transitions of all loaded checkpoints; False draws each minibatch
         from one checkpoint chosen at random, as batch_rl does.
