@@ -560,7 +560,10 @@ def zstd_alone(source, store, num_frames=ZSTD_ALONE_FRAMES):
   checkpoint = os.path.join(store, 'checkpoint_0')
   spec = manifest_lib.read_manifest(checkpoint)['observation']
   dictionary = b''
-  if spec['dictionary']:
+  if 'run_dictionary' in spec:  # Format 4: the run's, beside it.
+    with open(frame_units.run_dictionary_path(checkpoint), 'rb') as stream:
+      dictionary = stream.read()
+  elif spec['dictionary']:
     path = os.path.join(checkpoint, spec['dictionary'])
     dictionary = manifest_lib.read_small(path)
   compressor = frame_units.UnitCompressor(

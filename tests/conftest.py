@@ -278,8 +278,18 @@ def units_v2_store(tmp_path_factory):
   return _written_by_an_earlier_version('compact_store_v2', tmp_path_factory)
 
 
+@pytest.fixture(scope='session')
+def packed_v3_store(tmp_path_factory):
+  """Format version 3: a dictionary a checkpoint, the rest as now.
+
+  Written by `convert.convert(dopamine_dir)` at commit 4bdc9bf; still read.
+  """
+  return _written_by_an_earlier_version('compact_store_v3', tmp_path_factory)
+
+
 @pytest.fixture(
-  scope='session', params=['store', 'units_v2_store', 'blocks_store']
+  scope='session',
+  params=['store', 'packed_v3_store', 'units_v2_store', 'blocks_store'],
 )
 def any_store(request):
   """The store in each format version this library reads."""
@@ -342,13 +352,17 @@ def mixed_store(store, cartpole_dir, tmp_path):
 
   from fixed_replay.convert import convert
 
-  convert.convert(cartpole_dir, tmp_path / 'cartpole', workers=0)
+  # CartPole's checkpoint 1 alone, converted into the Pong store (against
+  # its run's dictionary) in place of Pong's.
+  alone = tmp_path / 'cartpole_1'
+  alone.mkdir()
+  for name in os.listdir(cartpole_dir):
+    if name.endswith('_ckpt.1.gz'):
+      os.link(os.path.join(cartpole_dir, name), alone / name)
   mixed = tmp_path / 'mixed'
   shutil.copytree(store, mixed)
   shutil.rmtree(mixed / 'checkpoint_1')
-  shutil.copytree(
-    tmp_path / 'cartpole' / 'checkpoint_1', mixed / 'checkpoint_1'
-  )
+  convert.convert(alone, mixed, workers=0)
   return mixed
 
 

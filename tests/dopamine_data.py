@@ -194,3 +194,33 @@ def file_digests(directory, skip_prefix='.convert'):
           stream.read()
         ).hexdigest()
   return digests
+
+
+# What the run's dictionary decides: the units, their index and the manifest.
+_DICTIONARY_BOUND = (
+  'observation.dict',
+  'observation.units',
+  'observation_sizes.npy.zst',
+  'observation_crc32.npy',
+  'manifest.json',
+)
+
+
+def content_digests(store):
+  """file_digests of a compact store but what its run's dictionary decides,
+  plus each checkpoint's CRC-32 of its frames, decoded: equal for stores of
+  the same rows and frames, whatever dictionary compressed them. `store`
+  may be a checkpoint's directory."""
+  from fixed_replay.store import manifest as manifest_lib
+
+  digests = {
+    path: digest
+    for path, digest in file_digests(store).items()
+    if os.path.basename(path) not in _DICTIONARY_BOUND
+  }
+  for path in list(digests):
+    if os.path.basename(path) == 'valid_mask.npy.zst':  # One a checkpoint.
+      directory = os.path.join(store, os.path.dirname(path))
+      manifest = manifest_lib.read_manifest(directory)
+      digests[path + ':frames'] = manifest['observation']['frames_crc32']
+  return digests

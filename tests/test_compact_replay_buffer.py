@@ -27,7 +27,6 @@ from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.sources.dopamine import validity
 from fixed_replay.store import compact_store
-from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
 
 
@@ -144,13 +143,10 @@ def test_units_hold_no_cache(request, layout):
     np.dtype(e.type).itemsize * np.prod(e.shape)
     for e in buffer.get_transition_elements()
   )
-  # 13 bytes a row, the unit index (12 bytes a row), the dictionaries and
-  # the ready batches.
-  assert buffer.nbytes <= (
-    4 * 1000 * (13 + 12)
-    + 4 * frame_units.DICTIONARY_BYTES
-    + (4 + 1) * batch_bytes
-  )
+  # 13 bytes a row, the unit index (12 bytes a row, one more offset a
+  # checkpoint) and the ready batches: the run's dictionary is mapped from
+  # the store, not held.
+  assert buffer.nbytes <= 4 * (1000 * (13 + 12) + 8) + (4 + 1) * batch_bytes
   buffer.close()
 
 
@@ -203,17 +199,24 @@ def _skippable_frame(size):
   )
 
 
-def test_a_store_of_two_format_versions_samples_dopamines_transitions(
-  store, units_v2_store, oracles, tmp_path
+def test_a_store_of_three_format_versions_samples_dopamines_transitions(
+  store, packed_v3_store, units_v2_store, oracles, tmp_path
 ):
-  """Units with (version 2) and without (3) zstd's magic, in one batch."""
+  """Units with (version 2) and without (3, 4) zstd's magic, against
+  their checkpoint's dictionary (2, 3) or their run's (4), in one batch."""
   mixed = tmp_path / 'mixed'
-  for suffix, source in ((0, units_v2_store), (1, units_v2_store), (3, store)):
+  for suffix, source in (
+    (0, units_v2_store),
+    (1, packed_v3_store),
+    (3, store),
+  ):
     name = manifest_lib.checkpoint_dirname(suffix)
     shutil.copytree(source / name, mixed / name)
+  dictionary = manifest_lib.RUN_DICTIONARY_FILE
+  shutil.copy(store / dictionary, mixed / dictionary)
   buffer = _buffer(mixed, batch_size=256)
   versions = {s.manifest['version'] for s in buffer._source._stored}
-  assert versions == {2, 3}
+  assert versions == {2, 3, 4}
   for _ in range(3):
     batch = as_dict(buffer, buffer.sample_transition_batch())
     assert set(np.unique(batch['suffix'])) == {0, 1, 3}
@@ -362,19 +365,23 @@ def test_bound_num_buffers_samples_that_many_per_iteration(
 def test_tables_are_mapped_from_unlinked_spill_files(
   store, oracles, tmp_path, monkeypatch
 ):
-  """Dictionaries, offsets, arrays and the valid-row table live in unlinked
-  files of FIXED_REPLAY_SPILL_DIR; where it cannot be written, in memory.
-  Either way the transitions are Dopamine's."""
+  """Offsets, arrays and the valid-row table live in unlinked files of
+  FIXED_REPLAY_SPILL_DIR; where it cannot be written, in memory. The run's
+  dictionary is mapped from the store itself. Either way the transitions
+  are Dopamine's."""
   monkeypatch.setattr(spill, 'SMALLEST_BYTES', 0)  # This store's are small.
   for spill_dir, mapped_tables in (
-    (tmp_path, 4 * 2 + 3 + 1),
+    (tmp_path, 4 + 3 + 1),
     (tmp_path / 'no', 0),
   ):
     monkeypatch.setenv(spill.DIRECTORY_VARIABLE, str(spill_dir))
     buffer = _buffer(store, seed=3)
     with open('/proc/self/maps') as maps:
-      mapped = [line for line in maps if f' {spill_dir}/' in line]
+      lines = list(maps)
+    mapped = [line for line in lines if f' {spill_dir}/' in line]
     assert len(mapped) >= mapped_tables
+    dictionary = f'{store}/{manifest_lib.RUN_DICTIONARY_FILE}\n'
+    assert sum(line.endswith(dictionary) for line in lines) == 1
     assert all(line.rstrip().endswith('(deleted)') for line in mapped)
     for _ in range(3):
       batch = as_dict(buffer, buffer.sample_transition_batch())

@@ -21,8 +21,12 @@ from fixed_replay.store import manifest as manifest_lib
 
 
 def _copy_checkpoint(store, suffix, tmp_path):
+  """A copy of one checkpoint, and of its run's dictionary (version 4)."""
   target = tmp_path / 'store' / manifest_lib.checkpoint_dirname(suffix)
   shutil.copytree(store / manifest_lib.checkpoint_dirname(suffix), target)
+  dictionary = store / manifest_lib.RUN_DICTIONARY_FILE
+  if dictionary.exists():
+    shutil.copy(dictionary, target.parent / manifest_lib.RUN_DICTIONARY_FILE)
   return target
 
 
@@ -39,11 +43,11 @@ def test_store_describes_itself(dopamine_dir, store):
   assert observation['layout'] == 'units'
   assert observation['num_blocks'] == capacity
   assert observation['row_shape'] == [84, 84]
-  # Format version 3: everything but the units and their CRC-32s packed.
+  # Format version 4: everything but the units and their CRC-32s packed,
+  # and the dictionary the run's, beside the checkpoints.
   assert set(manifest['files']) == {
     'observation.units',
     'observation_crc32.npy',
-    'observation.dict.zst',
     'observation_sizes.npy.zst',
     'action.npy.zst',
     'reward.npy.zst',
@@ -52,7 +56,9 @@ def test_store_describes_itself(dopamine_dir, store):
     'episode_end_indices.npy.zst',
     'valid_mask.npy.zst',
   }
-  assert observation['dictionary'] == 'observation.dict.zst'
+  assert observation['run_dictionary'] == manifest_lib.file_entry(
+    store / manifest_lib.RUN_DICTIONARY_FILE
+  )
   # The 2 header bytes every unit was written without (as hex).
   assert 0 <= observation['unit_header'] < 1 << 16
   for name, entry in manifest['files'].items():
@@ -182,19 +188,33 @@ def test_damaged_unit_names_checkpoint_unit_and_rows(store, tmp_path):
   stored.close()
 
 
+def test_a_damaged_or_missing_run_dictionary_is_refused(store, tmp_path):
+  """Checked when a checkpoint first maps it, even unverified."""
+  directory = _copy_checkpoint(store, 7, tmp_path)
+  path = directory.parent / manifest_lib.RUN_DICTIONARY_FILE
+  _flip_byte(path, os.path.getsize(path) // 2)
+  with pytest.raises(
+    CheckpointError, match=rf'but {directory} was compressed against'
+  ) as raised:
+    compact_store.StoredCheckpoint(directory, verify=False)
+  assert raised.value.path == str(path)
+  with pytest.raises(CheckpointError, match='was compressed against'):
+    compact_store.verify_checkpoint(directory)
+  os.remove(path)
+  with pytest.raises(
+    CheckpointError, match=f"missing: {directory} decodes against its run's"
+  ):
+    compact_store.StoredCheckpoint(directory, verify=False)
+
+
 @pytest.mark.parametrize(
   'name',
   [
-    manifest_lib.stored_name(
-      manifest_lib.DICTIONARY_FILE, manifest_lib.VERSION
-    ),
     manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest_lib.VERSION),
     manifest_lib.CRC_FILE,
   ],
 )
-def test_damaged_dictionary_or_index_refused_before_decoding(
-  store, tmp_path, name
-):
+def test_a_damaged_index_is_refused_before_decoding(store, tmp_path, name):
   directory = _copy_checkpoint(store, 7, tmp_path)
   path = directory / name
   _flip_byte(path, os.path.getsize(path) - 3)
@@ -243,7 +263,8 @@ def test_a_rerun_into_a_store_of_an_older_version_is_refused(
   with pytest.raises(
     CheckpointError,
     match=r"checkpoint_3: converted with .*'version': 2}, now asked for "
-    r".*'version': 3}: use the same options or a new directory",
+    rf".*'version': {manifest_lib.VERSION}}}: use the same options or a new "
+    'directory',
   ):
     convert.convert(dopamine_dir[0], old, workers=0)
 
@@ -267,8 +288,8 @@ def test_newer_format_version_is_refused_as_newer(store, tmp_path):
   manifest_lib.write_manifest(directory, manifest)
   with pytest.raises(
     CheckpointError,
-    match=r'format version 4 is newer than this fixed_replay reads \(versions '
-    r'1-3\): upgrade',
+    match=rf'format version {manifest_lib.VERSION + 1} is newer than this '
+    rf'fixed_replay reads \(versions 1-{manifest_lib.VERSION}\): upgrade',
   ):
     compact_store.StoredCheckpoint(directory)
   manifest['version'] = 0
@@ -308,9 +329,16 @@ def test_inspect_names_the_format_version_and_settings(any_store):
   assert completed.returncode == 0, completed.stderr[-2000:]
   # The version and the settings the frames were written with.
   kind = 'blocks' if manifest['version'] == 1 else 'units'
+  shared = ''
+  if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
+    entry = spec['run_dictionary']  # The run's dictionary, named.
+    shared = (
+      f", the run's dictionary of {entry['bytes']:,} bytes, CRC-32 "
+      f"{entry['crc32']:#010x}"
+    )
   assert (
     f"compact store format version {manifest['version']} ({spec['codec']} "
-    f"frame {kind} of {spec['block_rows']}, clevel {spec['clevel']});"
+    f"frame {kind} of {spec['block_rows']}, clevel {spec['clevel']}{shared});"
   ) in completed.stdout
 
 
@@ -328,7 +356,10 @@ def test_convert_rewrites_an_old_store_without_its_source(
     name = manifest_lib.checkpoint_dirname(suffix)
     old = manifest_lib.read_manifest(old_store / name)
     new = manifest_lib.read_manifest(rewritten / name)
-    assert (old['version'], new['version']) == (old_version, 3)
+    assert (old['version'], new['version']) == (
+      old_version,
+      manifest_lib.VERSION,
+    )
     if old_version == 2:  # The same units; the rest packed.
       assert compact_output.store_bytes(rewritten / name) < (
         compact_output.store_bytes(old_store / name)

@@ -25,6 +25,7 @@ import pytest
 
 from fixed_replay.convert import convert
 from fixed_replay.errors import CheckpointError
+from fixed_replay.store import manifest as manifest_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # conftest's four checkpoints and hard links to them under more suffixes.
@@ -280,11 +281,16 @@ def test_a_file_size_limit_fails_cleanly_and_the_rerun_completes(
   store = tmp_path / 'store'
   completed = _run_cli(small_source, store, preexec_fn=limit_file_size)
   assert completed.returncode == 1, completed.stderr[-2000:]
-  assert f'{store}/checkpoint_' in completed.stderr
+  # The run's dictionary, larger than these small units, is written first:
+  # the error names the store.
+  assert f'convert: {store}: cannot write the compact store' in (
+    completed.stderr
+  )
   assert 'file too large' in completed.stderr
   assert 'Free space and run the same command again' in completed.stderr
   assert 'Traceback' not in completed.stderr
   assert not [n for n in os.listdir(store) if n.startswith('.checkpoint_')]
+  assert not [n for n in os.listdir(store) if 'dict' in n]  # Tidied.
   # Space freed (the limit lifted): the same command completes the store.
   convert.convert(small_source, store, workers=2)
   assert file_digests(store) == small_reference[0]
@@ -300,6 +306,11 @@ def test_a_full_disk_fails_cleanly_and_the_rerun_completes(
     for root, _, names in os.walk(small_reference[1])
     for name in names
   )
+  # Room for the run's dictionary (written first) and half the checkpoints.
+  dictionary = os.path.getsize(
+    small_reference[1] / manifest_lib.RUN_DICTIONARY_FILE
+  )
+  size = dictionary + (total - dictionary) // 2
   mount = tmp_path / 'small_disk'
   mount.mkdir()
   store = mount / 'store'
@@ -308,7 +319,7 @@ def test_a_full_disk_fails_cleanly_and_the_rerun_completes(
   # Fill the tmpfs, then grow it (freeing space) and run again; the store is
   # copied out before the namespace, and the tmpfs with it, goes away.
   script = (
-    f"mount -t tmpfs -o size={total // 2 // 1024}k tmpfs '{mount}' && "
+    f"mount -t tmpfs -o size={size // 1024}k tmpfs '{mount}' && "
     f'{{ {line}; echo "first=$?"; }} && '
     f"mount -o remount,size=64m '{mount}' && "
     f'{{ {line} >/dev/null 2>&1; echo "second=$?"; }} && '

@@ -260,6 +260,13 @@ def test_damage_is_named_or_harmless(undamaged, tmp_path, layout):
       )
     )
   )
+  # The run's files (its dictionary; empty for these random 8x8 frames,
+  # nothing to damage: test_compact_store damages a real one).
+  run_names = [
+    name
+    for name in os.listdir(store)
+    if not name.startswith(('.', 'check')) and os.path.getsize(store / name)
+  ]
   rng = np.random.default_rng(SEED)
   faulthandler.dump_traceback_later(300, exit=True)  # A hang in C code.
   seen = []
@@ -277,11 +284,13 @@ def test_damage_is_named_or_harmless(undamaged, tmp_path, layout):
           damaged,
           what,
         )
-      for name in store_names:
+      for name in store_names + run_names:
         suffix = int(rng.choice(sorted(WRITTEN)))
         copy = tmp_path / f'store_{trial}_{len(seen)}'
         shutil.copytree(store, copy)
         damaged = copy / manifest_lib.checkpoint_dirname(suffix) / name
+        if name in run_names:  # The run's own, beside its checkpoints.
+          damaged = copy / name
         what = _damage(damaged, rng)
         seen += _check(
           _store_tools(copy, source, layout), baselines, damaged, what

@@ -11,7 +11,7 @@ import gzip
 import os
 
 import cv2
-from dopamine_data import file_digests
+from dopamine_data import content_digests
 import numpy as np
 import pytest
 import rlu_data
@@ -184,11 +184,18 @@ def _check_failure(directory, store, shard, pattern, clean_store, episodes):
   leftovers = [n for n in os.listdir(store) if 'partial' in n]
   assert not leftovers
   assert not (store / 'checkpoint_1').exists()
-  compact_store.verify_checkpoint(store / 'checkpoint_0', decode=True)
+  # Damage in the first frames of a shard stops the conversion before any
+  # checkpoint (they train the run's dictionary); later damage, after.
+  for name in os.listdir(store):
+    if name.startswith('checkpoint_'):
+      compact_store.verify_checkpoint(store / name, decode=True)
   # Shard 1 replaced by a good copy: the rerun completes the same store.
   rlu_data.write_shard(shard, episodes[2:4])
   rlu_convert.convert_rlu(directory, store, workers=0)
-  assert file_digests(store) == file_digests(clean_store[1])
+  # The same rows and frames. Not always the same bytes: the first try
+  # indexed shard 0, so the rerun's first round, on which the run's
+  # dictionary trains, holds other checkpoints than a clean conversion's.
+  assert content_digests(store) == content_digests(clean_store[1])
 
 
 @pytest.mark.parametrize('case', sorted(_EXPECTED))

@@ -54,6 +54,10 @@ class ConverterOutput(Protocol):
     """Tidies what an interrupted conversion left, before converting."""
     ...
 
+  def prepare(self, store_dir: str, sources: list, options: ConvertOptions):
+    """Writes what the run's checkpoints share, before they convert."""
+    ...
+
   def write(
     self,
     source: CheckpointSource,
@@ -71,6 +75,10 @@ class ConverterOutput(Protocol):
   def remove(self, store_dir: str, suffix: int) -> None: ...
 
   def stored_bytes(self, store_dir: str, suffix: int) -> int: ...
+
+  def run_bytes(self, store_dir: str) -> int:
+    """Bytes of what the run's checkpoints share (prepare's)."""
+    ...
 
   def stored_rows(self, store_dir: str, suffix: int) -> int: ...
 

@@ -2,7 +2,7 @@
 
 `CompactOutput` is the output convert.py uses by default (the other is
 dopamine_output.py): it streams a source's frames in slices into zstd units
-against a dictionary trained on the first slice (frame_units.py), bounded
+against the run's dictionary (prepare_run, frame_units.py), bounded
 memory, the units compressed by a few threads; it writes the small arrays, the
 table of valid rows and a manifest with checksums, in the newest format version
 (older ones are read, not written), into a partial directory, then reads all of
@@ -15,12 +15,15 @@ import itertools
 import os
 import shutil
 import threading
+import time
 from typing import Any
 
+from absl import logging
 import numpy as np
 import numpy.typing as npt
 import zstandard
 
+from fixed_replay import progress
 from fixed_replay.convert import checkpoint_source
 from fixed_replay.convert import convert_options
 from fixed_replay.convert import destination
@@ -141,31 +144,74 @@ def _unit_compressor(dictionary: bytes, level: int):
   return compress
 
 
+# What a run dictionary being written is named after: .<pid><this>.
+_PARTIAL_DICTIONARY = '.dict.partial'
+
+
+def prepare_run(store_dir: str, sources, options: ConvertOptions) -> None:
+  """Trains and writes the run's dictionary, unless the store has one.
+
+  On the first frames of every checkpoint in `sources` (those a conversion
+  begins with: every checkpoint of a run of Dopamine's files or of a store;
+  the first round's of RL Unplugged episodes), so that it knows the screens
+  of every part of the run; a checkpoint whose frames cannot be read is left
+  out, for its own conversion to report. Kept for every later checkpoint of
+  the store, so a resumed conversion writes the same bytes.
+  """
+  path = os.path.join(store_dir, manifest_lib.RUN_DICTIONARY_FILE)
+  if os.path.exists(path) or not sources:
+    return
+  began = time.perf_counter()
+  each = -(-frame_units.RUN_TRAINING_FRAMES // len(sources))
+  frames = []
+  for source in sources:
+    try:
+      with source.open() as reader:
+        frames += list(next(iter(reader.frame_slices(each)), []))
+    except CheckpointError as error:  # Its own conversion reports it.
+      logging.warning(
+        'Training without checkpoint %d: %s', source.suffix, error
+      )
+  dictionary = frame_units.train_dictionary(frames)
+  partial = destination.write_bytes(
+    store_dir, f'.{os.getpid()}{_PARTIAL_DICTIONARY}', dictionary
+  )
+  os.replace(os.path.join(store_dir, partial), path)
+  destination.fsync_directory(store_dir)
+  logging.info(
+    "Trained the run's dictionary of %s (%s) on the first %d frames of %s "
+    'in %.1f s',
+    store_dir,
+    progress.format_bytes(len(dictionary)),
+    each,
+    progress.count(len(sources), 'checkpoint'),
+    time.perf_counter() - began,
+  )
+
+
 def _write_frames(reader, directory: str, options, threads):
   """Streams a source's frames into units; returns the manifest entry."""
-  slices = iter(
-    reader.frame_slices(slice_rows(reader.row_shape, reader.dtype, options))
+  slices = reader.frame_slices(
+    slice_rows(reader.row_shape, reader.dtype, options)
   )
-  first = next(slices, None)
-  # The dictionary is trained on the first slice's frames.
-  dictionary = b'' if first is None else frame_units.train_dictionary(first)
+  path = frame_units.run_dictionary_path(directory)  # prepare_run's.
+  try:
+    with open(path, 'rb') as stream:
+      dictionary = stream.read()
+  except FileNotFoundError as error:
+    raise CheckpointError(path, "missing: the run's dictionary") from error
   level = frame_units.zstd_level(options.clevel)
   spec = {
-    'dictionary': None,
+    'run_dictionary': {
+      'bytes': len(dictionary),
+      'crc32': manifest_lib.crc32(dictionary),
+    },
     'unit_header': frame_units.UnitCompressor(dictionary, level).header,
   }
-  if dictionary:
-    spec['dictionary'] = destination.write_bytes(
-      directory,
-      manifest_lib.stored_name(
-        manifest_lib.DICTIONARY_FILE, manifest_lib.VERSION
-      ),
-      manifest_lib.pack(dictionary),
-    )
   name = manifest_lib.UNITS_FILE
   with destination.synced_file(directory, name) as out:
     offsets, crcs, frames_crc, blocks_crc, num_rows = _compress_slices(
-      itertools.chain([first] if first is not None else [], slices),
+      slices,
       out,
       _unit_compressor(dictionary, level),
       options,
@@ -193,10 +239,6 @@ def _write_frames(reader, directory: str, options, threads):
     library=f'zstandard {zstandard.__version__}',
   )
   blocks_entry = {name: {'bytes': offsets[-1], 'crc32': blocks_crc}}
-  if spec.get('dictionary'):
-    blocks_entry[spec['dictionary']] = manifest_lib.file_entry(
-      os.path.join(directory, spec['dictionary'])
-    )
   return num_rows, spec, blocks_entry
 
 
@@ -323,7 +365,22 @@ class CompactOutput:
     check_existing(self.final_path(store_dir, source.suffix), source, options)
 
   def clean(self, store_dir: str) -> None:
-    """Nothing to tidy: partial directories are removed by the caller."""
+    """Removes a partial run dictionary, and one no checkpoint uses (a
+    conversion that failed first: the next trains one on the sources as they
+    are then); the caller removes partial checkpoints."""
+    names = os.listdir(store_dir)
+    unused = not any(name.startswith('checkpoint_') for name in names)
+    for name in names:
+      partial = name.startswith('.') and name.endswith(_PARTIAL_DICTIONARY)
+      if partial or unused and name == manifest_lib.RUN_DICTIONARY_FILE:
+        os.remove(os.path.join(store_dir, name))
+
+  def prepare(self, store_dir: str, sources, options: ConvertOptions) -> None:
+    prepare_run(store_dir, sources, options)
+
+  def run_bytes(self, store_dir: str) -> int:
+    path = os.path.join(store_dir, manifest_lib.RUN_DICTIONARY_FILE)
+    return os.path.getsize(path) if os.path.exists(path) else 0
 
   def write(self, source, partial, options, threads):  # ConverterOutput's.
     """Returns (rows, what verify needs)."""

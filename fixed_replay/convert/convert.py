@@ -100,8 +100,12 @@ class _Store:
       raise
     return self
 
-  def __exit__(self, *unused_exc_info) -> bool:
-    self._lock.close()
+  def __exit__(self, exc_type, *unused_exc_info) -> bool:
+    try:
+      if exc_type is not None:  # What the next conversion would tidy.
+        self._output.clean(self.store_dir)
+    finally:
+      self._lock.close()
     return False
 
   def plan(self, sources):
@@ -122,6 +126,8 @@ class _Store:
           source, self.store_dir, source.expected_rows(), self._options
         )
       )
+    if pending:
+      self._output.prepare(self.store_dir, sources, self._options)
     if sources:
       logging.info(
         'Converting %d checkpoint(s) %s of %s into %s; %d already '
@@ -150,7 +156,8 @@ class _Store:
       skipped=sorted(set(self.skipped) - set(converted)),
       frames=sum(output.stored_rows(store_dir, s) for s in converted),
       source_bytes=sum(source_files.values()),
-      store_bytes=sum(output.stored_bytes(store_dir, s) for s in self.seen),
+      store_bytes=output.run_bytes(store_dir)
+      + sum(output.stored_bytes(store_dir, s) for s in self.seen),
       seconds=seconds,
     )
 

@@ -127,6 +127,12 @@ class DopamineOutput:
       stored_options(options),
     )
 
+  def prepare(self, store_dir: str, sources, options: ConvertOptions) -> None:
+    """Nothing: Dopamine's checkpoints share nothing."""
+
+  def run_bytes(self, store_dir: str) -> int:
+    return 0
+
   def clean(self, store_dir: str) -> None:
     """Deletes files of uncommitted suffixes; refuses someone else's DST."""
     meta = os.path.join(store_dir, META_DIR)

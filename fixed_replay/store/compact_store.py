@@ -3,12 +3,13 @@
 `fixed-replay convert` (see convert.py) writes one directory per run:
 
   STORE/
+    observation.dict            the run's zstd dictionary, trained on frames
+                                of all its checkpoints (frame_units.py)
     checkpoint_<suffix>/        one per converted checkpoint, complete only
       manifest.json             what the directory holds; written last
       observation.units         the frames, `block_rows` (default 1) per
                                 unit, each unit one zstd frame against the
-                                dictionary (frame_units.py)
-      observation.dict.zst      the zstd dictionary trained on the frames
+                                run's dictionary (frame_units.py)
       observation_sizes.npy.zst uint32 (num_blocks,): each unit's bytes
       observation_crc32.npy     uint32 (num_blocks,): CRC-32 of each unit
       action.npy.zst, reward.npy.zst, terminal.npy.zst, <element>.npy.zst
@@ -21,12 +22,14 @@
                                 manifest's stack_size and update_horizon
     .checkpoint_<suffix>.partial-<pid>/   being written: never read
 
-That is format version 3, where a `.zst` file is one zstd frame of the file
+That is format version 4, where a `.zst` file is one zstd frame of the file
 its name ends before (manifest.py), and units are stored without the 6 bytes
-they all begin with (frame_units.py). Version 2 held them plain, units
-whole, with int64 unit offsets (`observation_offsets.npy`) instead of sizes;
-version 1 holds blosc2 blocks in `observation.blocks` instead of units and
-dictionary (frame_blocks.py), and plain files. All three are read.
+they all begin with (frame_units.py). Version 3 is the same with a
+dictionary in each checkpoint (`observation.dict.zst`); version 2 held
+them plain, units whole, with int64 unit offsets (`observation_offsets.npy`)
+instead of sizes; version 1 holds blosc2 blocks in `observation.blocks`
+instead of units and dictionary (frame_blocks.py), and plain files. All four
+are read.
 
 A checkpoint directory only ever appears by renaming a verified partial one,
 so its presence means it is complete. The manifest records the format and
@@ -296,6 +299,8 @@ def verify_checkpoint(
   manifest = manifest_lib.read_manifest(directory)
   manifest_lib.verify_files(directory, manifest)
   spec = manifest['observation']
+  if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
+    frame_units.run_dictionary(directory, spec['run_dictionary'])
   if not decode:
     return VerifiedCheckpoint(manifest, spec['frames_crc32'])
   frames = open_frames(directory, manifest)

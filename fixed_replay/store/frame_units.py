@@ -1,11 +1,12 @@
 """The frames of a stored checkpoint as zstd units with a trained dictionary.
 
-Format versions 2 and 3 of the compact store. A sampled transition uses
+Format versions 2 to 4 of the compact store. A sampled transition uses
 five frames (two overlapping stacks of four), so decoding whole blocks of 16
 frames threw most decoded bytes away. Here `observation.units` holds
 `block_rows` frames per unit (1 by default), each unit one zstd frame (no
 content size, checksum or dictionary id: those bytes repeat in every unit)
-compressed against a dictionary trained on the checkpoint's own frames
+compressed against a trained dictionary: the run's (`observation.dict`
+beside the checkpoints, version 4), or before, the checkpoint's own
 (`observation.dict.zst`). The dictionary is what keeps single frames small:
 Atari screens share their background, score digits and sprites.
 `observation_crc32.npy` and the unit sizes (`observation_sizes.npy.zst`;
@@ -18,7 +19,9 @@ units, then checks and decodes each, all in one compiled call outside the
 GIL (unit_decoding.py), so sampling threads decode in parallel.
 """
 
+import mmap
 import os
+import weakref
 
 import numpy as np
 import zstandard
@@ -30,22 +33,24 @@ from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import unit_decoding
 
 LAYOUT = 'units'
-# Trained-dictionary size. On the 100k-row checkpoints of random play of
-# benchmarks/busy_store_benchmark.py, one frame a unit, the parser of
-# `unit_parameters` (2026-12-02, every 20th frame compressed, all files
-# counted against Dopamine's gzip), Seaquest, MsPacman, Asterix: 512 KB
-# 1.24x, 1.04x, 1.09x; 1 MB 1.22x, 1.02x, 1.01x. 2 MB trained on 9,000
-# frames: Seaquest 1.27x, Asterix 1.01x, though its units are 3-6% smaller,
-# which would pay on checkpoints of 1M rows (the DQN Replay Dataset's).
-# zstd returns a smaller dictionary where the frames hold less to learn
-# (300-500 KB on Breakout).
-DICTIONARY_BYTES = 1 << 20
+# Format version 4 trains one dictionary a run, on the first frames of every
+# checkpoint a conversion begins with, and every checkpoint of the run
+# decodes against it: a mixture of 40 runs holds 40 dictionaries, not 2,000
+# (2 GB, beyond the CPU's caches and TLB: 0.64-0.72x one run's speed, and a
+# megabyte spilled a checkpoint). Its size: version 3 trained 1 MB a
+# checkpoint, on 4,000 frames of its first slice. On the 100k-row
+# checkpoints of random play of benchmarks/busy_store_benchmark.py, one frame
+# a unit (2026-12-02, every 20th frame compressed, all files counted against
+# Dopamine's gzip), Seaquest, MsPacman, Asterix: 512 KB 1.24x, 1.04x, 1.09x;
+# 1 MB 1.22x, 1.02x, 1.01x; 2 MB trained on 9,000 frames: units 3-6%
+# smaller, which pays once a run is paid for once. zstd returns a smaller
+# dictionary where the frames hold less to learn (300-500 KB on Breakout).
+RUN_DICTIONARY_BYTES = 2 << 20
+RUN_TRAINING_FRAMES = 12_000
 # zstd's k and d for the dictionary: what its own parameter search chose on
 # MsPacman and Seaquest. Fixed, training takes ~0.15 s a checkpoint instead
 # of ~8 s, for the same size.
 _TRAINING_K, _TRAINING_D = 1826, 8
-# Frames the dictionary is trained on (spread over the first slice).
-TRAINING_FRAMES = 4000
 # Units are written without the 6 bytes they all begin with (format version
 # 3): zstd's magic number, the frame header descriptor and the window
 # descriptor. On busy Atari frames, about 160 bytes a unit, that is 4% of
@@ -109,18 +114,23 @@ def unit_parameters(level: int) -> zstandard.ZstdCompressionParameters:
   )
 
 
-def train_dictionary(frames, dictionary_bytes=DICTIONARY_BYTES):
-  """A zstd dictionary trained on some of a checkpoint's frames.
+def train_dictionary(
+  frames,
+  dictionary_bytes=RUN_DICTIONARY_BYTES,
+  training_frames=RUN_TRAINING_FRAMES,
+):
+  """A zstd dictionary trained on some of a run's frames.
 
   Args:
-    frames: array (n, *row_shape), frames spread over the checkpoint.
+    frames: sequence of frames (an array (n, *row_shape), or a list).
     dictionary_bytes: int, the dictionary's size.
+    training_frames: int, most frames trained on, spread over `frames`.
 
   Returns:
     bytes, empty when the frames are too few (or too alike) to train on:
     units are then compressed without a dictionary.
   """
-  step = max(1, len(frames) // TRAINING_FRAMES)
+  step = max(1, len(frames) // training_frames)
   samples = [np.ascontiguousarray(f).tobytes() for f in frames[::step]]
   if len(samples) < 8:
     return b''
@@ -133,6 +143,66 @@ def train_dictionary(frames, dictionary_bytes=DICTIONARY_BYTES):
   except zstandard.ZstdError:
     return b''  # zstd refuses samples that are too few or too small.
   return trained.as_bytes()
+
+
+# Run dictionaries mapped in this process, while a checkpoint uses them:
+# {(path, inode, bytes, mtime): Dictionary}.
+_RUN_DICTIONARIES = weakref.WeakValueDictionary()
+
+
+def run_dictionary_path(checkpoint_dir: str) -> str:
+  """Where the dictionary of a checkpoint's run is: beside the checkpoint."""
+  store_dir = os.path.dirname(os.path.abspath(checkpoint_dir))
+  return os.path.join(store_dir, manifest_lib.RUN_DICTIONARY_FILE)
+
+
+def run_dictionary(checkpoint_dir: str, expected: dict):
+  """The run's dictionary a checkpoint (version 4) decodes against.
+
+  Mapped read-only once a process, where it lies: page cache that every
+  process opening the run shares, checked (size and CRC-32) when first
+  mapped, and against what each checkpoint was compressed with.
+
+  Args:
+    checkpoint_dir: str, the checkpoint.
+    expected: dict, its manifest's `bytes` and `crc32` of the dictionary.
+
+  Returns:
+    unit_decoding.Dictionary, with `entry` (its bytes and CRC-32).
+
+  Raises:
+    CheckpointError: if the run's dictionary is missing, or is not the one
+      the checkpoint was compressed against (damaged, or another's);
+      naming the file and the checkpoint.
+  """
+  path = run_dictionary_path(checkpoint_dir)
+  try:
+    status = os.stat(path)
+  except FileNotFoundError as error:
+    raise CheckpointError(
+      path, f"missing: {checkpoint_dir} decodes against its run's dictionary"
+    ) from error
+  key = (path, status.st_ino, status.st_size, status.st_mtime_ns)
+  found = _RUN_DICTIONARIES.get(key)
+  if found is None:
+    data = np.empty(0, np.uint8)
+    if status.st_size:
+      with open(path, 'rb') as stream:
+        mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
+      data = np.frombuffer(mapped, np.uint8)
+    found = unit_decoding.Dictionary(data)
+    found.nbytes = 0  # Mapped from the store and shared: no checkpoint's.
+    found.entry = {'bytes': len(data), 'crc32': manifest_lib.crc32(data)}
+    _RUN_DICTIONARIES[key] = found
+  if found.entry != expected:
+    raise CheckpointError(
+      path,
+      f'{found.entry["bytes"]} bytes with CRC-32 {found.entry["crc32"]:#010x}'
+      f', but {checkpoint_dir} was compressed against {expected["bytes"]} '
+      f'bytes with {expected["crc32"]:#010x}: damaged, or the dictionary '
+      'of another conversion',
+    )
+  return found
 
 
 class UnitCompressor:
@@ -209,12 +279,16 @@ class StoredUnits(frame_blocks.StoredFrameFile):
       files,
       lambda path: manifest_lib.load_npy(path, mmap=True),
     )
-    dictionary = np.empty(0, np.uint8)
-    if spec.get('dictionary'):
+    dictionary = unit_decoding.Dictionary(np.empty(0, np.uint8))
+    if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
+      dictionary = run_dictionary(directory, spec['run_dictionary'])
+    elif spec.get('dictionary'):
       data = self._load_checked(
         spec['dictionary'], files, manifest_lib.read_small
       )
-      dictionary = spill.copy(np.frombuffer(data, np.uint8))
+      dictionary = unit_decoding.Dictionary(
+        spill.copy(np.frombuffer(data, np.uint8))
+      )
     self._check_index(offsets, crcs)
     # The compiled decoder reads these two through their addresses.
     self.offsets = spill.copy(np.asarray(offsets, np.int64))
@@ -224,8 +298,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
         os.path.join(directory, manifest_lib.OFFSETS_FILE),
         'unit offsets decrease',
       )
-    self._dictionary = unit_decoding.Dictionary(dictionary)
-    self._dictionary_bytes = len(dictionary)
+    self._dictionary = dictionary
     self._open()
 
   def _load_checked(self, name, files, load):
@@ -251,7 +324,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
   @property
   def nbytes(self) -> int:
     """Bytes held in memory: the unit index and the dictionary."""
-    return self.offsets.nbytes + self.crcs.nbytes + self._dictionary_bytes
+    return self.offsets.nbytes + self.crcs.nbytes + self._dictionary.nbytes
 
   def table_row(self):
     """This checkpoint's row of a unit_decoding table (descriptor -1 once

@@ -14,8 +14,11 @@ valid-row mask), and unit sizes instead of offsets. On busy Atari frames (about
 160 bytes a frame) version 2 spent 27 bytes a row on those 6 bytes, offsets,
 CRCs, action, reward and terminal and a whole 1 MB dictionary a checkpoint;
 version 3 spends about 6 and a 20-25x smaller dictionary. They are small, and
-read whole at open, so compressing them costs nothing when sampling. This
-library reads all three and writes only 3.
+read whole at open, so compressing them costs nothing when sampling. Version
+4 is version 3 with one dictionary for the whole run instead of one a
+checkpoint (`RUN_DICTIONARY_FILE` beside the checkpoints, plain, mapped where
+it lies; each manifest records its size and CRC-32: frame_units.py). This
+library reads all four and writes only 4.
 """
 
 from collections.abc import Collection
@@ -35,15 +38,16 @@ from fixed_replay.sources.dopamine import checkpoints
 # made; kept, as every written store holds it).
 FORMAT = 'fixed_replay.store.compact_store'
 # The newest format version, the one written by default.
-VERSION = 3
+VERSION = 4
 BLOCKS_VERSION = 1
 UNITS_VERSION = 2
 PACKED_VERSION = 3
-VERSIONS = (BLOCKS_VERSION, UNITS_VERSION, PACKED_VERSION)
+RUN_DICTIONARY_VERSION = 4
+VERSIONS = (BLOCKS_VERSION, UNITS_VERSION, PACKED_VERSION, VERSION)
 MANIFEST = 'manifest.json'
 BLOCKS_FILE = 'observation.blocks'
 UNITS_FILE = 'observation.units'
-DICTIONARY_FILE = 'observation.dict'
+RUN_DICTIONARY_FILE = 'observation.dict'  # The run's, beside its checkpoints.
 OFFSETS_FILE = 'observation_offsets.npy'  # Versions 1 and 2.
 SIZES_FILE = 'observation_sizes.npy'  # Version 3: uint32 unit sizes.
 CRC_FILE = 'observation_crc32.npy'
@@ -206,6 +210,16 @@ def _check_manifest(path: str, manifest):
     )
     if not 0 <= manifest['observation']['unit_header'] < 1 << 16:
       raise CheckpointError(path, 'damaged manifest: observation.unit_header')
+  if manifest['version'] >= RUN_DICTIONARY_VERSION:
+    _check_fields(
+      path, manifest['observation'], {'run_dictionary': dict}, 'observation.'
+    )
+    _check_fields(
+      path,
+      manifest['observation']['run_dictionary'],
+      {'bytes': int, 'crc32': int},
+      'observation.run_dictionary.',
+    )
   if GAME_KEY in manifest:  # Optional: the game, where the source named it.
     _check_fields(path, manifest, {GAME_KEY: str}, '')
 

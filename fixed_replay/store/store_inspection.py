@@ -59,9 +59,15 @@ def _compression(manifest):
   spec = manifest['observation']
   units = manifest['version'] != manifest_lib.BLOCKS_VERSION
   what = 'frame units' if units else 'frame blocks'
-  return (
-    f"{spec['codec']} {what} of {spec['block_rows']}, clevel {spec['clevel']}"
-  )
+  text = f"{spec['codec']} {what} of {spec['block_rows']}, clevel "
+  text += str(spec['clevel'])
+  if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
+    shared = spec['run_dictionary']
+    text += (
+      f", the run's dictionary of {shared['bytes']:,} bytes, CRC-32 "
+      f"{shared['crc32']:#010x}"
+    )
+  return text
 
 
 def summarize_checkpoint(
