@@ -20,8 +20,8 @@ dictionary's scope:
 Printed, per checkpoint and in all: the units' bytes, the dictionaries',
 and the total against Dopamine's gzip files.
 
-Usage: python benchmarks/dictionary_drift_benchmark.py [--game=Pong]
-  [--rows=20000] [--epsilons=1.0,0.5,0.1,0.01]
+Usage: python benchmarks/dictionary_drift_benchmark.py --game=Pong
+  --rows=20000 [--epsilons=1.0,0.5,0.1,0.01]
 """
 
 import os
@@ -32,8 +32,8 @@ from absl import app
 from absl import flags
 import common
 
-_GAME = flags.DEFINE_string('game', 'Pong', 'Pong or Breakout (scripted).')
-_ROWS = flags.DEFINE_integer('rows', 20_000, 'Rows a checkpoint.')
+# --game (Pong or Breakout: a scripted controller) and --rows (rows a
+# checkpoint) are common.py's flags.
 _EPSILONS = flags.DEFINE_list(
   'epsilons', ['1.0', '0.5', '0.1', '0.01'], 'Epsilon of each checkpoint.'
 )
@@ -80,6 +80,7 @@ def _bytes(directory, names=None):
 
 def main(argv):
   del argv
+  from fixed_replay import progress
   from fixed_replay.convert import convert
   from fixed_replay.sources.dopamine import checkpoints
   from fixed_replay.store import manifest as manifest_lib
@@ -87,12 +88,12 @@ def main(argv):
   epsilons = [float(e) for e in _EPSILONS.value]
   print(
     f'dictionary_drift_benchmark {time.strftime("%Y-%m-%d %H:%M UTC")}, '
-    f'{os.cpu_count()} cores, {common.load_average()}; {_GAME.value}, '
-    f'{len(epsilons)} checkpoints of {_ROWS.value:,} rows, epsilon '
+    f'{os.cpu_count()} cores, {common.load_average()}; {common.GAME.value}, '
+    f'{len(epsilons)} checkpoints of {common.ROWS.value:,} rows, epsilon '
     f'{", ".join(map(str, epsilons))}'
   )
-  run = write_run(_GAME.value, _ROWS.value, epsilons)
-  work = os.path.join(common.DATA_DIR, f'drift_{_GAME.value}_stores')
+  run = write_run(common.GAME.value, common.ROWS.value, epsilons)
+  work = os.path.join(common.DATA_DIR, f'drift_{common.GAME.value}_stores')
   shutil.rmtree(work, ignore_errors=True)
   convert.convert(run, os.path.join(work, 'run'), workers=0)
   found = checkpoints.find_checkpoints(run)
@@ -117,19 +118,20 @@ def main(argv):
     totals['own'] += _bytes(os.path.join(own, name)) + own_dict
     totals['own_dicts'] += own_dict
     print(
-      f'{suffix:>10}  {epsilon:>7}  {common.format_bytes(gzip):>9}  '
-      f'{common.format_bytes(run_units):>13}  '
-      f'{common.format_bytes(own_units):>13}  '
-      f'{common.format_bytes(own_dict):>8}  '
+      f'{suffix:>10}  {epsilon:>7}  {progress.format_bytes(gzip):>9}  '
+      f'{progress.format_bytes(run_units):>13}  '
+      f'{progress.format_bytes(own_units):>13}  '
+      f'{progress.format_bytes(own_dict):>8}  '
       f'(run/own units {run_units / own_units:.3f}x)'
     )
   run_dict = os.path.getsize(os.path.join(work, 'run', dictionary))
   totals['run'] += run_dict
   print(
-    f'all files: run {common.format_bytes(totals["run"])} (one dictionary, '
-    f'{common.format_bytes(run_dict)}) = {totals["run"] / totals["gzip"]:.3f}x'
-    f' gzip; own {common.format_bytes(totals["own"])} ('
-    f'{common.format_bytes(totals["own_dicts"])} of dictionaries) = '
+    f'all files: run {progress.format_bytes(totals["run"])} (one '
+    f'dictionary, {progress.format_bytes(run_dict)}) = '
+    f'{totals["run"] / totals["gzip"]:.3f}x gzip; own '
+    f'{progress.format_bytes(totals["own"])} ('
+    f'{progress.format_bytes(totals["own_dicts"])} of dictionaries) = '
     f'{totals["own"] / totals["gzip"]:.3f}x gzip; run / own = '
     f'{totals["run"] / totals["own"]:.3f}x; {common.load_average()}'
   )

@@ -144,6 +144,11 @@ def _unit_compressor(dictionary: bytes, level: int):
   return compress
 
 
+# A run's dictionary trains on every _SPREAD-th of each checkpoint's first
+# frames: on Pong's drifting run (benchmarks/dictionary_drift_benchmark.py),
+# units 0.96-1.07x each checkpoint's own dictionary's at 3, 1.05-1.17x
+# trained on consecutive frames.
+_SPREAD = 4
 # What a run dictionary being written is named after: .<pid><this>.
 _PARTIAL_DICTIONARY = '.dict.partial'
 
@@ -167,7 +172,8 @@ def prepare_run(store_dir: str, sources, options: ConvertOptions) -> None:
   for source in sources:
     try:
       with source.open() as reader:
-        frames += list(next(iter(reader.frame_slices(each)), []))
+        first = next(iter(reader.frame_slices(each * _SPREAD)), [])
+        frames += list(np.array(first[::_SPREAD]))
     except CheckpointError as error:  # Its own conversion reports it.
       logging.warning(
         'Training without checkpoint %d: %s', source.suffix, error
@@ -179,11 +185,12 @@ def prepare_run(store_dir: str, sources, options: ConvertOptions) -> None:
   os.replace(os.path.join(store_dir, partial), path)
   destination.fsync_directory(store_dir)
   logging.info(
-    "Trained the run's dictionary of %s (%s) on the first %d frames of %s "
-    'in %.1f s',
+    "Trained the run's dictionary of %s (%s) on every %dth of the first %d "
+    'frames of %s in %.1f s',
     store_dir,
     progress.format_bytes(len(dictionary)),
-    each,
+    _SPREAD,
+    each * _SPREAD,
     progress.count(len(sources), 'checkpoint'),
     time.perf_counter() - began,
   )
