@@ -282,7 +282,7 @@ def units_v2_store(tmp_path_factory):
 def packed_v3_store(tmp_path_factory):
   """Format version 3: a dictionary a checkpoint, the rest as now.
 
-  Written by `convert.convert(dopamine_dir)` at commit 4bdc9bf; still read.
+  Written by `convert.convert(dopamine_dir)` at commit adc5a91; still read.
   """
   return _written_by_an_earlier_version('compact_store_v3', tmp_path_factory)
 
