@@ -54,7 +54,7 @@ class ConverterOutput(Protocol):
     """Tidies what an interrupted conversion left, before converting."""
     ...
 
-  def prepare(self, store_dir: str, sources: list, options: ConvertOptions):
+  def prepare(self, store_dir: str, sources: list) -> None:
     """Writes what the run's checkpoints share, before they convert."""
     ...
 

@@ -153,7 +153,7 @@ _SPREAD = 4
 _PARTIAL_DICTIONARY = '.dict.partial'
 
 
-def prepare_run(store_dir: str, sources, options: ConvertOptions) -> None:
+def prepare_run(store_dir: str, sources) -> None:
   """Trains and writes the run's dictionary, unless the store has one.
 
   On the first frames of every checkpoint in `sources` (those a conversion
@@ -163,7 +163,7 @@ def prepare_run(store_dir: str, sources, options: ConvertOptions) -> None:
   out, for its own conversion to report. Kept for every later checkpoint of
   the store, so a resumed conversion writes the same bytes.
   """
-  path = os.path.join(store_dir, manifest_lib.RUN_DICTIONARY_FILE)
+  path = frame_units.store_dictionary_path(store_dir)
   if os.path.exists(path) or not sources:
     return
   began = time.perf_counter()
@@ -382,11 +382,11 @@ class CompactOutput:
       if partial or unused and name == manifest_lib.RUN_DICTIONARY_FILE:
         os.remove(os.path.join(store_dir, name))
 
-  def prepare(self, store_dir: str, sources, options: ConvertOptions) -> None:
-    prepare_run(store_dir, sources, options)
+  def prepare(self, store_dir: str, sources) -> None:
+    prepare_run(store_dir, sources)
 
   def run_bytes(self, store_dir: str) -> int:
-    path = os.path.join(store_dir, manifest_lib.RUN_DICTIONARY_FILE)
+    path = frame_units.store_dictionary_path(store_dir)
     return os.path.getsize(path) if os.path.exists(path) else 0
 
   def write(self, source, partial, options, threads):  # ConverterOutput's.

@@ -127,7 +127,7 @@ class _Store:
         )
       )
     if pending:
-      self._output.prepare(self.store_dir, sources, self._options)
+      self._output.prepare(self.store_dir, sources)
     if sources:
       logging.info(
         'Converting %d checkpoint(s) %s of %s into %s; %d already '

@@ -127,7 +127,7 @@ class DopamineOutput:
       stored_options(options),
     )
 
-  def prepare(self, store_dir: str, sources, options: ConvertOptions) -> None:
+  def prepare(self, store_dir: str, sources) -> None:
     """Nothing: Dopamine's checkpoints share nothing."""
 
   def run_bytes(self, store_dir: str) -> int:

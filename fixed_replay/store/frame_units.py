@@ -114,23 +114,18 @@ def unit_parameters(level: int) -> zstandard.ZstdCompressionParameters:
   )
 
 
-def train_dictionary(
-  frames,
-  dictionary_bytes=RUN_DICTIONARY_BYTES,
-  training_frames=RUN_TRAINING_FRAMES,
-):
-  """A zstd dictionary trained on some of a run's frames.
+def train_dictionary(frames):
+  """A zstd dictionary of RUN_DICTIONARY_BYTES trained on some of a run's
+  frames (at most RUN_TRAINING_FRAMES, spread over them).
 
   Args:
     frames: sequence of frames (an array (n, *row_shape), or a list).
-    dictionary_bytes: int, the dictionary's size.
-    training_frames: int, most frames trained on, spread over `frames`.
 
   Returns:
     bytes, empty when the frames are too few (or too alike) to train on:
     units are then compressed without a dictionary.
   """
-  step = max(1, len(frames) // training_frames)
+  step = max(1, len(frames) // RUN_TRAINING_FRAMES)
   samples = [np.ascontiguousarray(f).tobytes() for f in frames[::step]]
   # zstd's trainer takes a segment from each stretch of the samples in turn:
   # in checkpoint order, stretches of one checkpoint's alike frames gave
@@ -142,7 +137,7 @@ def train_dictionary(
   if len(samples) < 8:
     return b''
   # zstd refuses (or shrinks) a dictionary much larger than its samples.
-  dictionary_bytes = min(dictionary_bytes, sum(map(len, samples)) // 16)
+  dictionary_bytes = min(RUN_DICTIONARY_BYTES, sum(map(len, samples)) // 16)
   try:
     trained = zstandard.train_dictionary(
       dictionary_bytes, samples, k=_TRAINING_K, d=_TRAINING_D, threads=1
@@ -157,10 +152,22 @@ def train_dictionary(
 _RUN_DICTIONARIES = weakref.WeakValueDictionary()
 
 
+def store_dictionary_path(store_dir: str) -> str:
+  """Where a store's (a run's) dictionary is."""
+  return os.path.join(store_dir, manifest_lib.RUN_DICTIONARY_FILE)
+
+
 def run_dictionary_path(checkpoint_dir: str) -> str:
   """Where the dictionary of a checkpoint's run is: beside the checkpoint."""
-  store_dir = os.path.dirname(os.path.abspath(checkpoint_dir))
-  return os.path.join(store_dir, manifest_lib.RUN_DICTIONARY_FILE)
+  return store_dictionary_path(os.path.dirname(os.path.abspath(checkpoint_dir)))
+
+
+class _RunDictionary(unit_decoding.Dictionary):
+  """A run's dictionary as mapped, with its size and CRC-32 (`entry`)."""
+
+  def __init__(self, data: np.ndarray):
+    super().__init__(data)
+    self.entry = {'bytes': len(data), 'crc32': manifest_lib.crc32(data)}
 
 
 def run_dictionary(checkpoint_dir: str, expected: dict):
@@ -197,10 +204,7 @@ def run_dictionary(checkpoint_dir: str, expected: dict):
       with open(path, 'rb') as stream:
         mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
       data = np.frombuffer(mapped, np.uint8)
-    found = unit_decoding.Dictionary(data)
-    found.nbytes = 0  # Mapped from the store and shared: no checkpoint's.
-    found.entry = {'bytes': len(data), 'crc32': manifest_lib.crc32(data)}
-    _RUN_DICTIONARIES[key] = found
+    found = _RUN_DICTIONARIES[key] = _RunDictionary(data)
   if found.entry != expected:
     raise CheckpointError(
       path,
@@ -286,7 +290,9 @@ class StoredUnits(frame_blocks.StoredFrameFile):
       files,
       lambda path: manifest_lib.load_npy(path, mmap=True),
     )
+    # The run's is mapped from the store and shared: no checkpoint's memory.
     dictionary = unit_decoding.Dictionary(np.empty(0, np.uint8))
+    self._dictionary_bytes = 0
     if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
       dictionary = run_dictionary(directory, spec['run_dictionary'])
     elif spec.get('dictionary'):
@@ -296,6 +302,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
       dictionary = unit_decoding.Dictionary(
         spill.copy(np.frombuffer(data, np.uint8))
       )
+      self._dictionary_bytes = len(data)
     self._check_index(offsets, crcs)
     # The compiled decoder reads these two through their addresses.
     self.offsets = spill.copy(np.asarray(offsets, np.int64))
@@ -331,7 +338,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
   @property
   def nbytes(self) -> int:
     """Bytes held in memory: the unit index and the dictionary."""
-    return self.offsets.nbytes + self.crcs.nbytes + self._dictionary.nbytes
+    return self.offsets.nbytes + self.crcs.nbytes + self._dictionary_bytes
 
   def table_row(self):
     """This checkpoint's row of a unit_decoding table (descriptor -1 once

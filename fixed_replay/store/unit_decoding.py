@@ -301,7 +301,6 @@ class Dictionary:
   def __init__(self, data: np.ndarray):
     self.address = 0
     self._data = data
-    self.nbytes = len(data)
     if len(data):
       self.address = _zstd.ZSTD_createDDict_byReference(
         data.ctypes.data, len(data)
