@@ -207,8 +207,8 @@ class _BareDecoder:
     which = np.repeat(rng.integers(0, num_checkpoints, num_transitions), per)
     units = (starts[:, None] + np.arange(per)).ravel()
     self.num_units = len(units)
-    self._positions = frames.offsets[units]
-    self._lengths = frames.offsets[units + 1] - self._positions
+    self._positions, ends = frames.unit_spans(units)
+    self._lengths = ends - self._positions
     self._data = np.fromfile(frames.path, np.uint8)
     self._zstd = hasattr(frames, 'frame_bytes')
     if self._zstd:

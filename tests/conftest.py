@@ -287,9 +287,24 @@ def packed_v3_store(tmp_path_factory):
   return _written_by_an_earlier_version('compact_store_v3', tmp_path_factory)
 
 
+@pytest.fixture(scope='session')
+def run_dictionary_v4_store(tmp_path_factory):
+  """Format version 4: the run's dictionary, the other files packed.
+
+  Written by `convert.convert(dopamine_dir)` at commit 7b7a8de; still read.
+  """
+  return _written_by_an_earlier_version('compact_store_v4', tmp_path_factory)
+
+
 @pytest.fixture(
   scope='session',
-  params=['store', 'packed_v3_store', 'units_v2_store', 'blocks_store'],
+  params=[
+    'store',
+    'run_dictionary_v4_store',
+    'packed_v3_store',
+    'units_v2_store',
+    'blocks_store',
+  ],
 )
 def any_store(request):
   """The store in each format version this library reads."""

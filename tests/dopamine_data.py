@@ -200,7 +200,8 @@ def file_digests(directory, skip_prefix='.convert'):
 _DICTIONARY_BOUND = (
   'observation.dict',
   'observation.units',
-  'observation_sizes.npy.zst',
+  'observation_sizes.npy',
+  'observation_anchors.npy',
   'observation_crc32.npy',
   'manifest.json',
 )
@@ -219,7 +220,7 @@ def content_digests(store):
     if os.path.basename(path) not in _DICTIONARY_BOUND
   }
   for path in list(digests):
-    if os.path.basename(path) == 'valid_mask.npy.zst':  # One a checkpoint.
+    if os.path.basename(path) == 'valid_mask.npy':  # One a checkpoint.
       directory = os.path.join(store, os.path.dirname(path))
       manifest = manifest_lib.read_manifest(directory)
       digests[path + ':frames'] = manifest['observation']['frames_crc32']

@@ -116,3 +116,35 @@ def test_a_change_to_any_kernel_file_recompiles_every_kernel(tmp_path):
     f.write('# changed\n')
   assert cache_hits() == 0
   assert cache_hits() == 1
+
+
+def test_valid_rows_drawn_from_masks_are_those_of_the_sorted_tables():
+  """A table of MaskedRows (bits as a store keeps them) gives every
+  position the row a table of sorted rows gives it, and knows the same
+  rows, across blocks, empty masks and a last partial byte."""
+  from fixed_replay.replay import transitions
+  from fixed_replay.store import compact_store
+
+  rng = np.random.default_rng(0)
+  sorted_rows, masked = [], []
+  for num_rows, density in ((5_003, 0.97), (1, 1.0), (700, 0.0), (2_050, 0.01)):
+    rows = np.flatnonzero(rng.random(num_rows) < density).astype(np.int32)
+    mask = compact_store.pack_valid_rows(rows, num_rows)
+    sorted_rows.append(rows)
+    masked.append(transitions.MaskedRows(mask, num_rows))
+    np.testing.assert_array_equal(np.asarray(masked[-1]), rows)
+    probe = np.arange(-2, num_rows + 2)
+    np.testing.assert_array_equal(
+      masked[-1].contains(probe), np.isin(probe, rows)
+    )
+  suffixes = [0, 1, 2, 3]
+  plain = transitions.ValidRowTable.concatenate(suffixes, sorted_rows)
+  table = transitions.ValidRowTable.concatenate(suffixes, masked)
+  assert table.total == plain.total == sum(len(r) for r in sorted_rows)
+  positions = np.arange(table.total)
+  for got, expected in zip(
+    table.rows_at(positions), plain.rows_at(positions), strict=True
+  ):
+    np.testing.assert_array_equal(got, expected)
+  with pytest.raises(IndexError, match='positions outside'):
+    table.rows_at(np.array([table.total]))

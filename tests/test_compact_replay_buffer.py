@@ -165,10 +165,10 @@ def test_damaged_block_error_names_checkpoint_and_rows(
   shutil.copytree(request.getfixturevalue(layout), damaged)
   directory = damaged / 'checkpoint_1'
   manifest = manifest_lib.read_manifest(directory)
-  offsets = _unit_offsets(directory)
   unit = damaged_row // manifest['observation']['block_rows']
+  start, _ = _unit_span(directory, unit)
   with open(directory / manifest['observation']['file'], 'r+b') as stream:
-    stream.seek(int(offsets[unit]) + 5)
+    stream.seek(start + 5)
     stream.write(b'\xde\xad\xbe\xef')
   buffer = _buffer(damaged)
   with pytest.raises(CheckpointError, match=match):
@@ -183,11 +183,15 @@ def test_damaged_block_error_names_checkpoint_and_rows(
   background.close()
 
 
-def _unit_offsets(directory):
-  """Where each unit (block) of a stored checkpoint starts, then the end."""
+def _unit_span(directory, unit):
+  """(start, end) of a unit (block) of a stored checkpoint in its file."""
   stored = compact_store.StoredCheckpoint(directory)
   stored.close()
-  return stored.frames.offsets
+  frames = stored.frames
+  if not hasattr(frames, 'unit_spans'):  # Version 1's blocks.
+    return int(frames.offsets[unit]), int(frames.offsets[unit + 1])
+  starts, ends = frames.unit_spans([unit])
+  return int(starts[0]), int(ends[0])
 
 
 def _skippable_frame(size):
@@ -199,16 +203,24 @@ def _skippable_frame(size):
   )
 
 
-def test_a_store_of_three_format_versions_samples_dopamines_transitions(
-  store, packed_v3_store, units_v2_store, oracles, tmp_path
+def test_a_store_of_four_format_versions_samples_dopamines_transitions(
+  store,
+  run_dictionary_v4_store,
+  packed_v3_store,
+  units_v2_store,
+  oracles,
+  tmp_path,
 ):
-  """Units with (version 2) and without (3, 4) zstd's magic, against
-  their checkpoint's dictionary (2, 3) or their run's (4), in one batch."""
+  """Units with (version 2) and without (3-5) zstd's magic, against their
+  checkpoint's dictionary (2, 3) or their run's (4, 5: the same bytes, from
+  the same frames), indexed by offsets (2-4) or mapped sizes (5), in one
+  batch."""
   mixed = tmp_path / 'mixed'
   for suffix, source in (
     (0, units_v2_store),
     (1, packed_v3_store),
-    (3, store),
+    (3, run_dictionary_v4_store),
+    (7, store),
   ):
     name = manifest_lib.checkpoint_dirname(suffix)
     shutil.copytree(source / name, mixed / name)
@@ -216,10 +228,10 @@ def test_a_store_of_three_format_versions_samples_dopamines_transitions(
   shutil.copy(store / dictionary, mixed / dictionary)
   buffer = _buffer(mixed, batch_size=256)
   versions = {s.manifest['version'] for s in buffer._source._stored}
-  assert versions == {2, 3, 4}
+  assert versions == {2, 3, 4, 5}
   for _ in range(3):
     batch = as_dict(buffer, buffer.sample_transition_batch())
-    assert set(np.unique(batch['suffix'])) == {0, 1, 3}
+    assert set(np.unique(batch['suffix'])) == {0, 1, 3, 7}
     assert_equals_oracle(batch, oracles)
   buffer.close()
 
@@ -254,8 +266,7 @@ def test_unit_with_a_matching_crc_that_does_not_decode_is_named(
   shutil.copytree(store, damaged)
   directory = damaged / 'checkpoint_1'
   manifest = manifest_lib.read_manifest(directory)
-  offsets = _unit_offsets(directory)
-  start, stop = (int(v) for v in offsets[490:492])
+  start, stop = _unit_span(directory, 490)
   if problem == 'garbage':
     unit = bytes(range(stop - start))
   else:  # A valid frame of half a frame's bytes, padded to the same length.
@@ -365,13 +376,13 @@ def test_bound_num_buffers_samples_that_many_per_iteration(
 def test_tables_are_mapped_from_unlinked_spill_files(
   store, oracles, tmp_path, monkeypatch
 ):
-  """Offsets, arrays and the valid-row table live in unlinked files of
-  FIXED_REPLAY_SPILL_DIR; where it cannot be written, in memory. The run's
-  dictionary is mapped from the store itself. Either way the transitions
-  are Dopamine's."""
+  """Arrays live in unlinked files of FIXED_REPLAY_SPILL_DIR; where it
+  cannot be written, in memory. The run's dictionary and each checkpoint's
+  unit sizes, anchors and valid-row mask are mapped from the store itself.
+  Either way the transitions are Dopamine's."""
   monkeypatch.setattr(spill, 'SMALLEST_BYTES', 0)  # This store's are small.
   for spill_dir, mapped_tables in (
-    (tmp_path, 4 + 3 + 1),
+    (tmp_path, 3),
     (tmp_path / 'no', 0),
   ):
     monkeypatch.setenv(spill.DIRECTORY_VARIABLE, str(spill_dir))
@@ -382,6 +393,14 @@ def test_tables_are_mapped_from_unlinked_spill_files(
     assert len(mapped) >= mapped_tables
     dictionary = f'{store}/{manifest_lib.RUN_DICTIONARY_FILE}\n'
     assert sum(line.endswith(dictionary) for line in lines) == 1
+    for name in (
+      manifest_lib.SIZES_FILE,
+      manifest_lib.ANCHORS_FILE,
+      manifest_lib.VALID_MASK_FILE,
+    ):
+      paths = {line.split()[-1] for line in lines}
+      for suffix in (0, 1, 3, 7):
+        assert f'{store}/checkpoint_{suffix}/{name}' in paths
     assert all(line.rstrip().endswith('(deleted)') for line in mapped)
     for _ in range(3):
       batch = as_dict(buffer, buffer.sample_transition_batch())

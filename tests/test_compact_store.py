@@ -43,19 +43,36 @@ def test_store_describes_itself(dopamine_dir, store):
   assert observation['layout'] == 'units'
   assert observation['num_blocks'] == capacity
   assert observation['row_shape'] == [84, 84]
-  # Format version 4: everything but the units and their CRC-32s packed,
-  # and the dictionary the run's, beside the checkpoints.
+  # Format version 5: every file plain, the per-row ones narrow, and the
+  # dictionary the run's, beside the checkpoints.
   assert set(manifest['files']) == {
     'observation.units',
     'observation_crc32.npy',
-    'observation_sizes.npy.zst',
-    'action.npy.zst',
-    'reward.npy.zst',
-    'terminal.npy.zst',
-    'invalid_range.npy.zst',
-    'episode_end_indices.npy.zst',
-    'valid_mask.npy.zst',
+    'observation_sizes.npy',
+    'observation_anchors.npy',
+    'action.npy',
+    'reward.npy',
+    'terminal.npy',
+    'invalid_range.npy',
+    'episode_end_indices.npy',
+    'valid_mask.npy',
   }
+  directory = store / 'checkpoint_7'
+  stored = {n: np.load(directory / n) for n in manifest['files'] if '.npy' in n}
+  # The writers' actions (0-17) take a byte a row, and read back as
+  # Dopamine's int32; their rewards have fractions, and stay float32.
+  assert stored['action.npy'].dtype == np.uint8
+  assert stored['reward.npy'].dtype == np.float32
+  assert manifest['arrays']['action']['dtype'] == np.dtype(np.int32).str
+  assert manifest['arrays']['reward']['dtype'] == np.dtype(np.float32).str
+  sizes = stored['observation_sizes.npy'].astype(np.int64)
+  offsets = np.concatenate([[0], np.cumsum(sizes)])
+  assert observation['anchor_units'] == manifest_lib.ANCHOR_UNITS
+  np.testing.assert_array_equal(
+    stored['observation_anchors.npy'],
+    offsets[: len(sizes) : manifest_lib.ANCHOR_UNITS],
+  )
+  assert offsets[-1] == os.path.getsize(directory / 'observation.units')
   assert observation['run_dictionary'] == manifest_lib.file_entry(
     store / manifest_lib.RUN_DICTIONARY_FILE
   )
@@ -169,12 +186,9 @@ def test_damaged_block_names_checkpoint_and_rows(blocks_store, tmp_path):
 def test_damaged_unit_names_checkpoint_unit_and_rows(store, tmp_path):
   directory = _copy_checkpoint(store, 3, tmp_path)
   stored = compact_store.StoredCheckpoint(directory)
-  offsets = stored.frames.offsets
   unit = 330
-  _flip_byte(
-    directory / manifest_lib.UNITS_FILE,
-    int(offsets[unit] + offsets[unit + 1]) // 2,
-  )
+  starts, ends = stored.frames.unit_spans([unit])
+  _flip_byte(directory / manifest_lib.UNITS_FILE, int(starts[0] + ends[0]) // 2)
   np.testing.assert_array_equal(  # Its neighbours still read.
     stored.frames.read_frames([329, 331]).shape, (2, 84, 84)
   )
@@ -210,7 +224,8 @@ def test_a_damaged_or_missing_run_dictionary_is_refused(store, tmp_path):
 @pytest.mark.parametrize(
   'name',
   [
-    manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest_lib.VERSION),
+    manifest_lib.SIZES_FILE,
+    manifest_lib.ANCHORS_FILE,
     manifest_lib.CRC_FILE,
   ],
 )
@@ -241,10 +256,10 @@ def test_truncated_frames_file_is_a_clear_error(
 
 def test_damaged_small_array_refused_on_opening(store, tmp_path):
   directory = _copy_checkpoint(store, 1, tmp_path)
-  with open(directory / 'terminal.npy.zst', 'r+b') as stream:
+  with open(directory / 'terminal.npy', 'r+b') as stream:
     stream.seek(-1, os.SEEK_END)
     stream.write(b'\x07')
-  with pytest.raises(CheckpointError, match=r'terminal\.npy\.zst: damaged'):
+  with pytest.raises(CheckpointError, match=r'terminal\.npy: damaged'):
     compact_store.StoredCheckpoint(directory)
 
 
@@ -390,3 +405,46 @@ def test_inspect_verify_flags_the_checkpoint_whose_frames_differ(mixed_store):
   assert problem.path == 'checkpoint_1'
   assert 'rows of shape (4, 1) float64' in problem.problem
   assert '(84, 84) uint8' in problem.problem
+
+
+@pytest.mark.parametrize(
+  ('values', 'dtype'),
+  [
+    (np.array([0, 17, 255], np.int32), np.uint8),  # Atari's actions.
+    (np.array([-1, 127], np.int32), np.int8),
+    (np.array([0, 300], np.int64), np.uint16),
+    (np.array([[0.0, 1.0], [200.0, 4.0]], np.float32), np.uint8),
+    (np.array([-0.0, 1.0], np.float32), np.float32),  # -0.0's own bits.
+    (np.array([0.5, np.nan], np.float32), np.float32),
+    (np.array([2**40], np.int64), np.int64),
+    (np.array([True, False]), np.bool_),
+  ],
+)
+def test_arrays_are_stored_as_narrow_as_their_bytes_allow(values, dtype):
+  narrow = manifest_lib.narrowest(values)
+  assert narrow.dtype == dtype
+  assert narrow.astype(values.dtype).tobytes() == values.tobytes()
+
+
+@pytest.mark.parametrize('dtype', [np.uint16, np.uint32, np.int16])
+def test_unit_sizes_read_in_any_unsigned_width(store, tmp_path, dtype):
+  """The decoder reads sizes of 1, 2 or 4 bytes (the writer picks the
+  narrowest); a signed sizes file is refused, naming the anchors' check."""
+  directory = _copy_checkpoint(store, 3, tmp_path)
+  stored = compact_store.StoredCheckpoint(directory)
+  expected = stored.frames.read_rows(0, stored.num_rows)
+  stored.close()
+  path = directory / manifest_lib.SIZES_FILE
+  np.save(path, np.load(path).astype(dtype))
+  manifest = manifest_lib.read_manifest(directory)
+  manifest['files'][manifest_lib.SIZES_FILE] = manifest_lib.file_entry(path)
+  manifest_lib.write_manifest(directory, manifest)
+  if np.dtype(dtype).kind != 'u':
+    with pytest.raises(CheckpointError, match='checkpoint 3: sizes of int16'):
+      compact_store.StoredCheckpoint(directory)
+    return
+  stored = compact_store.StoredCheckpoint(directory)
+  np.testing.assert_array_equal(
+    stored.frames.read_rows(0, stored.num_rows), expected
+  )
+  stored.close()

@@ -11,6 +11,7 @@ a stored checkpoint may be skipped. The layout is compact_store.py's.
 """
 
 import concurrent.futures
+import functools
 import itertools
 import os
 import shutil
@@ -224,11 +225,16 @@ def _write_frames(reader, directory: str, options, threads):
       options,
       threads,
     )
-  # Sizes: offsets are their running sum, rebuilt at open.
+  # Sizes, a byte or two each, and every ANCHOR_UNITS-th unit's offset: a
+  # reader maps both and adds up at most ANCHOR_UNITS - 1 sizes a unit.
+  offsets = np.array(offsets, np.int64)
+  destination.write_npy(
+    directory, manifest_lib.SIZES_FILE, manifest_lib.narrowest(np.diff(offsets))
+  )
   destination.write_npy(
     directory,
-    manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest_lib.VERSION),
-    np.diff(offsets).astype(np.uint32),
+    manifest_lib.ANCHORS_FILE,
+    offsets[: len(crcs) : manifest_lib.ANCHOR_UNITS],
   )
   destination.write_npy(
     directory, manifest_lib.CRC_FILE, np.array(crcs, dtype=np.uint32)
@@ -240,12 +246,13 @@ def _write_frames(reader, directory: str, options, threads):
     codec='zstd',
     clevel=options.clevel,
     block_rows=options.block_rows,
+    anchor_units=manifest_lib.ANCHOR_UNITS,
     num_blocks=len(crcs),
     frames_crc32=frames_crc,
     layout=frame_units.LAYOUT,
     library=f'zstandard {zstandard.__version__}',
   )
-  blocks_entry = {name: {'bytes': offsets[-1], 'crc32': blocks_crc}}
+  blocks_entry = {name: {'bytes': int(offsets[-1]), 'crc32': blocks_crc}}
   return num_rows, spec, blocks_entry
 
 
@@ -258,12 +265,10 @@ def _write_checkpoint(source, directory: str, options, threads):
     meta = reader.finish(num_rows)
   arrays = meta.arrays
 
-  def write_npy(name, array):
-    stored = manifest_lib.stored_name(name, manifest_lib.VERSION)
-    return destination.write_npy(directory, stored, array)
-
+  write_npy = functools.partial(destination.write_npy, directory)
   written = {
-    name: write_npy(f'{name}.npy', array) for name, array in arrays.items()
+    name: write_npy(f'{name}.npy', manifest_lib.narrowest(array))
+    for name, array in arrays.items()
   }
   write_npy(manifest_lib.INVALID_RANGE_FILE, meta.invalid_range)
   episode_ends = None
@@ -332,9 +337,8 @@ def _verify_written(directory: str, arrays, valid):
   opened = compact_store.StoredCheckpoint(directory, verify=False)
   try:
     for name, array in arrays.items():
-      stored = opened.arrays[name]
       # Bytes, not values: NaN rewards must round-trip too.
-      if stored.tobytes() != array.tobytes():
+      if opened.arrays[name].tobytes() != array.tobytes():
         raise CheckpointError(directory, f'{name}.npy differs from the source')
     table = opened.valid_rows_table(
       opened.manifest['valid_rows']['stack_size'],

@@ -10,7 +10,9 @@ that releases the GIL, so a second sampling thread scales:
 * `decode_stacks`: a compact store's units a batch needs, each decoded once,
   and the stacks packed from them (frame_sources.BlockFrames);
 * `write_parts`: every element but the frames (n-step discounted reward,
-  terminal, next action, ...) for transitions.TransitionWriter.
+  terminal, next action, ...) for transitions.TransitionWriter;
+* `select_set_bits`: the file rows of drawn positions among a store's valid
+  rows, kept as a bit a row (transitions.MaskedRows).
 """
 
 import os
@@ -401,3 +403,37 @@ def write_parts(
     out_suffix[d] = suffixes[window]
     rows[b] = row
   return True
+
+
+# Set bits of each byte value.
+POPCOUNT = np.array([bin(value).count('1') for value in range(256)], np.uint8)
+
+
+@numba.njit(nogil=True, cache=True)
+def select_set_bits(
+  masks, first_block, block_starts, block_bytes, which, offsets, out
+):
+  """out[i]: the offsets[i]-th set bit of mask which[i] (0 first).
+
+  masks[w] is the address of a bit mask (little bit order); its blocks of
+  `block_bytes` bytes have block_starts[first_block[w]:first_block[w + 1]]
+  set bits before each. Offsets must lie below each mask's set bits (the
+  caller checks): a search within one block, then at most block_bytes bytes.
+  """
+  for i in range(offsets.size):
+    w, k = which[i], offsets[i]
+    starts = block_starts[first_block[w] : first_block[w + 1]]
+    block = np.searchsorted(starts, k, side='right') - 1
+    k -= starts[block]
+    at = block * block_bytes
+    bits = unit_decoding.load_uint8(masks[w] + at)
+    while k >= POPCOUNT[bits]:
+      k -= POPCOUNT[bits]
+      at += 1
+      bits = unit_decoding.load_uint8(masks[w] + at)
+    for bit in range(8):
+      if bits >> bit & 1:
+        if k == 0:
+          out[i] = at * 8 + bit
+          break
+        k -= 1

@@ -4,8 +4,9 @@ Plans each checkpoint's window (replay_capacity rows from
 replay_transitions_start_index, subsampled), checks the whole selection
 against the memory budget before reading anything, then reads the small
 arrays (action, reward, terminal: 9 bytes a row) of every window end to end,
-builds the valid-row table (int32, precomputed in the store for whole files)
-and sizes the block cache with what the budget leaves.
+takes the valid rows (a bit a row in the store for whole files, drawn from
+where it lies; else an int32 table) and sizes the block cache with what the
+budget leaves.
 """
 
 import os
@@ -302,16 +303,19 @@ def open_windows(
 
 
 def _valid_rows(stored, window, s):
-  """The window's valid rows: the store's table for a whole file."""
+  """The window's valid rows: the store's mask for a whole file, as it lies
+  (transitions.MaskedRows), unless episodes are subsampled."""
   stack_size, horizon = s.stack_size, s.update_horizon
   rows = None
   if (window.start, window.num_rows) == (0, stored.num_rows):
-    rows = stored.valid_rows_table(stack_size, horizon)
+    mask = stored.valid_rows_mask(stack_size, horizon)
+    if mask is not None:
+      rows = transitions.MaskedRows(mask, stored.num_rows)
   if rows is None:
     rows = validity.window_valid_rows(window, stack_size, horizon)
   if s.subsample in subsample_lib.EPISODE_METHODS:
     rows = subsample_lib.keep_rows(
-      rows,
+      np.asarray(rows),
       window,
       s.subsample,
       s.subsample_fraction,

@@ -394,8 +394,7 @@ def draw_one_checkpoint(
   """(positions, file rows): one checkpoint, chosen at random, per batch."""
   chosen = int(rng.integers(len(table)))
   offsets = rng.integers(0, table.num_valid(chosen), batch_size)
-  rows = table.valid_rows[chosen][offsets].astype(np.int64)
-  return np.full(batch_size, chosen, dtype=np.int64), rows
+  return table.rows_at(table.starts[chosen] + offsets)
 
 
 def drawer(mix_checkpoints: bool):

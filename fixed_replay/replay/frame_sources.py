@@ -95,7 +95,7 @@ class ShardFrames:
   def __init__(self, shards):
     self.shards = tuple(shards)
     self.table = transitions.ValidRowTable(
-      [s.suffix for s in self.shards], [s.valid_rows for s in self.shards]
+      [s.suffix for s in self.shards], [s.valid for s in self.shards]
     )
     self.by_suffix = {s.suffix: s for s in self.shards}
 

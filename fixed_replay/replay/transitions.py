@@ -215,6 +215,96 @@ class TransitionWriter:
     return state_rows, next_state_rows
 
 
+class MaskedRows:
+  """One checkpoint's valid file rows as its store keeps them: a bit a row.
+
+  The mask stays where it lies (mapped from a store of format version 5). A
+  drawn position finds its row from the valid rows before each block of
+  BLOCK_BYTES (8 bytes of the process's own memory a 512 rows) and a scan of
+  one block, instead of a table of 4 bytes a row built, and spilled, at
+  every open. It stands for the sorted array of valid rows that other
+  sources hold: `len`, `np.asarray` gives the array, `contains` searches it,
+  and a ValidRowTable of MaskedRows draws from them in compiled code.
+  """
+
+  BLOCK_BYTES = 64
+
+  def __init__(self, mask: np.ndarray, num_rows: int):
+    """Counts the valid rows of each block.
+
+    Args:
+      mask: uint8 array of np.packbits(bitorder='little') of num_rows bits.
+      num_rows: int, the file's rows.
+    """
+    self.mask = mask
+    self.num_rows = num_rows
+    padded = np.zeros(-(-len(mask) // self.BLOCK_BYTES) * self.BLOCK_BYTES)
+    padded = padded.astype(np.int64)
+    padded[: len(mask)] = batch_kernels.POPCOUNT[mask]
+    counts = padded.reshape(-1, self.BLOCK_BYTES).sum(axis=1)
+    self.block_starts = np.cumsum(counts) - counts
+    self._count = int(counts.sum())
+
+  def __len__(self) -> int:
+    return self._count
+
+  @property
+  def nbytes(self) -> int:
+    return self.block_starts.nbytes
+
+  def __array__(self, dtype=None, copy=None):
+    del copy  # Always a new array.
+    bits = np.unpackbits(self.mask, count=self.num_rows, bitorder='little')
+    return np.flatnonzero(bits).astype(dtype or np.int64)
+
+  def contains(self, rows: np.ndarray) -> np.ndarray:
+    """Whether each of file `rows` is valid, a bool array."""
+    rows = np.asarray(rows, np.int64)
+    inside = (rows >= 0) & (rows < self.num_rows)
+    kept = np.where(inside, rows, 0)
+    return inside & (self.mask[kept >> 3] >> (kept & 7) & 1).astype(bool)
+
+
+class _MaskTable:
+  """MaskedRows of many checkpoints, for one compiled draw a batch."""
+
+  def __init__(self, masked):
+    self.masked = tuple(masked)  # Keeps the masks behind the addresses.
+    self.addresses = np.array([m.mask.ctypes.data for m in masked], np.int64)
+    sizes = [len(m.block_starts) for m in masked]
+    self.first_block = np.cumsum([0] + sizes).astype(np.int64)
+    self.block_starts = np.concatenate([m.block_starts for m in masked])
+    for m, first in zip(masked, self.first_block, strict=False):
+      m.block_starts = self.block_starts[first : first + len(m.block_starts)]
+
+  def select(self, which, offsets):
+    """File rows of valid row offsets[i] of checkpoint which[i] (both in
+    range: the kernel checks no bounds)."""
+    rows = np.empty(len(offsets), np.int64)
+    batch_kernels.select_set_bits(
+      self.addresses,
+      self.first_block,
+      self.block_starts,
+      MaskedRows.BLOCK_BYTES,
+      np.ascontiguousarray(which, np.int64),
+      np.ascontiguousarray(offsets, np.int64),
+      rows,
+    )
+    return rows
+
+
+def contains(valid_rows, rows) -> np.ndarray:
+  """Whether each of file `rows` is in `valid_rows` (sorted, or MaskedRows)."""
+  rows = np.asarray(rows, np.int64)
+  if isinstance(valid_rows, MaskedRows):
+    return valid_rows.contains(rows)
+  if not len(valid_rows):
+    return np.zeros(rows.shape, bool)
+  positions = np.searchsorted(valid_rows, rows)
+  positions = np.minimum(positions, len(valid_rows) - 1)
+  return valid_rows[positions] == rows
+
+
 class ReplayShard:
   """Rows of one checkpoint, sampled with Dopamine's transition semantics."""
 
@@ -228,9 +318,9 @@ class ReplayShard:
       stack_size: int, frames per state.
       update_horizon: int, n of the n-step return.
       gamma: float, discount.
-      valid_rows: optional sorted int array, the window's valid file rows
-        when already known (e.g. precomputed in a compact store); computed
-        from the window when None.
+      valid_rows: optional sorted int array or MaskedRows, the window's
+        valid file rows when already known (e.g. precomputed in a compact
+        store); computed from the window when None.
     """
     self.window = window
     self.suffix = window.suffix
@@ -238,7 +328,7 @@ class ReplayShard:
       valid_rows = validity.window_valid_rows(
         window, stack_size, update_horizon
       )
-    self.valid_rows = valid_rows
+    self.valid = valid_rows  # As held: an array, or a store's MaskedRows.
     self._writer = TransitionWriter(
       window.store,
       RowLayout([window]),
@@ -248,30 +338,26 @@ class ReplayShard:
     )
 
   @property
+  def valid_rows(self) -> np.ndarray:
+    """The window's valid file rows, a sorted int array."""
+    return np.asarray(self.valid)
+
+  @property
   def num_valid(self) -> int:
-    return len(self.valid_rows)
+    return len(self.valid)
 
   @property
   def nbytes(self) -> int:
-    return self.window.nbytes + self.valid_rows.nbytes
+    return self.window.nbytes + self.valid.nbytes
 
   def is_valid_transition(self, index: int) -> bool:
     """Returns True if file row `index` may be sampled from this shard."""
-    position = np.searchsorted(self.valid_rows, index)
-    return bool(
-      position < len(self.valid_rows) and self.valid_rows[position] == index
-    )
+    return bool(contains(self.valid, [index])[0])
 
   def check_indices(self, indices) -> None:
     """Raises ValueError unless every file row in `indices` is valid here."""
     indices = np.asarray(indices, dtype=np.int64)
-    positions = np.searchsorted(self.valid_rows, indices)
-    positions = np.minimum(positions, max(len(self.valid_rows) - 1, 0))
-    bad = (
-      indices
-      if not len(self.valid_rows)
-      else indices[self.valid_rows[positions] != indices]
-    )
+    bad = indices[~contains(self.valid, indices)]
     if len(bad):
       raise ValueError(
         f'Rows {bad[:10].tolist()} of checkpoint {self.suffix} are not valid '
@@ -311,11 +397,12 @@ class ValidRowTable:
 
     Args:
       suffixes: sequence of int, the checkpoints in their order.
-      valid_rows: sequence of sorted int arrays, each checkpoint's valid file
-        rows.
+      valid_rows: sequence of sorted int arrays or MaskedRows, each
+        checkpoint's valid file rows.
       concatenated: optional array, `valid_rows` already laid end to end
         (each entry then a view of it): a draw over many checkpoints is one
-        vectorized lookup instead of one per checkpoint.
+        vectorized lookup instead of one per checkpoint (as it is where
+        every entry is a MaskedRows).
     """
     self.suffixes = [int(s) for s in suffixes]
     self.suffix_array = np.array(self.suffixes, dtype=np.int32)
@@ -325,11 +412,20 @@ class ValidRowTable:
     self.starts = self.ends - counts
     self.total = int(self.ends[-1]) if len(counts) else 0
     self._concatenated = concatenated
+    self._masks = None
+    if self.valid_rows and all(
+      isinstance(rows, MaskedRows) for rows in self.valid_rows
+    ):
+      self._masks = _MaskTable(self.valid_rows)
     self._position = {s: i for i, s in enumerate(self.suffixes)}
 
   @classmethod
   def concatenate(cls, suffixes, valid_rows, dtype=None) -> 'ValidRowTable':
-    """A table whose rows are laid end to end (see `concatenated`)."""
+    """A table whose rows are laid end to end (see `concatenated`), or
+    whose masks are kept where they lie, when every entry is a MaskedRows."""
+    if all(isinstance(rows, MaskedRows) for rows in valid_rows):
+      return cls(suffixes, valid_rows)
+    valid_rows = [np.asarray(rows) for rows in valid_rows]
     joined = spill.copy(
       np.concatenate(list(valid_rows)).astype(dtype or np.int64, copy=False)
     )
@@ -345,6 +441,12 @@ class ValidRowTable:
   def rows_at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """File rows of table positions in [0, total); (which, rows)."""
     which = np.searchsorted(self.ends, positions, side='right')
+    if self._masks is not None:
+      if positions.size and not 0 <= positions.min() <= positions.max() < (
+        self.total
+      ):
+        raise IndexError(f'positions outside [0, {self.total})')
+      return which, self._masks.select(which, positions - self.starts[which])
     if self._concatenated is not None:
       return which, self._concatenated[positions].astype(np.int64)
     if len(self.valid_rows) == 1:

@@ -154,14 +154,15 @@ class StoredCheckpoint:
   def _load(self, name):
     return manifest_lib.load_npy(os.path.join(self.directory, name))
 
-  def valid_rows_table(
+  def valid_rows_mask(
     self, stack_size: int, update_horizon: int
   ) -> np.ndarray | None:
-    """The precomputed valid rows of the whole file, or None.
+    """The precomputed valid rows of the whole file as bits, or None.
 
     Returns:
-      sorted int32 array of file rows when the table was computed for this
-      stack_size and update_horizon, else None.
+      uint8 array, one bit a file row (pack_valid_rows), mapped where stored
+      plain, when it was computed for this stack_size and update_horizon,
+      else None.
     """
     spec = self.manifest['valid_rows']
     if (spec['stack_size'], spec['update_horizon']) != (
@@ -169,7 +170,20 @@ class StoredCheckpoint:
       update_horizon,
     ):
       return None
-    return unpack_valid_rows(self._load(spec['file']), self.num_rows)
+    path = os.path.join(self.directory, spec['file'])
+    mask = manifest_lib.load_npy(path, mmap=True)
+    if mask.shape != (-(-self.num_rows // 8),) or mask.dtype != np.uint8:
+      raise CheckpointError(
+        path, f'{mask.shape} {mask.dtype}: not a bit a row of {self.num_rows}'
+      )
+    return mask
+
+  def valid_rows_table(
+    self, stack_size: int, update_horizon: int
+  ) -> np.ndarray | None:
+    """valid_rows_mask as a sorted int32 array of file rows, or None."""
+    mask = self.valid_rows_mask(stack_size, update_horizon)
+    return None if mask is None else unpack_valid_rows(mask, self.num_rows)
 
   def _check_rows(self, start, count):
     if start < 0 or count <= 0 or start + count > self.num_rows:
@@ -186,13 +200,13 @@ class StoredCheckpoint:
     in memory, or counted as resident, once done.
     """
     self._check_rows(start, len(out))
-    array = self.arrays[name]
-    if out.dtype != array.dtype or out.shape[1:] != array.shape[1:]:
+    dtype, row_shape = self.arrays.row_type(name)
+    if out.dtype != dtype or out.shape[1:] != row_shape:
       raise ValueError(
-        f'{name}: rows of {array.dtype}{array.shape[1:]}, asked for '
+        f'{name}: rows of {dtype}{row_shape}, asked for '
         f'{out.dtype}{out.shape[1:]}'
       )
-    out[...] = array[start : start + len(out)]
+    out[...] = self.arrays.stored(name)[start : start + len(out)]
 
   def window(
     self, start: int, count: int, arrays: dict[str, np.ndarray] | None = None
@@ -234,7 +248,9 @@ class StoredCheckpoint:
 class _StoredArrays(Mapping):
   """A stored checkpoint's small arrays by name, each read when asked for.
 
-  Before format version 3 an array is memory-mapped; from it, decompressed.
+  Memory-mapped where stored plain (versions 1, 2 and 5), decompressed in
+  3 and 4; in its element's dtype (the manifest's), though version 5 stores
+  it in the narrowest that holds its values (`stored` gives that).
   Nothing is held between uses: a buffer copies the rows it samples from.
   """
 
@@ -243,14 +259,24 @@ class _StoredArrays(Mapping):
     self._specs = specs
     self._num_rows = num_rows
 
-  def __getitem__(self, name: str) -> np.ndarray:
+  def stored(self, name: str) -> np.ndarray:
+    """Array `name` as stored: mapped where plain, maybe narrower."""
     path = os.path.join(self._directory, self._specs[name]['file'])
     array = manifest_lib.load_npy(path, mmap=True)
-    if len(array) != self._num_rows:
+    dtype, row_shape = self.row_type(name)
+    if len(array) != self._num_rows or array.shape[1:] != row_shape:
       raise CheckpointError(
-        path, f'{len(array)} rows, manifest says {self._num_rows}'
+        path,
+        f'{array.shape} {array.dtype}, manifest says {self._num_rows} rows '
+        f'of {row_shape} {dtype}',
       )
+    if not np.can_cast(array.dtype, dtype):
+      raise CheckpointError(path, f'{array.dtype} does not hold {dtype}')
     return array
+
+  def __getitem__(self, name: str) -> np.ndarray:
+    array = self.stored(name)
+    return array.astype(self.row_type(name)[0], copy=False)
 
   def __iter__(self):
     return iter(self._specs)

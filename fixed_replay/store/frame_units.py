@@ -267,11 +267,22 @@ class StoredUnits(frame_blocks.StoredFrameFile):
       self.dtype.itemsize
     )
     files = manifest['files']
-    # The index and dictionary are small and read whole: check them always,
-    # so a damaged one is found before anything is decoded with it.
+    # The index and dictionary are checked whole at open, so a damaged one
+    # is found before anything is decoded with it.
     self._header = -1  # Whole zstd frames (version 2).
-    if manifest['version'] >= manifest_lib.PACKED_VERSION:
+    # The CRCs, and from version 5 the sizes and anchors, stay in their
+    # files, mapped: file-backed pages that every process shares and the
+    # kernel may drop, not memory of the process's own (0.2 GB a 50M-row run
+    # of CRCs, and of int64 offsets 0.4 GB before version 5).
+    mapped = lambda path: manifest_lib.load_npy(path, mmap=True)
+    self.anchor_units = self._sizes = None
+    if manifest['version'] >= manifest_lib.MAPPED_VERSION:
       self._header = spec['unit_header']  # Checked by read_manifest.
+      self.anchor_units = spec['anchor_units']
+      self._sizes = self._load_checked(manifest_lib.SIZES_FILE, files, mapped)
+      offsets = self._load_checked(manifest_lib.ANCHORS_FILE, files, mapped)
+    elif manifest['version'] >= manifest_lib.PACKED_VERSION:
+      self._header = spec['unit_header']
       sizes = self._load_checked(
         manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest['version']),
         files,
@@ -283,13 +294,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
       offsets = self._load_checked(
         manifest_lib.OFFSETS_FILE, files, manifest_lib.load_npy
       )
-    # The CRCs stay in their file, mapped: file-backed pages the kernel may
-    # drop, not memory of the process's own (4 B a row, 0.2 GB a 50M-row run).
-    crcs = self._load_checked(
-      manifest_lib.CRC_FILE,
-      files,
-      lambda path: manifest_lib.load_npy(path, mmap=True),
-    )
+    crcs = self._load_checked(manifest_lib.CRC_FILE, files, mapped)
     # The run's is mapped from the store and shared: no checkpoint's memory.
     dictionary = unit_decoding.Dictionary(np.empty(0, np.uint8))
     self._dictionary_bytes = 0
@@ -303,17 +308,60 @@ class StoredUnits(frame_blocks.StoredFrameFile):
         spill.copy(np.frombuffer(data, np.uint8))
       )
       self._dictionary_bytes = len(data)
-    self._check_index(offsets, crcs)
-    # The compiled decoder reads these two through their addresses.
-    self.offsets = spill.copy(np.asarray(offsets, np.int64))
+    # The compiled decoder reads these through their addresses.
     self.crcs = np.ascontiguousarray(crcs, np.uint32)
-    if (self.offsets[1:] < self.offsets[:-1]).any():
-      raise CheckpointError(
-        os.path.join(directory, manifest_lib.OFFSETS_FILE),
-        'unit offsets decrease',
-      )
+    if self._sizes is None:
+      self._check_index(offsets, crcs)
+      self.offsets = spill.copy(np.asarray(offsets, np.int64))
+      if (self.offsets[1:] < self.offsets[:-1]).any():
+        raise CheckpointError(
+          os.path.join(directory, manifest_lib.OFFSETS_FILE),
+          'unit offsets decrease',
+        )
+    else:
+      self.offsets = self._check_anchors(offsets, files)
     self._dictionary = dictionary
     self._open()
+
+  def _check_anchors(self, anchors, files):
+    """Raises unless sizes, anchors and CRCs index the units file whole.
+
+    Their files' CRC-32s are checked; what is left is that they agree.
+    """
+    every, sizes = self.anchor_units, self._sizes
+    path = os.path.join(self.directory, manifest_lib.ANCHORS_FILE)
+    last = (len(sizes) - 1) // every * every
+    units_bytes = files[os.path.basename(self.path)]['bytes']
+    problem = None
+    if len(sizes) != self.num_blocks or len(self.crcs) != self.num_blocks:
+      problem = (
+        f'{len(sizes)} unit sizes and {len(self.crcs)} checksums, manifest '
+        f'says {self.num_blocks} units'
+      )
+    elif sizes.dtype.kind != 'u' or anchors.dtype != np.int64:
+      problem = f'sizes of {sizes.dtype}, anchors of {anchors.dtype}'
+    elif len(anchors) != -(-len(sizes) // every) or anchors[:1].any():
+      problem = f'{len(anchors)} anchors for {len(sizes)} units of {every}'
+    elif anchors[-1] + int(sizes[last:].sum()) != units_bytes:
+      problem = "the units' sizes do not add up to the units file"
+    if problem:
+      raise CheckpointError(path, f'checkpoint {self.suffix}: {problem}')
+    return np.ascontiguousarray(anchors)
+
+  def unit_spans(self, units) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends): where `units` lie in the units file, int64 arrays."""
+    units = np.asarray(units, np.int64)
+    if self._sizes is None:
+      return self.offsets[units], self.offsets[units + 1]
+    every, sizes = self.anchor_units, self._sizes
+    ends = np.empty(len(units), np.int64)
+    for anchor in np.unique(units // every):
+      members = units // every == anchor
+      span = np.cumsum(
+        sizes[anchor * every : (anchor + 1) * every], dtype=np.int64
+      )
+      ends[members] = self.offsets[anchor] + span[units[members] % every]
+    return ends - sizes[units], ends
 
   def _load_checked(self, name, files, load):
     path = os.path.join(self.directory, name)
@@ -338,7 +386,8 @@ class StoredUnits(frame_blocks.StoredFrameFile):
   @property
   def nbytes(self) -> int:
     """Bytes held in memory: the unit index and the dictionary."""
-    return self.offsets.nbytes + self.crcs.nbytes + self._dictionary_bytes
+    held = self.crcs.nbytes + self._dictionary_bytes + self.offsets.nbytes
+    return held + (0 if self._sizes is None else self._sizes.nbytes)
 
   def table_row(self):
     """This checkpoint's row of a unit_decoding table (descriptor -1 once
@@ -354,20 +403,24 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     row[unit_decoding.UNIT_BYTES] = unit_bytes
     row[unit_decoding.LAST_BYTES] = last_rows * self.frame_bytes
     row[unit_decoding.HEADER] = self._header
+    row[unit_decoding.SIZES] = 0
+    if self._sizes is not None:
+      row[unit_decoding.SIZES] = self._sizes.ctypes.data
+      row[unit_decoding.SIZE_BYTES] = self._sizes.dtype.itemsize
+      row[unit_decoding.ANCHOR_UNITS] = self.anchor_units
     return row
 
   def _read_units(self, units):
     """Raises the error of a short read of the run of sorted `units`."""
-    starts = self.offsets[units]
+    starts, ends = self.unit_spans(units)
     start = int(starts[0])
-    size = int(self.offsets[units[-1] + 1]) - start
+    size = int(ends[-1]) - start
     data = os.pread(self._fd, size, start)
     if len(data) != size:
       end = start + len(data)
-      late = int(np.searchsorted(self.offsets, end, side='right')) - 1
+      late = int(np.searchsorted(ends, end, side='right'))
       raise self._damaged(
-        min(max(late, int(units[0])), int(units[-1])),
-        f'file ends at byte {end}',
+        int(units[min(late, len(units) - 1)]), f'file ends at byte {end}'
       )
 
   def _raise_for(self, status, units):

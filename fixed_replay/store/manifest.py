@@ -17,8 +17,14 @@ version 3 spends about 6 and a 20-25x smaller dictionary. They are small, and
 read whole at open, so compressing them costs nothing when sampling. Version
 4 is version 3 with one dictionary for the whole run instead of one a
 checkpoint (`RUN_DICTIONARY_FILE` beside the checkpoints, plain, mapped where
-it lies; each manifest records its size and CRC-32: frame_units.py). This
-library reads all four and writes only 4.
+it lies; each manifest records its size and CRC-32: frame_units.py). Version 5
+stores every file plain again, so that a reader maps its per-row tables where
+they lie instead of decompressing them into memory of its own each time it
+opens: the unit sizes and each small array in the narrowest dtype that holds
+its values exactly (a byte for Atari's actions, terminals and most rewards;
+`narrowest`), and the byte offset of every ANCHOR_UNITS-th unit
+(`ANCHORS_FILE`), so that a unit is found from mapped sizes alone. This
+library reads all five and writes only 5.
 """
 
 from collections.abc import Collection
@@ -38,18 +44,30 @@ from fixed_replay.sources.dopamine import checkpoints
 # made; kept, as every written store holds it).
 FORMAT = 'fixed_replay.store.compact_store'
 # The newest format version, the one written by default.
-VERSION = 4
+VERSION = 5
 BLOCKS_VERSION = 1
 UNITS_VERSION = 2
 PACKED_VERSION = 3
 RUN_DICTIONARY_VERSION = 4
-VERSIONS = (BLOCKS_VERSION, UNITS_VERSION, PACKED_VERSION, VERSION)
+MAPPED_VERSION = 5
+VERSIONS = (
+  BLOCKS_VERSION,
+  UNITS_VERSION,
+  PACKED_VERSION,
+  RUN_DICTIONARY_VERSION,
+  MAPPED_VERSION,
+)
 MANIFEST = 'manifest.json'
 BLOCKS_FILE = 'observation.blocks'
 UNITS_FILE = 'observation.units'
 RUN_DICTIONARY_FILE = 'observation.dict'  # The run's, beside its checkpoints.
 OFFSETS_FILE = 'observation_offsets.npy'  # Versions 1 and 2.
-SIZES_FILE = 'observation_sizes.npy'  # Version 3: uint32 unit sizes.
+SIZES_FILE = 'observation_sizes.npy'  # Version 3: unit sizes.
+# Version 5: int64 byte offset of units 0, ANCHOR_UNITS, 2 * ANCHOR_UNITS...
+ANCHORS_FILE = 'observation_anchors.npy'
+# A unit's offset is its anchor's plus at most ANCHOR_UNITS - 1 sizes: 0.125
+# bytes a row of anchors, and a few dozen byte-wide additions a unit read.
+ANCHOR_UNITS = 64
 CRC_FILE = 'observation_crc32.npy'
 VALID_MASK_FILE = 'valid_mask.npy'
 INVALID_RANGE_FILE = 'invalid_range.npy'
@@ -100,7 +118,30 @@ def crc32(data: bytes | memoryview | np.ndarray, value: int = 0) -> int:
 
 def stored_name(name: str, version: int) -> str:
   """The file `name` (e.g. 'action.npy') is stored as, in `version`."""
-  return name + PACKED_SUFFIX if version >= PACKED_VERSION else name
+  packed = PACKED_VERSION <= version < MAPPED_VERSION
+  return name + PACKED_SUFFIX if packed else name
+
+
+# What `narrowest` tries, narrowest first.
+_NARROW_DTYPES = tuple(map(np.dtype, ('u1', 'i1', 'u2', 'i2', 'u4', 'i4')))
+
+
+def narrowest(array: np.ndarray) -> np.ndarray:
+  """`array` in the narrowest integer dtype that gives back its bytes.
+
+  Version 5 stores its per-row arrays so: Dopamine's int32 actions and
+  float32 Atari rewards (whole points) take a byte or two a row, and read
+  back as the manifest's dtype bit for bit (a -0.0 or a fraction keeps
+  float32). An array no narrower dtype holds is returned as it is.
+  """
+  for dtype in _NARROW_DTYPES:
+    if dtype.itemsize >= array.dtype.itemsize:
+      break
+    with np.errstate(invalid='ignore', over='ignore'):  # Checked below.
+      narrow = array.astype(dtype)
+      if narrow.astype(array.dtype).tobytes() == array.tobytes():
+        return narrow
+  return array
 
 
 def pack(data: bytes) -> bytes:
@@ -191,8 +232,12 @@ def _check_manifest(path: str, manifest):
   """Checks the manifest's own CRC-32 and the types of its entries."""
   if not isinstance(manifest, dict):
     raise CheckpointError(path, 'damaged manifest: not a JSON object')
-  if MANIFEST_CRC_KEY in manifest:  # Stores written before it lack it.
-    expected = manifest.pop(MANIFEST_CRC_KEY)
+  # Stores written before it lack it; from version 5 it is required, so
+  # that a flipped bit in its name does not pass for such a store.
+  if (
+    manifest.get('version', 0) >= MAPPED_VERSION or MANIFEST_CRC_KEY in manifest
+  ):
+    expected = manifest.pop(MANIFEST_CRC_KEY, None)
     actual = crc32(_manifest_text(manifest).encode())
     if actual != expected:
       raise CheckpointError(
@@ -220,6 +265,12 @@ def _check_manifest(path: str, manifest):
       {'bytes': int, 'crc32': int},
       'observation.run_dictionary.',
     )
+  if manifest['version'] >= MAPPED_VERSION:
+    _check_fields(
+      path, manifest['observation'], {'anchor_units': int}, 'observation.'
+    )
+    if manifest['observation']['anchor_units'] < 1:
+      raise CheckpointError(path, 'damaged manifest: observation.anchor_units')
   if GAME_KEY in manifest:  # Optional: the game, where the source named it.
     _check_fields(path, manifest, {GAME_KEY: str}, '')
 

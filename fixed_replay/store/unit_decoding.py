@@ -33,9 +33,12 @@ kernel_cache.install()  # Before the first njit: see kernel_cache.py.
 # written without the first 6 bytes every unit shares (version 3): zstd's
 # magic number, then the 2 bytes HEADER holds (frame header descriptor and
 # window descriptor, little-endian), put back in front of each unit before
-# it is decoded.
+# it is decoded. SIZES: 0 when OFFSETS holds every unit's int64 offset
+# (one more than units); else (version 5) the address of the units' sizes,
+# SIZE_BYTES wide each, and OFFSETS holds the offset of every ANCHOR_UNITS-th.
 FD, OFFSETS, CRCS, DDICT, NUM_UNITS, UNIT_BYTES, LAST_BYTES, HEADER = range(8)
-COLUMNS = 8
+SIZES, SIZE_BYTES, ANCHOR_UNITS = range(8, 11)
+COLUMNS = 11
 # zstd's frame magic number, as it is stored (little-endian).
 ZSTD_MAGIC = 0xFD2FB528
 # Bytes taken off the front of every version 3 unit.
@@ -147,6 +150,35 @@ def _load(bits):
 
 
 _load_int64, _load_uint32 = _load(64), _load(32)
+_load_uint16, load_uint8 = _load(16), _load(8)
+
+
+@numba.njit(nogil=True, cache=True, inline='always')
+def _unit_size(table, source, unit):
+  """The stored bytes of unit `unit` of table row `source`."""
+  sizes = table[source, SIZES]
+  if sizes == 0:
+    at = table[source, OFFSETS] + 8 * unit
+    return _load_int64(at + 8) - _load_int64(at)
+  width = table[source, SIZE_BYTES]
+  if width == 1:
+    return load_uint8(sizes + unit)
+  if width == 2:
+    return _load_uint16(sizes + 2 * unit)
+  return _load_uint32(sizes + 4 * unit)
+
+
+@numba.njit(nogil=True, cache=True, inline='always')
+def _unit_start(table, source, unit):
+  """The offset of unit `unit` of table row `source` in its file."""
+  if table[source, SIZES] == 0:
+    return _load_int64(table[source, OFFSETS] + 8 * unit)
+  every = table[source, ANCHOR_UNITS]
+  first = unit - unit % every
+  start = _load_int64(table[source, OFFSETS] + 8 * (first // every))
+  for earlier in range(first, unit):
+    start += _unit_size(table, source, earlier)
+  return start
 
 
 def _store(bits):
@@ -187,9 +219,8 @@ def decode_units(
     if unit < 0 or unit >= table[source, NUM_UNITS]:
       status[0], status[1] = k, NO_SUCH_UNIT
       return
-    at = table[source, OFFSETS] + 8 * unit
     # Each unit's bytes, and room before each for what was stripped.
-    total += _load_int64(at + 8) - _load_int64(at) + STRIPPED
+    total += _unit_size(table, source, unit) + STRIPPED
   # numba frees an array right after the last use of its variable, and the
   # reads use only its address: passed as an argument, it lives until the
   # call returns. (Taken from a local array, the address pointed at freed
@@ -217,9 +248,10 @@ def _read_and_decode(
       end < count and which[end] == source and units[end] == units[end - 1] + 1
     ):
       end += 1
-    offsets = table[source, OFFSETS]
-    first = _load_int64(offsets + 8 * units[k])
-    size = _load_int64(offsets + 8 * units[end - 1] + 8) - first
+    first = _unit_start(table, source, units[k])
+    size = 0
+    for j in range(k, end):
+      size += _unit_size(table, source, units[j])
     # Room before the run: where its first unit's stripped bytes go.
     read += STRIPPED
     got = _call_pread(
@@ -228,11 +260,11 @@ def _read_and_decode(
     if got != size:
       status[0], status[1], status[2], status[3] = k, SHORT_READ, got, end
       return
+    data, length = scratch_at + read, 0
     for j in range(k, end):
       unit = units[j]
-      start = _load_int64(offsets + 8 * unit)
-      length = _load_int64(offsets + 8 * unit + 8) - start
-      data = scratch_at + read + start - first
+      data += length  # Past the unit before it in the run.
+      length = _unit_size(table, source, unit)
       crc = _call_crc(functions[1], 0, data, length)
       if crc != _load_uint32(table[source, CRCS] + 4 * unit):
         status[0], status[1], status[2] = j, BAD_CRC, crc
@@ -240,18 +272,19 @@ def _read_and_decode(
       expected = table[source, UNIT_BYTES]
       if unit == table[source, NUM_UNITS] - 1:
         expected = table[source, LAST_BYTES]
+      whole, whole_length = data, length
       if table[source, HEADER] >= 0:
         # Over the previous unit's last bytes: checked and decoded already.
         _store_uint32(data - STRIPPED, ZSTD_MAGIC)
         _store_uint16(data - 2, table[source, HEADER])
-        data, length = data - STRIPPED, length + STRIPPED
+        whole, whole_length = data - STRIPPED, length + STRIPPED
       decoded = _call_zstd(
         functions[0],
         dctx,
         out_at + (slots[j] if slots.size else j) * stride,
         expected,
-        data,
-        length,
+        whole,
+        whole_length,
         table[source, DDICT],
       )
       if decoded != expected:
@@ -323,9 +356,9 @@ def decode(table, which, units, out, slots=None):
 
   Args:
     table: int64 array (sources, COLUMNS) describing the checkpoints (file
-      descriptor, addresses of their int64 offsets and uint32 CRCs, of
-      their Dictionary, and unit sizes). The arrays behind the addresses
-      must outlive the call.
+      descriptor, addresses of their unit offsets or sizes and anchors and
+      of their uint32 CRCs, of their Dictionary, and unit sizes). The
+      arrays behind the addresses must outlive the call.
     which: int64 array (n,), the table row of each unit.
     units: int64 array (n,), unit numbers, increasing within a run of one
       source (any order otherwise).
