@@ -110,11 +110,13 @@ def test_buffers_return_it_when_asked(converted, output_format):
   try:
     assert 'unclipped_reward' in _names(buffer, 1)
     assert 'unclipped_reward' not in _names(plain, 1)
-    # Only an agent that asks holds it: 4 bytes a row (a store also counts
-    # it in the 4 ready batches of 32 that its budget reserves).
+    # Only an agent that asks holds it: 4 bytes a row of Dopamine's files
+    # (a store maps it from its file, and counts it in the 4 ready batches
+    # of 32 that its budget reserves).
     rows = sum(rlu_data.rows_of(episodes[c]) + 1 for c in CHECKPOINTS)
-    batches = 4 * 32 if output_format == 'compact' else 0
-    assert buffer.nbytes - plain.nbytes == 4 * (rows + batches)
+    if output_format == 'compact':
+      rows = 4 * 32
+    assert buffer.nbytes - plain.nbytes == 4 * rows
     for checkpoint in CHECKPOINTS:
       played = episodes[checkpoint]
       oracle = rlu_data.oracle(played, extras=asked)

@@ -20,6 +20,8 @@ import sys
 import threading
 
 import numba
+from numba import types
+from numba.extending import intrinsic
 import numpy as np
 
 from fixed_replay import kernel_cache
@@ -286,7 +288,86 @@ def decode_stacks(
 
 
 # Columns of transitions.RowLayout.table, one row per window.
-OFFSET, START, FILE_ROWS, CIRCULAR = range(4)
+OFFSET, START, FILE_ROWS, CIRCULAR, ROWS = range(5)
+# Columns of a table of the windows' terminal, reward and action arrays, one
+# row a window: where its first row is, and its dtype's place in KINDS. An
+# array mapped from a store keeps the narrow dtype it was stored in.
+TERMINAL_AT, TERMINAL_KIND, REWARD_AT, REWARD_KIND = range(4)
+ACTION_AT, ACTION_KIND = range(4, 6)
+KINDS = tuple(
+  np.dtype(c) for c in ('?', 'u1', 'i1', 'u2', 'i2', 'u4', 'i4', 'i8', 'f4')
+) + (np.dtype('f8'),)
+_FIRST_FLOAT = 8
+
+
+def _loader(value_type):
+  """An intrinsic f(address) loading one `value_type` from an int64 address."""
+
+  @intrinsic
+  def load(typingctx, address):
+    del typingctx
+
+    def codegen(context, builder, signature, values):
+      del signature
+      pointer_type = context.get_value_type(value_type).as_pointer()
+      return builder.load(builder.inttoptr(values[0], pointer_type))
+
+    return value_type(types.int64), codegen
+
+  return load
+
+
+_LOADS = tuple(
+  _loader(t)
+  for t in (
+    types.uint8,
+    types.int8,
+    types.uint16,
+    types.int16,
+    types.uint32,
+    types.int32,
+    types.int64,
+    types.float32,
+    types.float64,
+  )
+)
+_U1, _I1, _U2, _I2, _U4, _I4, _I8, _F4, _F8 = _LOADS
+
+
+@numba.njit(nogil=True, cache=True, inline='always')
+def _integer(address, kind, index):
+  """Element `index` of an integer (or bool) array of kind `kind`."""
+  if kind <= 1:
+    return np.int64(_U1(address + index))
+  if kind == 2:
+    return np.int64(_I1(address + index))
+  if kind == 3:
+    return np.int64(_U2(address + 2 * index))
+  if kind == 4:
+    return np.int64(_I2(address + 2 * index))
+  if kind == 5:
+    return np.int64(_U4(address + 4 * index))
+  if kind == 6:
+    return np.int64(_I4(address + 4 * index))
+  return _I8(address + 8 * index)
+
+
+@numba.njit(nogil=True, cache=True, inline='always')
+def _float(address, kind, index):
+  """Element `index` of a float array of kind `kind` (exact in float64)."""
+  if kind == _FIRST_FLOAT:
+    return np.float64(_F4(address + 4 * index))
+  return _F8(address + 8 * index)
+
+
+@numba.njit(nogil=True, cache=True, inline='always')
+def _copy(address, kind, index, out, at):
+  """out[at] = element `index` of an array of kind `kind`, cast as numpy
+  casts (each kind read in its own type: exact)."""
+  if kind >= _FIRST_FLOAT:
+    out[at] = _float(address, kind, index)
+  else:
+    out[at] = _integer(address, kind, index)
 
 
 @numba.njit(nogil=True, cache=True)
@@ -323,22 +404,20 @@ def _pairwise_sum(values):
 
 
 @numba.njit(nogil=True, cache=True, inline='always')
-def _locate(table, window, file_row):
-  """The position in the arrays of `file_row` of `window` (RowLayout)."""
+def _local(table, window, file_row):
+  """The row within `window` of `file_row` (RowLayout); -1 if outside."""
   if table[window, CIRCULAR]:
     local = file_row % table[window, FILE_ROWS]
   else:
     local = file_row - table[window, START]
-  return local + table[window, OFFSET]
+  return local if 0 <= local < table[window, ROWS] else -1
 
 
 @numba.njit(nogil=True, cache=True)
 def write_parts(
   table,
   suffixes,
-  terminal,
-  reward,
-  action,
+  columns,
   discounts,
   which,
   file_rows,
@@ -356,52 +435,64 @@ def write_parts(
 ):
   """TransitionWriter.write_parts for one batch; False if a row is outside.
 
-  reward, action and their outputs are 2-D (rows, values per row).
+  The windows' arrays are read through `columns` (a row a window: see
+  TERMINAL_AT); reward, action and their outputs are 2-D (rows, values per
+  row). rows, state_rows and next_state_rows get positions in arrays
+  holding the windows end to end (RowLayout).
   """
   horizon = discounts.size
   stack = state_rows.shape[1]
-  num_rows = terminal.size
-  products = discounts * reward[0, 0]  # The type of Dopamine's products.
+  rewards, actions = out_reward.shape[1], out_action.shape[1]
+  products = discounts * out_reward[0, 0]  # The type of Dopamine's products.
+  reward = out_reward[0, :1].copy()  # A reward in the element's own type.
+  terminal = np.zeros(1, np.float64)
   trajectory = np.empty(horizon, np.int64)
   for b in range(file_rows.size):
     window, file_row = which[b], file_rows[b]
     if not 0 <= window < table.shape[0]:
       return False
+    column = columns[window]
     for k in range(horizon):
-      trajectory[k] = _locate(table, window, file_row + k)
-      if not 0 <= trajectory[k] < num_rows:
+      trajectory[k] = _local(table, window, file_row + k)
+      if trajectory[k] < 0:
         return False
     # Dopamine's trajectory stops after its first terminal.
     length, is_terminal = horizon, False
     for k in range(horizon):
-      if terminal[trajectory[k]]:
+      _copy(
+        column[TERMINAL_AT], column[TERMINAL_KIND], trajectory[k], terminal, 0
+      )
+      if terminal[0]:
         length, is_terminal = k + 1, True
         break
     next_file_row = file_row + length
+    offset = table[window, OFFSET]
     row = trajectory[0]
-    next_row = _locate(table, window, next_file_row)
+    next_row = _local(table, window, next_file_row)
     for k in range(stack):
-      offset = k - stack + 1
-      state_rows[b, k] = _locate(table, window, file_row + offset)
-      next_state_rows[b, k] = _locate(table, window, next_file_row + offset)
-      if not (
-        0 <= state_rows[b, k] < num_rows
-        and 0 <= next_state_rows[b, k] < num_rows
-      ):
+      shift = k - stack + 1
+      state = _local(table, window, file_row + shift)
+      next_state = _local(table, window, next_file_row + shift)
+      if state < 0 or next_state < 0:
         return False
+      state_rows[b, k] = state + offset
+      next_state_rows[b, k] = next_state + offset
     d = destinations[b]
-    for j in range(reward.shape[1]):
+    at, kind = column[REWARD_AT], column[REWARD_KIND]
+    for j in range(rewards):
       for k in range(length):
-        products[k] = discounts[k] * reward[trajectory[k], j]
+        _copy(at, kind, trajectory[k] * rewards + j, reward, 0)
+        products[k] = discounts[k] * reward[0]
       out_reward[d, j] = _pairwise_sum(products[:length]) + 0.0
-      out_next_reward[d, j] = reward[next_row, j]
-    for j in range(action.shape[1]):
-      out_action[d, j] = action[row, j]
-      out_next_action[d, j] = action[next_row, j]
+      _copy(at, kind, next_row * rewards + j, out_next_reward[d], j)
+    at, kind = column[ACTION_AT], column[ACTION_KIND]
+    for j in range(actions):
+      _copy(at, kind, row * actions + j, out_action[d], j)
+      _copy(at, kind, next_row * actions + j, out_next_action[d], j)
     out_terminal[d] = is_terminal
     out_indices[d] = file_row
     out_suffix[d] = suffixes[window]
-    rows[b] = row
+    rows[b] = row + offset
   return True
 
 

@@ -2,9 +2,10 @@
 
 Plans each checkpoint's window (replay_capacity rows from
 replay_transitions_start_index, subsampled), checks the whole selection
-against the memory budget before reading anything, then reads the small
-arrays (action, reward, terminal: 9 bytes a row) of every window end to end,
-takes the valid rows (a bit a row in the store for whole files, drawn from
+against the memory budget before reading anything, then maps the small
+arrays (action, reward, terminal) of every window where the store keeps
+them plain (format 5: a byte or two a row), or reads them, takes the valid
+rows (a bit a row in the store for whole files, drawn from
 where it lies; else an int32 table) and sizes the block cache with what the
 budget leaves.
 """
@@ -176,27 +177,38 @@ def _check_same_layout(stored, data_dir):
     )
 
 
-def _read_small_arrays(stored, windows, names):
-  """Every window's small arrays end to end: (arrays, offsets)."""
-  counts = np.array([count for _, count in windows], dtype=np.int64)
-  offsets = np.cumsum(counts) - counts
-  arrays = {}
+def _window_arrays(stored, windows, names):
+  """Each window's small arrays: views of the store's files, mapped where it
+  keeps them plain (format versions 1, 2 and 5), else of one spilled array
+  a name holding those windows' rows end to end (read and decompressed)."""
+  arrays = [{} for _ in stored]
   for name in names:
-    dtype, row_shape = stored[0].arrays.row_type(name)
-    arrays[name] = np.empty((int(counts.sum()),) + row_shape, dtype)
-  for checkpoint, (start, count), offset in zip(
-    stored, windows, offsets, strict=True
-  ):
-    for name, array in arrays.items():
-      checkpoint.read_rows_into(name, start, array[offset : offset + count])
-  return {n: spill.copy(a) for n, a in arrays.items()}, offsets
+    packed = []
+    for checkpoint, (start, count), mine in zip(
+      stored, windows, arrays, strict=True
+    ):
+      if checkpoint.arrays.is_plain(name):
+        mine[name] = checkpoint.arrays.stored(name)[start : start + count]
+      else:
+        packed.append((checkpoint, start, count, mine))
+    if packed:
+      dtype, row_shape = stored[0].arrays.row_type(name)
+      joined = np.empty((sum(p[2] for p in packed),) + row_shape, dtype)
+      ends = np.cumsum([p[2] for p in packed])
+      for (checkpoint, start, count, _), end in zip(packed, ends, strict=True):
+        checkpoint.read_rows_into(name, start, joined[end - count : end])
+      joined = spill.copy(joined)
+      for (_, _, count, mine), end in zip(packed, ends, strict=True):
+        mine[name] = joined[end - count : end]
+  return arrays
 
 
 def _fixed_bytes(stored, windows, names):
-  """Bytes of everything but the cache: small arrays, tables, indexes."""
+  """Bytes of everything but the cache: small arrays read, tables, indexes."""
   total = 0
   for checkpoint, (_, count) in zip(stored, windows, strict=True):
-    row_bytes = checkpoint.arrays.row_bytes(names)
+    read = [n for n in names if not checkpoint.arrays.is_plain(n)]
+    row_bytes = checkpoint.arrays.row_bytes(read)
     total += count * (row_bytes + np.dtype(np.int32).itemsize)
     total += checkpoint.frames.nbytes
   return total
@@ -254,13 +266,11 @@ def open_windows(
     (block_rows,) + s.observation_shape,
     s.observation_dtype,
   )
-  arrays, offsets = _read_small_arrays(stored, windows, names)
+  arrays = _window_arrays(stored, windows, names)
   views = [
-    stored_checkpoint.window(
-      start, count, arrays={n: a[o : o + count] for n, a in arrays.items()}
-    )
-    for stored_checkpoint, (start, count), o in zip(
-      stored, windows, offsets, strict=True
+    stored_checkpoint.window(start, count, arrays=mine)
+    for stored_checkpoint, (start, count), mine in zip(
+      stored, windows, arrays, strict=True
     )
   ]
   valid = [_valid_rows(c, w, s) for c, w in zip(stored, views, strict=True)]

@@ -108,7 +108,8 @@ class RowLayout:
     self.file_row_shift = self.starts - self.offsets
     # The same, one row a window, for the compiled writer.
     self.table = np.stack(
-      [self.offsets, self.starts, self.file_rows, self.circular], axis=1
+      [self.offsets, self.starts, self.file_rows, self.circular, counts],
+      axis=1,
     ).astype(np.int64)
 
   def file_rows_of(
@@ -125,6 +126,17 @@ def _rows_view(array):
   return array.reshape(len(array), -1)
 
 
+def _kernel_array(array, rows):
+  """`array` as the compiled writer reads it: C-contiguous, of a dtype in
+  batch_kernels.KINDS (another is converted: a copy), `rows` rows."""
+  array = np.asarray(array)
+  if len(array) != rows:
+    raise ValueError(f'{len(array)} rows of an array of a {rows}-row window')
+  if array.dtype not in batch_kernels.KINDS:
+    array = array.astype(np.float64 if array.dtype.kind == 'f' else np.int64)
+  return _rows_view(np.ascontiguousarray(array))
+
+
 class TransitionWriter:
   """Writes transitions as Dopamine's OutOfGraphReplayBuffer returns them."""
 
@@ -132,20 +144,49 @@ class TransitionWriter:
     """Keeps the arrays and the n-step constants.
 
     Args:
-      arrays: dict of element name to array of the windows' rows end to end
-        (action, reward, terminal and any extra element; frames not needed).
+      arrays: sequence of dicts, one a window of `layout`, of element name to
+        the window's rows of it (action, reward, terminal and any extra
+        element; frames not needed): views of arrays mapped from a store,
+        in its dtype, or of arrays in memory.
       layout: RowLayout of those windows.
       stack_size: int, frames per state.
       update_horizon: int, n of the n-step return.
       gamma: float, discount.
+
+    Raises:
+      ValueError: if an array does not hold its window's rows, or windows'
+        rows hold different numbers of values.
     """
     self.layout = layout
-    self._arrays = arrays
-    self._terminal = np.asarray(arrays['terminal'])
-    self._reward = _rows_view(np.asarray(arrays['reward']))
-    self._action = _rows_view(np.asarray(arrays['action']))
+    counts = layout.table[:, batch_kernels.ROWS]
+    names = ('terminal', 'reward', 'action')
+    self._arrays = [
+      {n: _kernel_array(a[n], c) for n in names}
+      for a, c in zip(arrays, counts, strict=True)
+    ]  # Behind the addresses of `_columns`.
+    self._columns = np.array(
+      [
+        [
+          value
+          for name in names
+          for value in (
+            a[name].ctypes.data,
+            batch_kernels.KINDS.index(a[name].dtype),
+          )
+        ]
+        for a in self._arrays
+      ],
+      np.int64,
+    ).reshape(len(self._arrays), 2 * len(names))
+    self._values = {
+      name: {a[name].shape[1] for a in self._arrays} for name in names[1:]
+    }
+    if any(len(v) > 1 for v in self._values.values()):
+      raise ValueError(f'windows of different row shapes: {self._values}')
     self._extras = {
-      name: array for name, array in arrays.items() if name not in _STANDARD
+      name: [a[name] for a in arrays]
+      for name in arrays[0]
+      if name not in _STANDARD
     }
     self.stack_size = stack_size
     self.update_horizon = update_horizon
@@ -183,15 +224,16 @@ class TransitionWriter:
       destinations.min() < 0 or destinations.max() >= len(batch['indices'])
     ):
       raise IndexError(f'batch positions outside [0, {len(batch["indices"])})')
+    for name, values in self._values.items():
+      if values != {_rows_view(batch[name]).shape[1]}:  # Read unchecked.
+        raise ValueError(f'{name}: rows of {values} values, batch differs')
     rows = np.empty(count, np.int64)
     state_rows = np.empty((count, self.stack_size), np.int64)
     next_state_rows = np.empty_like(state_rows)
     inside = batch_kernels.write_parts(
       self.layout.table,
       self.layout.suffixes,
-      self._terminal,
-      self._reward,
-      self._action,
+      self._columns,
       self._discounts,
       np.ascontiguousarray(which, dtype=np.int64),
       file_rows,
@@ -209,9 +251,13 @@ class TransitionWriter:
     )
     if not inside:
       raise IndexError('transition rows outside the loaded windows')
-    for name, array in self._extras.items():
+    which = np.asarray(which, np.int64)
+    for name, per_window in self._extras.items():
       if name in batch:
-        batch[name][destinations] = array[rows]
+        for window in np.unique(which):
+          members = which == window
+          local = rows[members] - self.layout.offsets[window]
+          batch[name][destinations[members]] = per_window[window][local]
     return state_rows, next_state_rows
 
 
@@ -330,7 +376,7 @@ class ReplayShard:
       )
     self.valid = valid_rows  # As held: an array, or a store's MaskedRows.
     self._writer = TransitionWriter(
-      window.store,
+      [window.store],
       RowLayout([window]),
       stack_size,
       update_horizon,

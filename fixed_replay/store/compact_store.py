@@ -274,6 +274,10 @@ class _StoredArrays(Mapping):
       raise CheckpointError(path, f'{array.dtype} does not hold {dtype}')
     return array
 
+  def is_plain(self, name: str) -> bool:
+    """Whether array `name` is stored plain, so `stored` maps it."""
+    return not self._specs[name]['file'].endswith(manifest_lib.PACKED_SUFFIX)
+
   def __getitem__(self, name: str) -> np.ndarray:
     array = self.stored(name)
     return array.astype(self.row_type(name)[0], copy=False)
