@@ -48,11 +48,12 @@ _REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _convert(code, source, store):
-  """Converts `source` into `store` with the fixed_replay found in `code`."""
+  """Converts `source` into `store` with the fixed_replay found in `code`
+  (run there: the working directory comes first on Python's path)."""
   began = time.perf_counter()
   subprocess.run(
     [sys.executable, '-m', 'fixed_replay.cli', 'convert', source, store],
-    env=dict(os.environ, PYTHONPATH=code),
+    cwd=code,
     check=True,
     capture_output=True,
   )
