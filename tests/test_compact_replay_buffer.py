@@ -20,11 +20,14 @@ import zstandard
 from fixed_replay.agents.tf.wrapped_fixed_replay_buffer import (
   WrappedFixedReplayBuffer,
 )
+from fixed_replay.convert import checkpoint_commit
+from fixed_replay.convert import checkpoint_source
 from fixed_replay.convert import convert
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import spill
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
+from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.sources.dopamine import validity
 from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
@@ -214,14 +217,20 @@ def test_a_store_of_four_format_versions_samples_dopamines_transitions(
   """Units with (version 2) and without (3-5) zstd's magic, against their
   checkpoint's dictionary (2, 3) or their run's (4, 5), indexed by offsets
   (2-4) or mapped sizes (5), in one batch."""
-  # Version 5 compressed against version 4's dictionary: a conversion keeps
-  # the one its store holds. (Trained afresh, it would differ: checkpoint 0
-  # is not full, and Dopamine's rows past its cursor hold any bytes.)
+  # Version 5 compressed against version 4's dictionary, which a checkpoint
+  # converted alone uses. (Trained afresh, it may differ: checkpoint 0 is
+  # not full, and Dopamine's rows past its cursor hold any bytes.)
   dictionary = manifest_lib.RUN_DICTIONARY_FILE
   newest = tmp_path / 'newest'
   newest.mkdir()
   shutil.copy(run_dictionary_v4_store / dictionary, newest / dictionary)
-  convert.convert(dopamine_dir[0], newest, workers=0)
+  checkpoint_commit.convert_checkpoint(
+    checkpoint_source.GzipSource(
+      checkpoints.find_checkpoints(dopamine_dir[0])[7]
+    ),
+    str(newest),
+    convert.ConvertOptions(stack_size=4),
+  )
   mixed = tmp_path / 'mixed'
   for suffix, source in (
     (0, units_v2_store),

@@ -14,7 +14,6 @@ from typing import Protocol
 
 from absl import logging
 
-from fixed_replay.convert import checkpoint_source
 from fixed_replay.convert import compact_output
 from fixed_replay.convert import destination
 from fixed_replay.convert import dopamine_output
@@ -22,7 +21,6 @@ from fixed_replay.convert import workers as worker_processes
 from fixed_replay.convert.checkpoint_source import CheckpointSource
 from fixed_replay.convert.convert_options import ConvertOptions
 from fixed_replay.errors import CheckpointError
-from fixed_replay.sources.dopamine import file_names
 from fixed_replay.store import manifest as manifest_lib
 
 
@@ -95,7 +93,7 @@ def output_of(options: ConvertOptions) -> ConverterOutput:
 
 
 def convert_checkpoint(
-  files: CheckpointSource | file_names.CheckpointFiles,
+  source: CheckpointSource,
   store_dir: str,
   options: ConvertOptions,
   threads: int = 1,
@@ -103,7 +101,7 @@ def convert_checkpoint(
   """Converts one checkpoint into the store (`checkpoint_<suffix>`).
 
   Args:
-    files: a source (checkpoint_source.py) or file_names.CheckpointFiles.
+    source: checkpoint_source.CheckpointSource.
     store_dir: str, the store.
     options: ConvertOptions.
     threads: int, threads compressing blocks.
@@ -116,7 +114,6 @@ def convert_checkpoint(
       or the store cannot be written (naming the path and the cause).
   """
   began = time.perf_counter()
-  source = checkpoint_source.as_source(files)
   output = output_of(options)
   final = output.final_path(store_dir, source.suffix)
   partial = os.path.join(store_dir, manifest_lib.partial_dirname(source.suffix))

@@ -215,15 +215,6 @@ class _StoredReader:
     )
 
 
-def as_source(
-  source: CheckpointSource | file_names.CheckpointFiles,
-) -> CheckpointSource:
-  """Accepts a source, or CheckpointFiles (wrapped in a GzipSource)."""
-  if isinstance(source, file_names.CheckpointFiles):
-    return GzipSource(source)
-  return source
-
-
 class _GzipReader:
   """Streams the observation file; reads the small arrays at the end."""
 

@@ -25,14 +25,12 @@ import numpy.typing as npt
 import zstandard
 
 from fixed_replay import progress
-from fixed_replay.convert import checkpoint_source
 from fixed_replay.convert import convert_options
 from fixed_replay.convert import destination
 from fixed_replay.convert import workers as worker_processes
 from fixed_replay.convert.checkpoint_source import CheckpointSource
 from fixed_replay.convert.convert_options import ConvertOptions
 from fixed_replay.errors import CheckpointError
-from fixed_replay.sources.dopamine import file_names
 from fixed_replay.sources.dopamine import validity
 from fixed_replay.store import compact_store
 from fixed_replay.store import frame_units
@@ -52,22 +50,19 @@ def _stored_options(manifest):
 
 
 def check_existing(
-  directory: str,
-  files: CheckpointSource | file_names.CheckpointFiles,
-  options: ConvertOptions,
+  directory: str, source: CheckpointSource, options: ConvertOptions
 ) -> dict:
   """Verifies an already converted checkpoint before it is skipped.
 
   Args:
     directory: str, the stored checkpoint.
-    files: a source (checkpoint_source.py) or CheckpointFiles.
+    source: a source (checkpoint_source.py).
     options: ConvertOptions.
 
   Raises:
     CheckpointError: if it is damaged, was converted from other files or with
       other options.
   """
-  source = checkpoint_source.as_source(files)
   manifest = compact_store.verify_checkpoint(directory).manifest
   convert_options.check_same_conversion(
     directory,

@@ -26,7 +26,6 @@ from typing import IO
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
-from fixed_replay.store import manifest
 
 LOCK_FILE = '.convert.lock'
 WORKERS_LOCK_FILE = '.convert.workers.lock'
@@ -158,13 +157,10 @@ def synced_file(directory: str, name: str) -> Iterator[IO[bytes]]:
 
 
 def write_npy(directory: str, name: str, array: np.ndarray) -> str:
-  """Writes `array` as .npy, packed when `name` says so; returns `name`."""
+  """Writes `array` as .npy; returns `name`."""
   npy = io.BytesIO()
   np.save(npy, array, allow_pickle=False)
-  data = npy.getbuffer()
-  if name.endswith(manifest.PACKED_SUFFIX):
-    data = manifest.pack(data)
-  return write_bytes(directory, name, data)
+  return write_bytes(directory, name, npy.getbuffer())
 
 
 def write_bytes(directory: str, name: str, data) -> str:

@@ -196,7 +196,8 @@ def _window_arrays(stored, windows, names):
       joined = np.empty((sum(p[2] for p in packed),) + row_shape, dtype)
       ends = np.cumsum([p[2] for p in packed])
       for (checkpoint, start, count, _), end in zip(packed, ends, strict=True):
-        checkpoint.read_rows_into(name, start, joined[end - count : end])
+        values = checkpoint.arrays.stored(name)
+        joined[end - count : end] = values[start : start + count]
       joined = spill.copy(joined)
       for (_, _, count, mine), end in zip(packed, ends, strict=True):
         mine[name] = joined[end - count : end]

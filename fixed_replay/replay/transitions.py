@@ -312,10 +312,10 @@ class MaskedRows:
 
 
 class _MaskTable:
-  """MaskedRows of many checkpoints, for one compiled draw a batch."""
+  """MaskedRows of many checkpoints, for one compiled draw a batch (the
+  table that makes one keeps them, and the masks behind the addresses)."""
 
   def __init__(self, masked):
-    self.masked = tuple(masked)  # Keeps the masks behind the addresses.
     self.addresses = np.array([m.mask.ctypes.data for m in masked], np.int64)
     sizes = [len(m.block_starts) for m in masked]
     self.first_block = np.cumsum([0] + sizes).astype(np.int64)
@@ -495,8 +495,6 @@ class ValidRowTable:
       return which, self._masks.select(which, positions - self.starts[which])
     if self._concatenated is not None:
       return which, self._concatenated[positions].astype(np.int64)
-    if len(self.valid_rows) == 1:
-      return which, self.valid_rows[0][positions].astype(np.int64)
     rows = np.empty(len(positions), dtype=np.int64)
     for i in np.unique(which):  # One vectorized lookup per checkpoint.
       members = which == i

@@ -185,50 +185,26 @@ class StoredCheckpoint:
     mask = self.valid_rows_mask(stack_size, update_horizon)
     return None if mask is None else unpack_valid_rows(mask, self.num_rows)
 
-  def _check_rows(self, start, count):
-    if start < 0 or count <= 0 or start + count > self.num_rows:
-      raise CheckpointError(
-        self.directory,
-        f'rows [{start}, {start + count}) asked, but checkpoint '
-        f'{self.suffix} has {self.num_rows} rows',
-      )
-
-  def read_rows_into(self, name: str, start: int, out: np.ndarray) -> None:
-    """Reads rows [start, start + len(out)) of a small array into `out`.
-
-    The array is read (or mapped) for this call only: nothing of it stays
-    in memory, or counted as resident, once done.
-    """
-    self._check_rows(start, len(out))
-    dtype, row_shape = self.arrays.row_type(name)
-    if out.dtype != dtype or out.shape[1:] != row_shape:
-      raise ValueError(
-        f'{name}: rows of {dtype}{row_shape}, asked for '
-        f'{out.dtype}{out.shape[1:]}'
-      )
-    out[...] = self.arrays.stored(name)[start : start + len(out)]
-
   def window(
-    self, start: int, count: int, arrays: dict[str, np.ndarray] | None = None
+    self, start: int, count: int, arrays: dict[str, np.ndarray]
   ) -> checkpoints.CheckpointWindow:
     """A CheckpointWindow of rows [start, start + count), frames not held.
 
     Args:
       start: int, first file row.
       count: int, rows.
-      arrays: optional dict of element name to arrays already holding the
-        window's rows; by default, slices of the memory maps.
+      arrays: dict of element name to arrays holding the window's rows.
 
     Returns:
       checkpoints.CheckpointWindow whose store['observation'] is
       frame_blocks.UnheldFrames.
     """
-    self._check_rows(start, count)
-    if arrays is None:
-      arrays = {
-        name: array[start : start + count]
-        for name, array in self.arrays.items()
-      }
+    if start < 0 or count <= 0 or start + count > self.num_rows:
+      raise CheckpointError(
+        self.directory,
+        f'rows [{start}, {start + count}) asked, but checkpoint '
+        f'{self.suffix} has {self.num_rows} rows',
+      )
     store = dict(arrays)
     store['observation'] = frame_blocks.UnheldFrames(count)
     return checkpoints.CheckpointWindow(

@@ -365,22 +365,9 @@ class StoredUnits(frame_blocks.StoredFrameFile):
 
   def _load_checked(self, name, files, load):
     path = os.path.join(self.directory, name)
-    expected = files.get(name)
-    if expected is None:
-      raise CheckpointError(path, 'not listed in the manifest')
-    try:
-      actual = manifest_lib.file_entry(path)
-    except FileNotFoundError as error:
-      raise CheckpointError(path, 'missing from the stored checkpoint') from (
-        error
-      )
-    if actual != expected:
-      raise CheckpointError(
-        path,
-        f'checkpoint {self.suffix}: damaged: {actual["bytes"]} bytes with '
-        f'CRC-32 {actual["crc32"]:#010x}, manifest says '
-        f'{expected["bytes"]} bytes with {expected["crc32"]:#010x}',
-      )
+    manifest_lib.check_file(
+      path, files.get(name), f'checkpoint {self.suffix}: '
+    )
     return load(path)
 
   @property

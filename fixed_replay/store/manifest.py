@@ -77,10 +77,6 @@ _PARTIAL_DIR = re.compile(r'^\.checkpoint_(?P<suffix>\d+)\.partial-\d+$')
 _VERIFY_READ_BYTES = 16 << 20
 # What a compressed file's name ends with (format version 3).
 PACKED_SUFFIX = '.zst'
-# zstd's level for them: on a 50k-row MsPacman checkpoint, level 9 stores
-# its small arrays and dictionary in 125 KB for 0.06 CPU-s, level 19 in
-# 108 KB for 0.94 (levels 3: 154 KB, 0.01).
-_PACK_LEVEL = 9
 MANIFEST_CRC_KEY = 'manifest_crc32'
 # The dataset's game ('Pong', as Dopamine names it), when known at
 # conversion (`fixed-replay convert --game`, or the source's path).
@@ -142,15 +138,6 @@ def narrowest(array: np.ndarray) -> np.ndarray:
       if narrow.astype(array.dtype).tobytes() == array.tobytes():
         return narrow
   return array
-
-
-def pack(data: bytes) -> bytes:
-  """What a file whose name ends with PACKED_SUFFIX holds for `data`.
-
-  One zstd frame, with its content size and checksum.
-  """
-  compressor = zstandard.ZstdCompressor(level=_PACK_LEVEL, write_checksum=True)
-  return compressor.compress(data)
 
 
 def read_small(path: str) -> bytes:
@@ -363,16 +350,23 @@ def verify_files(
     CheckpointError: naming the first file that differs.
   """
   for name, expected in sorted(manifest['files'].items()):
-    if name in skip:
-      continue
-    path = os.path.join(directory, name)
-    if not os.path.exists(path):
-      raise CheckpointError(path, 'missing from the stored checkpoint')
+    if name not in skip:
+      check_file(os.path.join(directory, name), expected)
+
+
+def check_file(path: str, expected: dict | None, where: str = '') -> None:
+  """Raises CheckpointError, after `where`, unless the file at `path` has
+  the manifest's `expected` size and CRC-32 (None: it lists no such file)."""
+  if expected is None:
+    raise CheckpointError(path, 'not listed in the manifest')
+  try:
     actual = file_entry(path)
-    if actual != expected:
-      raise CheckpointError(
-        path,
-        f'damaged: {actual["bytes"]} bytes with CRC-32 '
-        f'{actual["crc32"]:#010x}, manifest says {expected["bytes"]} bytes '
-        f'with {expected["crc32"]:#010x}',
-      )
+  except FileNotFoundError as error:
+    raise CheckpointError(path, 'missing from the stored checkpoint') from error
+  if actual != expected:
+    raise CheckpointError(
+      path,
+      f'{where}damaged: {actual["bytes"]} bytes with CRC-32 '
+      f'{actual["crc32"]:#010x}, manifest says {expected["bytes"]} bytes '
+      f'with {expected["crc32"]:#010x}',
+    )
