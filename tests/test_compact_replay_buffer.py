@@ -555,3 +555,33 @@ def test_no_binding_trains_tf_and_jax_agents_on_a_store(store):
       replay.memory.close()
   finally:
     gin.clear_config()
+
+
+@pytest.mark.parametrize('source', ['store', 'dopamine_dir'])
+def test_n_step_sums_are_taken_in_the_datas_reward_dtype(
+  request, source, oracles
+):
+  """Bound to another reward dtype, a batch holds Dopamine's sums of the
+  data's float32 rewards, cast: not sums taken in the batch's dtype."""
+  data = request.getfixturevalue(source)
+  data = data[0] if source == 'dopamine_dir' else data
+  buffer = _buffer(
+    data,
+    update_horizon=3,
+    reward_dtype=np.float64,
+    batch_size=256,
+    num_buffers_to_load=4,
+  )
+  batch = as_dict(buffer, buffer.sample_transition_batch())
+  assert batch['reward'].dtype == np.float64
+  for suffix in np.unique(batch['suffix']):
+    members = batch['suffix'] == suffix
+    oracle = oracles(int(suffix), update_horizon=3)
+    expected = oracle.sample_transition_batch(
+      int(members.sum()), indices=batch['indices'][members]
+    )[2]
+    assert expected.dtype == np.float32
+    np.testing.assert_array_equal(
+      batch['reward'][members], expected.astype(np.float64)
+    )
+  buffer.close()

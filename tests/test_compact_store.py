@@ -234,7 +234,9 @@ def test_a_damaged_index_is_refused_before_decoding(store, tmp_path, name):
   path = directory / name
   _flip_byte(path, os.path.getsize(path) - 3)
   # Even unverified opening checks them: nothing decodes with a bad one.
-  with pytest.raises(CheckpointError, match=rf'{name}: checkpoint 7: damaged'):
+  with pytest.raises(
+    CheckpointError, match=rf'{name}: (checkpoint 7: )?damaged'
+  ):
     compact_store.StoredCheckpoint(directory, verify=False)
 
 
@@ -254,13 +256,17 @@ def test_truncated_frames_file_is_a_clear_error(
   stored.close()
 
 
-def test_damaged_small_array_refused_on_opening(store, tmp_path):
+@pytest.mark.parametrize('verify', [True, False])
+@pytest.mark.parametrize('name', ['terminal.npy', 'valid_mask.npy'])
+def test_damaged_small_array_refused_on_opening(store, tmp_path, verify, name):
+  """Even unverified: a version-5 store's per-row files are mapped, with
+  no other check (a packed file had zstd's checksum)."""
   directory = _copy_checkpoint(store, 1, tmp_path)
-  with open(directory / 'terminal.npy', 'r+b') as stream:
+  with open(directory / name, 'r+b') as stream:
     stream.seek(-1, os.SEEK_END)
     stream.write(b'\x07')
-  with pytest.raises(CheckpointError, match=r'terminal\.npy: damaged'):
-    compact_store.StoredCheckpoint(directory)
+  with pytest.raises(CheckpointError, match=rf'{name}: damaged'):
+    compact_store.StoredCheckpoint(directory, verify=verify)
 
 
 def test_a_rerun_into_a_store_of_an_older_version_is_refused(
@@ -413,6 +419,8 @@ def test_inspect_verify_flags_the_checkpoint_whose_frames_differ(mixed_store):
     (np.array([0, 17, 255], np.int32), np.uint8),  # Atari's actions.
     (np.array([-1, 127], np.int32), np.int8),
     (np.array([0, 300], np.int64), np.uint16),
+    (np.array([0, 65535], np.uint16), np.uint16),  # Not int8's -1.
+    (np.array([0, 200], np.uint32), np.uint8),
     (np.array([[0.0, 1.0], [200.0, 4.0]], np.float32), np.uint8),
     (np.array([-0.0, 1.0], np.float32), np.float32),  # -0.0's own bits.
     (np.array([0.5, np.nan], np.float32), np.float32),

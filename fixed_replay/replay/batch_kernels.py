@@ -419,6 +419,7 @@ def write_parts(
   suffixes,
   columns,
   discounts,
+  reward,
   which,
   file_rows,
   destinations,
@@ -436,15 +437,17 @@ def write_parts(
   """TransitionWriter.write_parts for one batch; False if a row is outside.
 
   The windows' arrays are read through `columns` (a row a window: see
-  TERMINAL_AT); reward, action and their outputs are 2-D (rows, values per
-  row). rows, state_rows and next_state_rows get positions in arrays
-  holding the windows end to end (RowLayout).
+  TERMINAL_AT); `reward` is one value of the data's reward dtype, each
+  reward's type before the n-step sum, as in Dopamine's arrays; reward,
+  action and their outputs are 2-D (rows, values per row). rows, state_rows
+  and next_state_rows get positions in arrays holding the windows end to
+  end (RowLayout).
   """
   horizon = discounts.size
   stack = state_rows.shape[1]
   rewards, actions = out_reward.shape[1], out_action.shape[1]
-  products = discounts * out_reward[0, 0]  # The type of Dopamine's products.
-  reward = out_reward[0, :1].copy()  # A reward in the element's own type.
+  reward = reward.copy()  # This call's own: threads write at once.
+  products = discounts * reward[0]  # The type of Dopamine's products.
   terminal = np.zeros(1, np.float64)
   trajectory = np.empty(horizon, np.int64)
   for b in range(file_rows.size):

@@ -299,6 +299,7 @@ def open_windows(
     s.stack_size,
     s.update_horizon,
     s.gamma,
+    reward_dtype=stored[0].arrays.row_type('reward')[0],
   )
   logging.info(
     'Sampling %s of the store: %d valid transitions; %s mapped and '

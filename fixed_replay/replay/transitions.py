@@ -140,7 +140,9 @@ def _kernel_array(array, rows):
 class TransitionWriter:
   """Writes transitions as Dopamine's OutOfGraphReplayBuffer returns them."""
 
-  def __init__(self, arrays, layout, stack_size, update_horizon, gamma):
+  def __init__(
+    self, arrays, layout, stack_size, update_horizon, gamma, reward_dtype=None
+  ):
     """Keeps the arrays and the n-step constants.
 
     Args:
@@ -152,6 +154,8 @@ class TransitionWriter:
       stack_size: int, frames per state.
       update_horizon: int, n of the n-step return.
       gamma: float, discount.
+      reward_dtype: the data's reward dtype, in which n-step sums are taken
+        (a store's manifest says it); default: the first window's rewards'.
 
     Raises:
       ValueError: if an array does not hold its window's rows, or windows'
@@ -188,6 +192,7 @@ class TransitionWriter:
       for name in arrays[0]
       if name not in _STANDARD
     }
+    self._reward = np.zeros(1, reward_dtype or arrays[0]['reward'].dtype)
     self.stack_size = stack_size
     self.update_horizon = update_horizon
     # Same float32 discounts as Dopamine, so n-step sums match bit for bit.
@@ -235,6 +240,7 @@ class TransitionWriter:
       self.layout.suffixes,
       self._columns,
       self._discounts,
+      self._reward,
       np.ascontiguousarray(which, dtype=np.int64),
       file_rows,
       destinations,

@@ -10,26 +10,34 @@
       observation.units         the frames, `block_rows` (default 1) per
                                 unit, each unit one zstd frame against the
                                 run's dictionary (frame_units.py)
-      observation_sizes.npy.zst uint32 (num_blocks,): each unit's bytes
+      observation_sizes.npy     each unit's bytes, u1, u2 or u4: the
+                                narrowest that holds the largest
+      observation_anchors.npy   int64: the offset of every anchor_units-th
+                                unit (a unit's offset: its anchor's plus the
+                                sizes between)
       observation_crc32.npy     uint32 (num_blocks,): CRC-32 of each unit
-      action.npy.zst, reward.npy.zst, terminal.npy.zst, <element>.npy.zst
-                                the other `$store$_` arrays
-      invalid_range.npy.zst     as in the checkpoint
-      episode_end_indices.npy.zst  sorted int64 rows, when the checkpoint
-                                had it
-      valid_mask.npy.zst        one bit per file row (np.packbits, little
+      action.npy, reward.npy, terminal.npy, <element>.npy
+                                the other `$store$_` arrays, each in the
+                                narrowest dtype that gives back its bytes
+                                (manifest.narrowest; the manifest's dtype is
+                                the element's)
+      invalid_range.npy         as in the checkpoint
+      episode_end_indices.npy   sorted int64 rows, when the checkpoint had it
+      valid_mask.npy            one bit per file row (np.packbits, little
                                 bit order): may Dopamine sample it, for the
                                 manifest's stack_size and update_horizon
     .checkpoint_<suffix>.partial-<pid>/   being written: never read
 
-That is format version 4, where a `.zst` file is one zstd frame of the file
-its name ends before (manifest.py), and units are stored without the 6 bytes
-they all begin with (frame_units.py). Version 3 is the same with a
-dictionary in each checkpoint (`observation.dict.zst`); version 2 held
-them plain, units whole, with int64 unit offsets (`observation_offsets.npy`)
-instead of sizes; version 1 holds blosc2 blocks in `observation.blocks`
-instead of units and dictionary (frame_blocks.py), and plain files. All four
-are read.
+That is format version 5: every file plain, so that a buffer maps what it
+samples from where it lies (replay/compact_windows.py), and units stored
+without the 6 bytes they all begin with (frame_units.py). Version 4 is the
+same with every file but the units and their CRC-32s one zstd frame
+(`.zst`, manifest.py), arrays in their own dtype and uint32 sizes without
+anchors; version 3 is 4 with a dictionary in each checkpoint
+(`observation.dict.zst`); version 2 held them plain, units whole, with int64
+unit offsets (`observation_offsets.npy`) instead of sizes; version 1 holds
+blosc2 blocks in `observation.blocks` instead of units and dictionary
+(frame_blocks.py), and plain files. All five are read.
 
 A checkpoint directory only ever appears by renaming a verified partial one,
 so its presence means it is complete. The manifest records the format and
@@ -114,7 +122,9 @@ class StoredCheckpoint:
     Args:
       directory: str, a checkpoint_<suffix> directory.
       verify: bool, check every file but the frame blocks against the
-        manifest's CRC-32 (blocks are checked as they are decoded).
+        manifest's CRC-32 (blocks are checked as they are decoded). From
+        format version 5 always: its per-row files are read where they lie,
+        with no other check (before, zstd's checksum of each packed file).
       elements: optional names of the arrays to open beyond action, reward
         and terminal (None: every array); the others are neither opened
         nor read, so a buffer that does not ask for an extra element never
@@ -129,7 +139,7 @@ class StoredCheckpoint:
     if elements is not None:
       wanted = set(elements) | set(_ALWAYS_OPENED)
       specs = {name: spec for name, spec in specs.items() if name in wanted}
-    if verify:
+    if verify or manifest['version'] >= manifest_lib.MAPPED_VERSION:
       unused = {spec['file'] for spec in manifest['arrays'].values()}
       unused -= {spec['file'] for spec in specs.values()}
       manifest_lib.verify_files(

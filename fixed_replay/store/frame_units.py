@@ -33,6 +33,8 @@ from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import unit_decoding
 
 LAYOUT = 'units'
+# The widths the decoder reads unit sizes in (version 5).
+_SIZE_DTYPES = tuple(map(np.dtype, ('u1', 'u2', 'u4')))
 # Format version 4 trains one dictionary a run, on the first frames of every
 # checkpoint a conversion begins with, and every checkpoint of the run
 # decodes against it: a mixture of 40 runs holds 40 dictionaries, not 2,000
@@ -338,7 +340,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
         f'{len(sizes)} unit sizes and {len(self.crcs)} checksums, manifest '
         f'says {self.num_blocks} units'
       )
-    elif sizes.dtype.kind != 'u' or anchors.dtype != np.int64:
+    elif sizes.dtype not in _SIZE_DTYPES or anchors.dtype != np.int64:
       problem = f'sizes of {sizes.dtype}, anchors of {anchors.dtype}'
     elif len(anchors) != -(-len(sizes) // every) or anchors[:1].any():
       problem = f'{len(anchors)} anchors for {len(sizes)} units of {every}'

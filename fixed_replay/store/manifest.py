@@ -133,6 +133,8 @@ def narrowest(array: np.ndarray) -> np.ndarray:
   for dtype in _NARROW_DTYPES:
     if dtype.itemsize >= array.dtype.itemsize:
       break
+    if not np.can_cast(dtype, array.dtype):  # Wraps back: uint16 as int8.
+      continue
     with np.errstate(invalid='ignore', over='ignore'):  # Checked below.
       narrow = array.astype(dtype)
       if narrow.astype(array.dtype).tobytes() == array.tobytes():
