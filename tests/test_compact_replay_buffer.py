@@ -6,6 +6,7 @@ is FixedReplayBuffer with a 1.5 GB default budget.
 """
 
 import logging
+import os
 import shutil
 import zlib
 
@@ -585,3 +586,56 @@ def test_n_step_sums_are_taken_in_the_datas_reward_dtype(
       batch['reward'][members], expected.astype(np.float64)
     )
   buffer.close()
+
+
+_OPEN_FILES = """
+import os, resource, sys
+from absl import logging
+from fixed_replay import batches
+logging.set_verbosity(logging.INFO)
+buffer = batches.open_buffer(sys.argv[1], {'sampling_threads': 0})
+batches.named(buffer, buffer.sample_transition_batch())
+soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+print(len(os.listdir('/proc/self/fd')), soft)
+"""
+
+
+@pytest.mark.parametrize(
+  'checkpoints_held, raised', [(100, False), (400, True)]
+)
+def test_many_checkpoints_open_under_a_low_limit_on_open_files(
+  store, tmp_path, checkpoints_held, raised
+):
+  """Under a soft limit of 256 open files: a checkpoint holds one
+  descriptor (its units'; its other files are mapped without one), and
+  past the limit the library raises it, saying so."""
+  import resource
+  import subprocess
+  import sys
+
+  many = tmp_path / 'many'
+  origin = store / manifest_lib.checkpoint_dirname(7)
+  manifest = manifest_lib.read_manifest(origin)
+  for suffix in range(checkpoints_held):
+    target = many / manifest_lib.checkpoint_dirname(suffix)
+    target.mkdir(parents=True)
+    for name in os.listdir(origin):
+      if name != manifest_lib.MANIFEST:
+        os.link(origin / name, target / name)
+    manifest_lib.write_manifest(target, dict(manifest, suffix=suffix))
+  dictionary = manifest_lib.RUN_DICTIONARY_FILE
+  os.link(store / dictionary, many / dictionary)
+  hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+  completed = subprocess.run(
+    [sys.executable, '-c', _OPEN_FILES, str(many)],
+    capture_output=True,
+    text=True,
+    timeout=120,
+    preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard)),
+  )
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  descriptors, soft = map(int, completed.stdout.split()[-2:])
+  assert descriptors < checkpoints_held + 100
+  message = 'Raised the soft limit on open files from 256 to '
+  assert (message in completed.stderr) == raised
+  assert (soft > checkpoints_held) if raised else soft == 256

@@ -17,12 +17,13 @@ same either way.
 """
 
 import ctypes
-import mmap
 import os
 import tempfile
 
 from absl import logging
 import numpy as np
+
+from fixed_replay.io import mapped
 
 DIRECTORY_VARIABLE = 'FIXED_REPLAY_SPILL_DIR'
 DEFAULT_DIRECTORY = '/var/tmp'
@@ -46,8 +47,8 @@ def copy(array: np.ndarray) -> np.ndarray:
       with tempfile.TemporaryFile(dir=directory) as stream:
         stream.write(array.reshape(-1).view(np.uint8))
         stream.flush()
-        mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-      return np.frombuffer(mapped, array.dtype).reshape(array.shape)
+        data = mapped.map_descriptor(stream.fileno(), directory)
+      return data.view(array.dtype).reshape(array.shape)
     except OSError as error:
       logging.log_first_n(
         logging.WARNING,

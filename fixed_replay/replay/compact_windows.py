@@ -17,6 +17,7 @@ import numpy as np
 
 from fixed_replay import progress
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import mapped
 from fixed_replay.io import spill
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import frame_sources
@@ -131,6 +132,7 @@ def open_store(
     CheckpointError, MemoryError, ValueError: see open_windows.
   """
   s = settings.arguments
+  mapped.reserve_descriptors(len(directories))  # One a checkpoint's units.
   stored = []
   try:
     windows = []

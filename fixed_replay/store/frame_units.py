@@ -19,7 +19,6 @@ units, then checks and decodes each, all in one compiled call outside the
 GIL (unit_decoding.py), so sampling threads decode in parallel.
 """
 
-import mmap
 import os
 import weakref
 
@@ -27,6 +26,7 @@ import numpy as np
 import zstandard
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import mapped
 from fixed_replay.io import spill
 from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
@@ -201,12 +201,7 @@ def run_dictionary(checkpoint_dir: str, expected: dict):
   key = (path, status.st_ino, status.st_size, status.st_mtime_ns)
   found = _RUN_DICTIONARIES.get(key)
   if found is None:
-    data = np.empty(0, np.uint8)
-    if status.st_size:
-      with open(path, 'rb') as stream:
-        mapped = mmap.mmap(stream.fileno(), 0, access=mmap.ACCESS_READ)
-      data = np.frombuffer(mapped, np.uint8)
-    found = _RUN_DICTIONARIES[key] = _RunDictionary(data)
+    found = _RUN_DICTIONARIES[key] = _RunDictionary(mapped.map_file(path))
   if found.entry != expected:
     raise CheckpointError(
       path,

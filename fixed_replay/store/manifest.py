@@ -38,6 +38,7 @@ import zstandard
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import gzip_stream
+from fixed_replay.io import mapped
 from fixed_replay.sources.dopamine import checkpoints
 
 # The format name manifests carry (the module's path when the format was
@@ -167,7 +168,9 @@ def load_npy(path: str, mmap: bool = False) -> np.ndarray:
   try:
     if path.endswith(PACKED_SUFFIX):
       return np.load(io.BytesIO(read_small(path)), allow_pickle=False)
-    return np.load(path, mmap_mode='r' if mmap else None, allow_pickle=False)
+    if mmap:
+      return mapped.map_npy(path)
+    return np.load(path, allow_pickle=False)
   except (OSError, ValueError, EOFError) as error:
     raise CheckpointError(path, f'unreadable array: {error}') from error
 

@@ -1,0 +1,105 @@
+"""Files mapped read-only without a descriptor, and the descriptors kept.
+
+Python's mmap, and numpy's memmap on it, keep a duplicate of the file's
+descriptor for as long as the mapping lives. A store of format 5 maps seven
+files a checkpoint and keeps its units open for `pread`: a mixture of 2,000
+checkpoints held 16,000 descriptors, where a desktop's soft limit is 1,024.
+Linux keeps a mapping valid once its descriptor is closed, so here a file is
+mapped with the C library's mmap and closed at once: a checkpoint holds one
+descriptor, its units'. When even those outnumber the soft limit,
+`reserve_descriptors` raises it towards the hard limit, and says so.
+"""
+
+import ctypes
+import io
+import mmap
+import os
+import resource
+import weakref
+
+from absl import logging
+import numpy as np
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LIBC.mmap.restype = ctypes.c_void_p
+_LIBC.mmap.argtypes = [
+  ctypes.c_void_p,
+  ctypes.c_size_t,
+  ctypes.c_int,
+  ctypes.c_int,
+  ctypes.c_int,
+  ctypes.c_long,
+]
+_LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+_MAP_FAILED = ctypes.c_void_p(-1).value
+# Descriptors left free beyond those reserved: imports, logs, sockets.
+_SPARE = 64
+
+
+def map_descriptor(descriptor: int, name: str) -> np.ndarray:
+  """The whole file open as `descriptor` (`name`, for errors), as a
+  read-only uint8 array; unmapped when the last array viewing it goes."""
+  size = os.fstat(descriptor).st_size
+  if not size:  # mmap refuses an empty file.
+    array = np.zeros(0, np.uint8)
+  else:
+    address = _LIBC.mmap(
+      None, size, mmap.PROT_READ, mmap.MAP_SHARED, descriptor, 0
+    )
+    if address in (None, _MAP_FAILED):
+      error = ctypes.get_errno()
+      raise OSError(error, os.strerror(error), name)
+    memory = (ctypes.c_ubyte * size).from_address(address)
+    weakref.finalize(memory, _LIBC.munmap, address, size)
+    array = np.frombuffer(memory, np.uint8)
+  array.flags.writeable = False
+  return array
+
+
+def map_file(path: str) -> np.ndarray:
+  """map_descriptor of the file at `path`; no descriptor stays open."""
+  descriptor = os.open(path, os.O_RDONLY)
+  try:
+    return map_descriptor(descriptor, path)
+  finally:
+    os.close(descriptor)
+
+
+def map_npy(path: str) -> np.ndarray:
+  """The array of a .npy file, mapped read-only (map_file).
+
+  Raises:
+    ValueError: if the file is not a whole .npy array.
+  """
+  data = map_file(path)
+  header = io.BytesIO(data[:65536].tobytes())
+  version = np.lib.format.read_magic(header)
+  read = np.lib.format.read_array_header_1_0
+  if version != (1, 0):
+    read = np.lib.format.read_array_header_2_0
+  shape, fortran, dtype = read(header)
+  if dtype.hasobject:
+    raise ValueError(f'{dtype}: an array of objects')
+  count = int(np.prod(shape, dtype=np.int64))
+  array = np.frombuffer(data, dtype, count, offset=header.tell())
+  return array.reshape(shape, order='F' if fortran else 'C')
+
+
+def reserve_descriptors(count: int) -> None:
+  """Makes room under the soft limit on open files for `count` more (and
+  _SPARE besides), raising it towards the hard limit, with a log line."""
+  soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+  needed = len(os.listdir('/dev/fd')) + count + _SPARE
+  if needed <= soft or soft == hard:
+    return
+  wanted = max(needed, 2 * soft)
+  if hard != resource.RLIM_INFINITY:
+    wanted = min(wanted, hard)
+  resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+  logging.info(
+    'Raised the soft limit on open files from %d to %d (hard limit %s): '
+    'each stored checkpoint keeps its units open',
+    soft,
+    wanted,
+    'none' if hard == resource.RLIM_INFINITY else hard,
+  )
