@@ -82,17 +82,24 @@ def _setup_one_dictionary():
   instead of one.
   """
   _setup()
+  from fixed_replay.store import frame_units
   from fixed_replay.store import unit_decoding
 
-  digested, dictionary = {}, unit_decoding.Dictionary
+  def sharing(make):
+    digested = {}
 
-  def shared(data):
-    key = zlib.crc32(data)
-    if key not in digested:
-      digested[key] = dictionary(data)
-    return digested[key]
+    def shared(data):
+      key = zlib.crc32(data)
+      if key not in digested:
+        digested[key] = make(data)
+      return digested[key]
 
-  unit_decoding.Dictionary = shared
+    return shared
+
+  # A checkpoint's own (format 3), and a run's (4 and later: a subclass,
+  # which patching the base class alone missed).
+  unit_decoding.Dictionary = sharing(unit_decoding.Dictionary)
+  frame_units._RunDictionary = sharing(frame_units._RunDictionary)  # noqa: SLF001
 
 
 def _identity(result):
