@@ -140,13 +140,12 @@ class StoredCheckpoint:
       wanted = set(elements) | set(_ALWAYS_OPENED)
       specs = {name: spec for name, spec in specs.items() if name in wanted}
     if verify or manifest['version'] >= manifest_lib.MAPPED_VERSION:
-      unused = {spec['file'] for spec in manifest['arrays'].values()}
-      unused -= {spec['file'] for spec in specs.values()}
-      manifest_lib.verify_files(
-        self.directory,
-        manifest,
-        skip={manifest['observation']['file']} | unused,
-      )
+      skip = {spec['file'] for spec in manifest['arrays'].values()}
+      skip -= {spec['file'] for spec in specs.values()}
+      skip.add(manifest['observation']['file'])
+      if manifest['version'] != manifest_lib.BLOCKS_VERSION:
+        skip |= frame_units.index_files(manifest)  # Checked as they open.
+      manifest_lib.verify_files(self.directory, manifest, skip=skip)
     self.suffix = manifest['suffix']
     self.num_rows = manifest['num_rows']
     self.add_count = manifest['add_count']

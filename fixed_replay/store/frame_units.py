@@ -243,6 +243,17 @@ class UnitCompressor:
     return unit[2:]
 
 
+def index_files(manifest: dict) -> set[str]:
+  """The files StoredUnits checks against the manifest itself at open."""
+  version, spec = manifest['version'], manifest['observation']
+  names = {manifest_lib.CRC_FILE, spec.get('dictionary')} - {None, ''}
+  if version >= manifest_lib.MAPPED_VERSION:
+    return names | {manifest_lib.SIZES_FILE, manifest_lib.ANCHORS_FILE}
+  if version >= manifest_lib.PACKED_VERSION:
+    return names | {manifest_lib.stored_name(manifest_lib.SIZES_FILE, version)}
+  return names | {manifest_lib.OFFSETS_FILE}
+
+
 class StoredUnits(frame_blocks.StoredFrameFile):
   """The compressed frames of one stored checkpoint, decoded per unit.
 
