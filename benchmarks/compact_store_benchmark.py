@@ -5,6 +5,9 @@ checkpoint of `common.py` (hard links: copies may stand in for a run's
 checkpoints), side by side, each measured in a fresh process:
 
 * CompactReplayBuffer over a store written by `fixed-replay convert`;
+* the same over a store of format 3, written by `--format3_commit`'s
+  convert (a git worktree of it) and read by this checkout: what format 5
+  changed in opening time, anonymous memory and sampling rate;
 * an uncompressed memory-mapped store, TorchRL's approach: each checkpoint's
   frames as a plain `.npy` memory map, sampled uniformly over all checkpoints
   with the same exact transition code (ReplayShard);
@@ -58,6 +61,12 @@ _SAMPLE_SECONDS = flags.DEFINE_float(
 )
 _MAX_MEMORY_GB = flags.DEFINE_float(
   'max_memory_gb', 4.0, 'Most RAM FixedReplayBuffer may hold for its shards.'
+)
+_FORMAT3_COMMIT = flags.DEFINE_string(
+  'format3_commit',
+  'adc5a91',
+  'The last commit to write format 3: its store of the same checkpoints '
+  'is opened and sampled beside this checkout\'s ("" skips it).',
 )
 _CODEC_TABLE = flags.DEFINE_boolean(
   'codec_table', True, 'Measure codecs and block sizes first (section 0).'
@@ -267,15 +276,17 @@ def _stall(sample, seconds, step_seconds):
 
 def sample_compact(store, seconds, check_suffixes, check_rows, workers):
   """((wall, per-CPU rate), digest at the check indices, cache hit rate,
-  stall per 2 ms training step or None)."""
+  stall per 2 ms training step or None, seconds to open)."""
   from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 
+  began = time.perf_counter()
   buffer = CompactReplayBuffer(
     str(store),
     batch_size=BATCH,
     sampling_threads=workers,
     seed=0,
   )
+  opened = time.perf_counter() - began
   rate = _rate(buffer.sample_transition_batch, seconds)
   stall = None
   if workers:
@@ -285,7 +296,8 @@ def sample_compact(store, seconds, check_suffixes, check_rows, workers):
   )
   hits = buffer.cache.hits / max(buffer.cache.hits + buffer.cache.misses, 1)
   buffer.close()
-  return rate, common.array_digest(dict(enumerate(batch))), hits, stall
+  digest = common.array_digest(dict(enumerate(batch)))
+  return rate, digest, hits, stall, opened
 
 
 def sample_memmap(gzip_run, memmap_dir, num_checkpoints, seconds, check):
@@ -414,6 +426,16 @@ def main(argv):
   frames, convert_seconds = conversion.digest
   _replicate(store, num, converted)
   store_bytes = _logical_bytes(store)
+  format3 = None
+  if _FORMAT3_COMMIT.value:
+    format3 = common.DATA_DIR / f'compact_v3_{rows}x{num}'
+    if format3.exists():
+      shutil.rmtree(format3)
+    logging.info('Converting with %s (format 3)', _FORMAT3_COMMIT.value)
+    common.convert_at_commit(
+      _FORMAT3_COMMIT.value, str(convert_source), str(format3)
+    )
+    _replicate(format3, num, converted)
 
   memmap_dir = common.DATA_DIR / f'memmap_{rows}'
   memmap_dir.mkdir(exist_ok=True)
@@ -470,6 +492,10 @@ def main(argv):
   results['compact, 1 thread'] = common.measure(
     setup_ours, sample_compact, (store, seconds, *check, 0), _result
   )
+  if format3 is not None:
+    results['compact format 3, 1 thread'] = common.measure(
+      setup_ours, sample_compact, (format3, seconds, *check, 0), _result
+    )
   results[f'compact, {os.cpu_count()} threads'] = common.measure(
     setup_ours,
     sample_compact,
@@ -515,7 +541,8 @@ def main(argv):
           f'a batch waits {stall * 1e3:.2f} ms'
         )
       extra += (
-        f', cache hits {measurement.digest[2]:.0%} [>= '
+        f', cache hits {measurement.digest[2]:.0%}'
+        f'; opened in {measurement.digest[4]:.2f} s [>= '
         f'{TRANSITIONS_TARGET:,}/s/core: '
         f'{"PASS" if per_core >= TRANSITIONS_TARGET else "FAIL"}; RSS <= 2 '
         f'GiB: {"PASS" if measurement.peak_increase <= RSS_TARGET else "FAIL"}]'

@@ -26,10 +26,7 @@ Usage:
 """
 
 import os
-import subprocess
-import sys
 import tempfile
-import time
 
 from absl import app
 from absl import flags
@@ -44,20 +41,6 @@ _COMMITS = flags.DEFINE_list(
 _RUN_CHECKPOINTS = flags.DEFINE_integer(
   'run_checkpoints', 50, "Checkpoints a run's dictionary is shared by."
 )
-_REPOSITORY = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _convert(code, source, store):
-  """Converts `source` into `store` with the fixed_replay found in `code`
-  (run there: the working directory comes first on Python's path)."""
-  began = time.perf_counter()
-  subprocess.run(
-    [sys.executable, '-m', 'fixed_replay.cli', 'convert', source, store],
-    cwd=code,
-    check=True,
-    capture_output=True,
-  )
-  return time.perf_counter() - began
 
 
 def _measure(store):
@@ -90,31 +73,9 @@ def main(argv):
   results = []
   with tempfile.TemporaryDirectory(dir=common.DATA_DIR) as work:
     for commit in [*_COMMITS.value, None]:
-      code = _REPOSITORY
-      if commit is not None:
-        code = os.path.join(work, commit)
-        subprocess.run(
-          [
-            'git',
-            '-C',
-            _REPOSITORY,
-            'worktree',
-            'add',
-            '--detach',
-            code,
-            commit,
-          ],
-          check=True,
-          capture_output=True,
-        )
       store = os.path.join(work, f'store_{commit or "this"}')
-      seconds = _convert(code, source, store)
+      seconds = common.convert_at_commit(commit, source, store)
       results.append((commit or 'this checkout', seconds, *_measure(store)))
-      if commit is not None:
-        subprocess.run(
-          ['git', '-C', _REPOSITORY, 'worktree', 'remove', '--force', code],
-          check=True,
-        )
   baseline = None
   print(
     f'{"written by":>14} {"version":>7} {"B/row":>7} {"units":>6} '

@@ -145,6 +145,6 @@ def convert_checkpoint(
 def remove_partials(store_dir: str) -> None:
   """Deletes partial checkpoints of killed conversions (ours by name)."""
   for name in os.listdir(store_dir):
-    if manifest_lib.is_partial_dirname(name):
+    if manifest_lib.partial_suffix(name) is not None:
       logging.info('Removing %s, left by an interrupted conversion', name)
       shutil.rmtree(os.path.join(store_dir, name))

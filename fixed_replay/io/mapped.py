@@ -11,6 +11,7 @@ descriptor, its units'. When even those outnumber the soft limit,
 """
 
 import ctypes
+import functools
 import io
 import mmap
 import os
@@ -72,17 +73,28 @@ def map_npy(path: str) -> np.ndarray:
     ValueError: if the file is not a whole .npy array.
   """
   data = map_file(path)
-  header = io.BytesIO(data[:65536].tobytes())
-  version = np.lib.format.read_magic(header)
+  # Magic, version, then the header's length: 2 bytes in version 1.0, else 4.
+  width = 2 if data[6:8].tobytes() == b'\x01\x00' else 4
+  end = 8 + width + int.from_bytes(data[8 : 8 + width].tobytes(), 'little')
+  shape, fortran, dtype = _npy_header(data[:end].tobytes())
+  count = int(np.prod(shape, dtype=np.int64))
+  array = np.frombuffer(data, dtype, count, offset=end)
+  return array.reshape(shape, order='F' if fortran else 'C')
+
+
+@functools.lru_cache(maxsize=64)
+def _npy_header(header: bytes) -> tuple[tuple[int, ...], bool, np.dtype]:
+  """(shape, fortran_order, dtype) of a .npy header. Cached: numpy parses
+  it with `ast`, and a store's checkpoints repeat the same few headers."""
+  stream = io.BytesIO(header)
+  version = np.lib.format.read_magic(stream)
   read = np.lib.format.read_array_header_1_0
   if version != (1, 0):
     read = np.lib.format.read_array_header_2_0
-  shape, fortran, dtype = read(header)
+  shape, fortran, dtype = read(stream)
   if dtype.hasobject:
     raise ValueError(f'{dtype}: an array of objects')
-  count = int(np.prod(shape, dtype=np.int64))
-  array = np.frombuffer(data, dtype, count, offset=header.tell())
-  return array.reshape(shape, order='F' if fortran else 'C')
+  return shape, fortran, dtype
 
 
 def reserve_descriptors(count: int) -> None:

@@ -294,10 +294,7 @@ OFFSET, START, FILE_ROWS, CIRCULAR, ROWS = range(5)
 # array mapped from a store keeps the narrow dtype it was stored in.
 TERMINAL_AT, TERMINAL_KIND, REWARD_AT, REWARD_KIND = range(4)
 ACTION_AT, ACTION_KIND = range(4, 6)
-KINDS = tuple(
-  np.dtype(c) for c in ('?', 'u1', 'i1', 'u2', 'i2', 'u4', 'i4', 'i8', 'f4')
-) + (np.dtype('f8'),)
-_FIRST_FLOAT = 8
+KINDS = tuple(map(np.dtype, '? u1 i1 u2 i2 u4 i4 i8 f4 f8'.split()))
 
 
 def _loader(value_type):
@@ -317,57 +314,33 @@ def _loader(value_type):
   return load
 
 
-_LOADS = tuple(
-  _loader(t)
-  for t in (
-    types.uint8,
-    types.int8,
-    types.uint16,
-    types.int16,
-    types.uint32,
-    types.int32,
-    types.int64,
-    types.float32,
-    types.float64,
-  )
+_U1, _I1, _U2, _I2, _U4, _I4, _I8, _F4, _F8 = (
+  _loader(numba.from_dtype(kind)) for kind in KINDS[1:]
 )
-_U1, _I1, _U2, _I2, _U4, _I4, _I8, _F4, _F8 = _LOADS
-
-
-@numba.njit(nogil=True, cache=True, inline='always')
-def _integer(address, kind, index):
-  """Element `index` of an integer (or bool) array of kind `kind`."""
-  if kind <= 1:
-    return np.int64(_U1(address + index))
-  if kind == 2:
-    return np.int64(_I1(address + index))
-  if kind == 3:
-    return np.int64(_U2(address + 2 * index))
-  if kind == 4:
-    return np.int64(_I2(address + 2 * index))
-  if kind == 5:
-    return np.int64(_U4(address + 4 * index))
-  if kind == 6:
-    return np.int64(_I4(address + 4 * index))
-  return _I8(address + 8 * index)
-
-
-@numba.njit(nogil=True, cache=True, inline='always')
-def _float(address, kind, index):
-  """Element `index` of a float array of kind `kind` (exact in float64)."""
-  if kind == _FIRST_FLOAT:
-    return np.float64(_F4(address + 4 * index))
-  return _F8(address + 8 * index)
 
 
 @numba.njit(nogil=True, cache=True, inline='always')
 def _copy(address, kind, index, out, at):
-  """out[at] = element `index` of an array of kind `kind`, cast as numpy
-  casts (each kind read in its own type: exact)."""
-  if kind >= _FIRST_FLOAT:
-    out[at] = _float(address, kind, index)
+  """out[at] = element `index` of an array of kind `kind` (KINDS), read in
+  its own type and cast as numpy casts: exact."""
+  if kind <= 1:
+    out[at] = _U1(address + index)
+  elif kind == 2:
+    out[at] = _I1(address + index)
+  elif kind == 3:
+    out[at] = _U2(address + 2 * index)
+  elif kind == 4:
+    out[at] = _I2(address + 2 * index)
+  elif kind == 5:
+    out[at] = _U4(address + 4 * index)
+  elif kind == 6:
+    out[at] = _I4(address + 4 * index)
+  elif kind == 7:
+    out[at] = _I8(address + 8 * index)
+  elif kind == 8:
+    out[at] = _F4(address + 4 * index)
   else:
-    out[at] = _integer(address, kind, index)
+    out[at] = _F8(address + 8 * index)
 
 
 @numba.njit(nogil=True, cache=True)

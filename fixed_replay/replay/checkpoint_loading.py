@@ -64,39 +64,28 @@ def shard_bytes(
 
 
 def plan_rows(
-  num_file_rows: int,
-  start: int,
-  capacity: int | None,
-  subsample: str | None,
-  fraction: float | None,
-  where: str,
+  settings: 'WindowSettings', num_file_rows: int, suffix: int
 ) -> tuple[int, int]:
-  """(start, count): the rows of a checkpoint a buffer uses.
+  """(start, count): the rows of checkpoint `suffix` a buffer uses.
 
   The one window plan of every source: replay_capacity rows from
   replay_transitions_start_index, clipped to the file, cut to their first
   rows by subsample='first_rows'. (The episode methods then choose among
   these rows' episodes, which needs their terminal flags.)
 
-  Args:
-    num_file_rows: int, rows of the checkpoint.
-    start: int, replay_transitions_start_index.
-    capacity: int or None, replay_capacity.
-    subsample: None or a subsample method.
-    fraction: float or None, subsample_fraction.
-    where: str, the checkpoint, for the messages.
-
   Raises:
     ValueError: if start lies beyond the file, or the fraction keeps nothing.
   """
+  s, start = settings.arguments, settings.start
+  where = f'checkpoint {suffix} of {s.data_dir}'
   if start >= num_file_rows:
     raise ValueError(
       f'replay_transitions_start_index={start} is beyond the '
       f'{num_file_rows} rows of {where}'
     )
-  count = checkpoints.window_rows(num_file_rows, start, capacity)
-  if subsample == 'first_rows':
-    count = subsample_lib.first_rows_count(count, fraction, where)
+  count = checkpoints.window_rows(num_file_rows, start, s.replay_capacity)
+  if s.subsample == 'first_rows':
+    count = subsample_lib.first_rows_count(count, s.subsample_fraction, where)
   return start, count
 
 
@@ -222,6 +211,7 @@ class WindowLoader:
         end before a window is used.
     """
     self.files = files
+    self._settings = settings
     self._data_dir = settings.arguments.data_dir
     self._start = settings.start
     self._arguments = settings.arguments
@@ -251,14 +241,7 @@ class WindowLoader:
     s, files, start = self._arguments, self.files[suffix], self._start
     num_file_rows = self._headers_of(suffix)['observation'].num_rows
     capacity = s.replay_capacity
-    _, count = plan_rows(
-      num_file_rows,
-      start,
-      capacity,
-      s.subsample,
-      s.subsample_fraction,
-      f'checkpoint {suffix} of {self._data_dir}',
-    )
+    _, count = plan_rows(self._settings, num_file_rows, suffix)
     clipped = checkpoints.window_rows(num_file_rows, start, capacity)
     if clipped < capacity and not self._warned_capacity:
       logging.info(

@@ -53,7 +53,7 @@ def check_matches(
 
 def check_selection(
   directories: dict, settings: checkpoint_loading.WindowSettings
-) -> None:
+) -> dict[str, dict]:
   """Raises CheckpointError unless every checkpoint holds what is asked for.
 
   Reads only the manifests, so a store sampled a few checkpoints at a time
@@ -65,6 +65,9 @@ def check_selection(
   Args:
     directories: dict of suffix to the selected checkpoints' directories.
     settings: checkpoint_loading.WindowSettings of the buffer.
+
+  Returns:
+    dict of directory to its manifest, for open_store (read once).
 
   Raises:
     CheckpointError: naming the first checkpoint that differs from most
@@ -100,6 +103,7 @@ def check_selection(
   )
   if errors:
     raise errors[0]
+  return {directories[n]: manifest for n, manifest in manifests.items()}
 
 
 def _layout(manifest, names):
@@ -116,6 +120,7 @@ def open_store(
   settings: checkpoint_loading.WindowSettings,
   budget: int,
   cache: int | None,
+  manifests: dict[str, dict],
 ) -> frame_sources.BlockFrames:
   """Opens the checkpoints in `directories` as one BlockFrames.
 
@@ -124,6 +129,7 @@ def open_store(
     settings: checkpoint_loading.WindowSettings.
     budget: int, bytes the buffer may hold.
     cache: int or None, bytes of decoded blocks wanted.
+    manifests: dict of directory to manifest, from check_selection.
 
   Returns:
     frame_sources.BlockFrames; its files are closed again if opening fails.
@@ -139,11 +145,18 @@ def open_store(
     for directory in directories:
       stored.append(
         compact_store.StoredCheckpoint(
-          directory, verify=settings.verify, elements=settings.extra_names
+          directory,
+          verify=settings.verify,
+          elements=settings.extra_names,
+          manifest=manifests[directory],
         )
       )
       check_matches(stored[-1], s.observation_shape, s.observation_dtype)
-      windows.append(_plan_window(stored[-1], settings))
+      windows.append(
+        checkpoint_loading.plan_rows(
+          settings, stored[-1].num_rows, stored[-1].suffix
+        )
+      )
     source = open_windows(settings, stored, windows, budget, cache)
     spill.release_freed_memory()  # The temporaries of open_windows.
     return source
@@ -151,32 +164,6 @@ def open_store(
     for checkpoint in stored:
       checkpoint.close()
     raise
-
-
-def _plan_window(stored, settings):
-  """(start, count) of the rows used of one stored checkpoint."""
-  s = settings.arguments
-  return checkpoint_loading.plan_rows(
-    stored.num_rows,
-    settings.start,
-    s.replay_capacity,
-    s.subsample,
-    s.subsample_fraction,
-    f'checkpoint {stored.suffix} of {s.data_dir}',
-  )
-
-
-def _check_same_layout(stored, data_dir):
-  """Raises CheckpointError unless all checkpoints have alike blocks.
-
-  (check_selection compared their arrays and frames.)
-  """
-  block_rows = {s.frames.block_rows for s in stored}
-  if len(block_rows) != 1:
-    raise CheckpointError(
-      data_dir,
-      f'checkpoints stored with different block sizes {sorted(block_rows)}',
-    )
 
 
 def _window_arrays(stored, windows, names):
@@ -243,13 +230,15 @@ def open_windows(
   """
   s = settings.arguments
   names = ['action', 'reward', 'terminal'] + list(settings.extra_names)
-  _check_same_layout(stored, s.data_dir)
-  block_rows = stored[0].frames.block_rows
-  block_bytes = (
-    block_rows
-    * s.observation_dtype.itemsize
-    * int(np.prod(s.observation_shape))
-  )
+  block_rows = {c.frames.block_rows for c in stored}
+  if len(block_rows) != 1:  # check_selection compared the rest.
+    raise CheckpointError(
+      s.data_dir,
+      f'checkpoints stored with different block sizes {sorted(block_rows)}',
+    )
+  block_rows = block_rows.pop()
+  frame_bytes = s.observation_dtype.itemsize * int(np.prod(s.observation_shape))
+  block_bytes = block_rows * frame_bytes
   workers = settings.sampling_threads
   per_transition = (s.stack_size + s.update_horizon - 2) // block_rows + 3
   min_slots = (workers + 1) * frame_sources.CHUNK * per_transition

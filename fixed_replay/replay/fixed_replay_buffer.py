@@ -273,11 +273,11 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
 
   def _open_store(self, settings, selected, sets, num_buffers, budget, cache):
     """Opens a store: every checkpoint, or num_buffers at a time."""
-    compact_windows.check_selection(selected, settings)
+    manifests = compact_windows.check_selection(selected, settings)
 
     def open_set(suffixes):
       return compact_windows.open_store(
-        [selected[s] for s in suffixes], settings, budget, cache
+        [selected[s] for s in suffixes], settings, budget, cache, manifests
       )
 
     every = num_buffers is None or self._arguments.replay_suffix is not None

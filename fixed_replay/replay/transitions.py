@@ -168,19 +168,9 @@ class TransitionWriter:
       {n: _kernel_array(a[n], c) for n in names}
       for a, c in zip(arrays, counts, strict=True)
     ]  # Behind the addresses of `_columns`.
+    column = lambda a: (a.ctypes.data, batch_kernels.KINDS.index(a.dtype))
     self._columns = np.array(
-      [
-        [
-          value
-          for name in names
-          for value in (
-            a[name].ctypes.data,
-            batch_kernels.KINDS.index(a[name].dtype),
-          )
-        ]
-        for a in self._arrays
-      ],
-      np.int64,
+      [sum((column(a[n]) for n in names), ()) for a in self._arrays], np.int64
     ).reshape(len(self._arrays), 2 * len(names))
     self._values = {
       name: {a[name].shape[1] for a in self._arrays} for name in names[1:]
@@ -317,34 +307,6 @@ class MaskedRows:
     return inside & (self.mask[kept >> 3] >> (kept & 7) & 1).astype(bool)
 
 
-class _MaskTable:
-  """MaskedRows of many checkpoints, for one compiled draw a batch (the
-  table that makes one keeps them, and the masks behind the addresses)."""
-
-  def __init__(self, masked):
-    self.addresses = np.array([m.mask.ctypes.data for m in masked], np.int64)
-    sizes = [len(m.block_starts) for m in masked]
-    self.first_block = np.cumsum([0] + sizes).astype(np.int64)
-    self.block_starts = np.concatenate([m.block_starts for m in masked])
-    for m, first in zip(masked, self.first_block, strict=False):
-      m.block_starts = self.block_starts[first : first + len(m.block_starts)]
-
-  def select(self, which, offsets):
-    """File rows of valid row offsets[i] of checkpoint which[i] (both in
-    range: the kernel checks no bounds)."""
-    rows = np.empty(len(offsets), np.int64)
-    batch_kernels.select_set_bits(
-      self.addresses,
-      self.first_block,
-      self.block_starts,
-      MaskedRows.BLOCK_BYTES,
-      np.ascontiguousarray(which, np.int64),
-      np.ascontiguousarray(offsets, np.int64),
-      rows,
-    )
-    return rows
-
-
 def contains(valid_rows, rows) -> np.ndarray:
   """Whether each of file `rows` is in `valid_rows` (sorted, or MaskedRows)."""
   rows = np.asarray(rows, np.int64)
@@ -464,11 +426,18 @@ class ValidRowTable:
     self.starts = self.ends - counts
     self.total = int(self.ends[-1]) if len(counts) else 0
     self._concatenated = concatenated
-    self._masks = None
-    if self.valid_rows and all(
+    self._masks = bool(self.valid_rows) and all(
       isinstance(rows, MaskedRows) for rows in self.valid_rows
-    ):
-      self._masks = _MaskTable(self.valid_rows)
+    )
+    if self._masks:  # One compiled draw a batch, over every mask.
+      masked = self.valid_rows
+      self._addresses = np.array([m.mask.ctypes.data for m in masked], np.int64)
+      sizes = [len(m.block_starts) for m in masked]
+      self._first_block = np.cumsum([0] + sizes).astype(np.int64)
+      # Each mask's counts become a view of the joined ones: held once.
+      self._block_starts = np.concatenate([m.block_starts for m in masked])
+      for m, first in zip(masked, self._first_block, strict=False):
+        m.block_starts = self._block_starts[first : first + len(m.block_starts)]
     self._position = {s: i for i, s in enumerate(self.suffixes)}
 
   @classmethod
@@ -493,12 +462,22 @@ class ValidRowTable:
   def rows_at(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """File rows of table positions in [0, total); (which, rows)."""
     which = np.searchsorted(self.ends, positions, side='right')
-    if self._masks is not None:
+    if self._masks:
       if positions.size and not 0 <= positions.min() <= positions.max() < (
         self.total
       ):
         raise IndexError(f'positions outside [0, {self.total})')
-      return which, self._masks.select(which, positions - self.starts[which])
+      rows = np.empty(len(positions), np.int64)
+      batch_kernels.select_set_bits(
+        self._addresses,
+        self._first_block,
+        self._block_starts,
+        MaskedRows.BLOCK_BYTES,
+        np.ascontiguousarray(which, np.int64),
+        np.ascontiguousarray(positions - self.starts[which], np.int64),
+        rows,
+      )
+      return which, rows
     if self._concatenated is not None:
       return which, self._concatenated[positions].astype(np.int64)
     rows = np.empty(len(positions), dtype=np.int64)

@@ -116,6 +116,7 @@ class StoredCheckpoint:
     directory: str,
     verify: bool = True,
     elements: Collection[str] | None = None,
+    manifest: dict | None = None,
   ) -> None:
     """Opens a stored checkpoint.
 
@@ -129,12 +130,16 @@ class StoredCheckpoint:
         and terminal (None: every array); the others are neither opened
         nor read, so a buffer that does not ask for an extra element never
         pays for it.
+      manifest: its manifest, where the caller has read it already
+        (read_manifest; a set's manifests are read once, to be compared).
 
     Raises:
       CheckpointError: on a bad manifest or a damaged file.
     """
     self.directory = str(directory)
-    self.manifest = manifest = manifest_lib.read_manifest(self.directory)
+    if manifest is None:
+      manifest = manifest_lib.read_manifest(self.directory)
+    self.manifest = manifest
     specs = manifest['arrays']
     if elements is not None:
       wanted = set(elements) | set(_ALWAYS_OPENED)

@@ -93,22 +93,15 @@ _SEARCH_LOG = 6
 def unit_parameters(level: int) -> zstandard.ZstdCompressionParameters:
   """zstd's parameters for units at `level` (see _OPTIMAL_FROM_LEVEL)."""
   base = zstandard.ZstdCompressionParameters.from_level(level)
-  tuned = {}
-  if level >= _OPTIMAL_FROM_LEVEL:
-    tuned = dict(
-      strategy=max(base.strategy, zstandard.STRATEGY_BTOPT),
-      search_log=max(base.search_log, _SEARCH_LOG),
-      min_match=_MIN_MATCH,
-      target_length=max(base.target_length, _TARGET_LENGTH),
-    )
+  optimal = level >= _OPTIMAL_FROM_LEVEL  # The others are all positive.
   return zstandard.ZstdCompressionParameters(
     window_log=base.window_log,
     chain_log=base.chain_log,
     hash_log=base.hash_log,
-    search_log=tuned.get('search_log', base.search_log),
-    min_match=tuned.get('min_match', base.min_match),
-    target_length=tuned.get('target_length', base.target_length),
-    strategy=tuned.get('strategy', base.strategy),
+    search_log=max(base.search_log, _SEARCH_LOG * optimal),
+    min_match=_MIN_MATCH if optimal else base.min_match,
+    target_length=max(base.target_length, _TARGET_LENGTH * optimal),
+    strategy=max(base.strategy, zstandard.STRATEGY_BTOPT * optimal),
     format=_FORMAT,
     write_content_size=False,
     write_checksum=False,
@@ -274,44 +267,35 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     self.frame_bytes = int(np.prod(self.row_shape, dtype=np.int64)) * (
       self.dtype.itemsize
     )
-    files = manifest['files']
+    self._files = manifest['files']
     # The index and dictionary are checked whole at open, so a damaged one
     # is found before anything is decoded with it.
-    self._header = -1  # Whole zstd frames (version 2).
     # The CRCs, and from version 5 the sizes and anchors, stay in their
     # files, mapped: file-backed pages that every process shares and the
     # kernel may drop, not memory of the process's own (0.2 GB a 50M-row run
     # of CRCs, and of int64 offsets 0.4 GB before version 5).
-    mapped = lambda path: manifest_lib.load_npy(path, mmap=True)
+    self._header = spec.get('unit_header', -1)  # -1: whole zstd frames (v2).
     self.anchor_units = self._sizes = None
     if manifest['version'] >= manifest_lib.MAPPED_VERSION:
-      self._header = spec['unit_header']  # Checked by read_manifest.
       self.anchor_units = spec['anchor_units']
-      self._sizes = self._load_checked(manifest_lib.SIZES_FILE, files, mapped)
-      offsets = self._load_checked(manifest_lib.ANCHORS_FILE, files, mapped)
+      self._sizes = self._load_checked(manifest_lib.SIZES_FILE)
+      offsets = self._load_checked(manifest_lib.ANCHORS_FILE)
     elif manifest['version'] >= manifest_lib.PACKED_VERSION:
-      self._header = spec['unit_header']
       sizes = self._load_checked(
-        manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest['version']),
-        files,
-        manifest_lib.load_npy,
+        manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest['version'])
       )
       offsets = np.zeros(len(sizes) + 1, np.int64)
       np.cumsum(sizes, out=offsets[1:])
     else:
-      offsets = self._load_checked(
-        manifest_lib.OFFSETS_FILE, files, manifest_lib.load_npy
-      )
-    crcs = self._load_checked(manifest_lib.CRC_FILE, files, mapped)
+      offsets = self._load_checked(manifest_lib.OFFSETS_FILE)
+    crcs = self._load_checked(manifest_lib.CRC_FILE)
     # The run's is mapped from the store and shared: no checkpoint's memory.
     dictionary = unit_decoding.Dictionary(np.empty(0, np.uint8))
     self._dictionary_bytes = 0
     if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
       dictionary = run_dictionary(directory, spec['run_dictionary'])
     elif spec.get('dictionary'):
-      data = self._load_checked(
-        spec['dictionary'], files, manifest_lib.read_small
-      )
+      data = self._load_checked(spec['dictionary'], manifest_lib.read_small)
       dictionary = unit_decoding.Dictionary(
         spill.copy(np.frombuffer(data, np.uint8))
       )
@@ -327,11 +311,11 @@ class StoredUnits(frame_blocks.StoredFrameFile):
           'unit offsets decrease',
         )
     else:
-      self.offsets = self._check_anchors(offsets, files)
+      self.offsets = self._check_anchors(offsets)
     self._dictionary = dictionary
     self._open()
 
-  def _check_anchors(self, anchors, files):
+  def _check_anchors(self, anchors):
     """Raises unless sizes, anchors and CRCs index the units file whole.
 
     Their files' CRC-32s are checked; what is left is that they agree.
@@ -339,7 +323,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     every, sizes = self.anchor_units, self._sizes
     path = os.path.join(self.directory, manifest_lib.ANCHORS_FILE)
     last = (len(sizes) - 1) // every * every
-    units_bytes = files[os.path.basename(self.path)]['bytes']
+    units_bytes = self._files[os.path.basename(self.path)]['bytes']
     problem = None
     if len(sizes) != self.num_blocks or len(self.crcs) != self.num_blocks:
       problem = (
@@ -371,12 +355,14 @@ class StoredUnits(frame_blocks.StoredFrameFile):
       ends[members] = self.offsets[anchor] + span[units[members] % every]
     return ends - sizes[units], ends
 
-  def _load_checked(self, name, files, load):
+  def _load_checked(self, name, read=None):
+    """The file `name`, checked against the manifest, then read (None: an
+    array, mapped where plain)."""
     path = os.path.join(self.directory, name)
     manifest_lib.check_file(
-      path, files.get(name), f'checkpoint {self.suffix}: '
+      path, self._files.get(name), f'checkpoint {self.suffix}: '
     )
-    return load(path)
+    return read(path) if read else manifest_lib.load_npy(path, mmap=True)
 
   @property
   def nbytes(self) -> int:
@@ -387,18 +373,16 @@ class StoredUnits(frame_blocks.StoredFrameFile):
   def table_row(self):
     """This checkpoint's row of a unit_decoding table (descriptor -1 once
     closed)."""
-    unit_bytes = self.block_rows * self.frame_bytes
     last_rows = self.num_rows - (self.num_blocks - 1) * self.block_rows
-    row = np.empty(unit_decoding.COLUMNS, np.int64)
+    row = np.zeros(unit_decoding.COLUMNS, np.int64)
     row[unit_decoding.FD] = -1 if self._fd is None else self._fd
     row[unit_decoding.OFFSETS] = self.offsets.ctypes.data
     row[unit_decoding.CRCS] = self.crcs.ctypes.data
     row[unit_decoding.DDICT] = self._dictionary.address
     row[unit_decoding.NUM_UNITS] = self.num_blocks
-    row[unit_decoding.UNIT_BYTES] = unit_bytes
+    row[unit_decoding.UNIT_BYTES] = self.block_rows * self.frame_bytes
     row[unit_decoding.LAST_BYTES] = last_rows * self.frame_bytes
     row[unit_decoding.HEADER] = self._header
-    row[unit_decoding.SIZES] = 0
     if self._sizes is not None:
       row[unit_decoding.SIZES] = self._sizes.ctypes.data
       row[unit_decoding.SIZE_BYTES] = self._sizes.dtype.itemsize

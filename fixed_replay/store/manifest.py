@@ -51,13 +51,7 @@ UNITS_VERSION = 2
 PACKED_VERSION = 3
 RUN_DICTIONARY_VERSION = 4
 MAPPED_VERSION = 5
-VERSIONS = (
-  BLOCKS_VERSION,
-  UNITS_VERSION,
-  PACKED_VERSION,
-  RUN_DICTIONARY_VERSION,
-  MAPPED_VERSION,
-)
+VERSIONS = tuple(range(BLOCKS_VERSION, MAPPED_VERSION + 1))
 MANIFEST = 'manifest.json'
 BLOCKS_FILE = 'observation.blocks'
 UNITS_FILE = 'observation.units'
@@ -185,11 +179,6 @@ def partial_dirname(suffix: int) -> str:
   return f'.checkpoint_{suffix}.partial-{os.getpid()}'
 
 
-def is_partial_dirname(name: str) -> bool:
-  """Whether `name` is a checkpoint being (or left half) written."""
-  return partial_suffix(name) is not None
-
-
 def partial_suffix(name: str) -> int | None:
   """The suffix of a partial checkpoint directory's name, or None."""
   match = _PARTIAL_DIR.match(name)
@@ -222,8 +211,6 @@ def _check_fields(path: str, entries, fields, where):
 
 def _check_manifest(path: str, manifest):
   """Checks the manifest's own CRC-32 and the types of its entries."""
-  if not isinstance(manifest, dict):
-    raise CheckpointError(path, 'damaged manifest: not a JSON object')
   # Stores written before it lack it; from version 5 it is required, so
   # that a flipped bit in its name does not pass for such a store.
   if (
