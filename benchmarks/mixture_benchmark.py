@@ -12,9 +12,14 @@ Each measurement runs in a fresh process:
 * the mixture: `fixed_replay.ReplayMixture` over every run, same batch
   size, every checkpoint of every run loaded;
 * a control: the mixture again, every checkpoint decoding with one shared
-  dictionary (see _setup_one_dictionary).
+  dictionary (see _setup_one_dictionary);
+* a DataLoader with `--loader_workers` workers over the mixture
+  (fixed_replay.torch.MixtureDataset): seconds to its first batch, and what
+  each worker has written of its own (Private_Dirty: not the pages it
+  shares with the parent or maps from the store) once all have sent batches.
 
-Reported: seconds to open, transitions per CPU-second, and the memory held
+Reported: seconds to open, transitions per CPU-second, the bytes the
+mixture gave to the spill directory as it opened, and the memory held
 once opened and sampled: anonymous (RssAnon: what the process allocated;
 the frames' files are mapped, not anonymous) and all resident (VmHWM, the
 peak, imports included). Both sample the same bytes, so a mixture batch's
@@ -23,7 +28,7 @@ row).
 
 Usage: python benchmarks/mixture_benchmark.py [--runs=40] [--checkpoints=50]
   [--busy_game=MsPacman] [--seconds=10] [--origin=STORE/checkpoint_0]
-  [--nocontrol]
+  [--nocontrol] [--loader_workers=4]
 """
 
 import os
@@ -48,6 +53,12 @@ _ORIGIN = flags.DEFINE_string(
   None,
   "A stored checkpoint to hard-link instead of busy_<game>'s (e.g. "
   'benchmarks/data/compact_1000000x50/checkpoint_0, 1M rows).',
+)
+_LOADER_WORKERS = flags.DEFINE_integer(
+  'loader_workers',
+  4,
+  'DataLoader workers over the mixture (fixed_replay.torch.MixtureDataset) '
+  'for its first batch and their memory; 0 skips it.',
 )
 _CONTROL = flags.DEFINE_bool(
   'control', True, 'Also measure the one-dictionary control.'
@@ -100,6 +111,58 @@ def _setup_one_dictionary():
   # which patching the base class alone missed).
   unit_decoding.Dictionary = sharing(unit_decoding.Dictionary)
   frame_units._RunDictionary = sharing(frame_units._RunDictionary)  # noqa: SLF001
+
+
+def _count_spill():
+  """_setup, and every array given to the spill counted (0 for a store)."""
+  _setup()
+  from fixed_replay.io import spill
+
+  copy = spill.copy
+
+  def counted(array):
+    spill.bytes_given = getattr(spill, 'bytes_given', 0) + array.nbytes
+    return copy(array)
+
+  spill.copy = counted
+
+
+def _spilled():
+  from fixed_replay.io import spill
+
+  return getattr(spill, 'bytes_given', 0)
+
+
+def _private_dirty(pid):
+  """Bytes process `pid` has written itself (not shared with its parent)."""
+  with open(f'/proc/{pid}/smaps_rollup') as rollup:
+    for line in rollup:
+      if line.startswith('Private_Dirty:'):
+        return int(line.split()[1]) * 1024
+  raise RuntimeError(f'no Private_Dirty for {pid}')
+
+
+def loader(root, batch_size, workers):
+  """(seconds to the first batch, each worker's own written bytes once
+  every worker has sent two batches) of a DataLoader over the mixture."""
+  from torch.utils import data
+
+  from fixed_replay import torch as fixed_replay_torch
+
+  dataset = fixed_replay_torch.MixtureDataset(
+    root, batch_size=batch_size, seed=0
+  )
+  began = time.perf_counter()
+  iterator = iter(
+    data.DataLoader(dataset, batch_size=None, num_workers=workers)
+  )
+  next(iterator)
+  first = time.perf_counter() - began
+  for _ in range(2 * workers):
+    next(iterator)
+  dirty = [_private_dirty(w.pid) for w in iterator._workers]  # noqa: SLF001
+  del iterator
+  return first, dirty
 
 
 def _identity(result):
@@ -178,6 +241,7 @@ def whole_mixture(root, batch_size, seconds, check_dir):
   began = time.perf_counter()
   sampler = mixture.ReplayMixture(root, batch_size=batch_size, seed=0)
   opened = time.perf_counter() - began
+  spilled = _spilled()
   rate = _rate(sampler.sample, seconds)
   held = _status('RssAnon') - anonymous
   batch = sampler.sample(CHECKED)
@@ -192,7 +256,7 @@ def whole_mixture(root, batch_size, seconds, check_dir):
     ),
   )
   same = all(np.array_equal(expected[k], batch[k]) for k in expected)
-  return opened, rate, held, (len(sampler.runs), games, same)
+  return opened, rate, held, (len(sampler.runs), games, same, spilled)
 
 
 def main(argv):
@@ -212,13 +276,17 @@ def main(argv):
     _setup, one_run, (run_dir, batch_size, seconds), _identity
   )
   mixed = common.measure(
-    _setup, whole_mixture, (root, batch_size, seconds, run_dir), _identity
+    _count_spill, whole_mixture, (root, batch_size, seconds, run_dir), _identity
   )
   control = _CONTROL.value and common.measure(
     _setup_one_dictionary,
     whole_mixture,
     (root, batch_size, seconds, run_dir),
     _identity,
+  )
+  workers = _LOADER_WORKERS.value
+  loaded = workers and common.measure(
+    _setup, loader, (root, batch_size, workers), _identity
   )
   print(common.load_average())
   opened, rate, held, valid = single.digest
@@ -228,13 +296,14 @@ def main(argv):
     f'anonymous +{common.format_bytes(held)}, peak RSS '
     f'{common.format_bytes(single.peak_rss)}; {valid:,} valid transitions'
   )
-  m_opened, m_rate, m_held, (num_runs, games, same) = mixed.digest
+  m_opened, m_rate, m_held, (num_runs, games, same, spilled) = mixed.digest
   print(
     f'mixture:  open {m_opened:6.1f} s, {m_rate:9,.0f} transitions/CPU-s, '
     f'anonymous +{common.format_bytes(m_held)}, peak RSS '
     f'{common.format_bytes(mixed.peak_rss)}; {num_runs} runs, '
     f'{num_runs * num_checkpoints:,} checkpoints, {rows:,} valid '
-    f'transitions; {games} games in a batch of {CHECKED}'
+    f'transitions; {games} games in a batch of {CHECKED}; '
+    f'{common.format_bytes(spilled)} given to the spill at open'
   )
   print(
     f'ratio: mixture / one run = {m_rate / rate:.2f}x transitions per '
@@ -247,6 +316,13 @@ def main(argv):
       f'control, one dictionary for every checkpoint: '
       f'{control.digest[1]:,.0f} transitions/CPU-s = '
       f'{control.digest[1] / rate:.2f}x one run'
+    )
+  if loaded:
+    first, dirty = loaded.digest
+    print(
+      f'DataLoader, {workers} workers: first batch in {first:.1f} s; each '
+      'worker wrote (Private_Dirty) '
+      + ', '.join(common.format_bytes(d) for d in dirty)
     )
 
 

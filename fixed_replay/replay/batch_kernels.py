@@ -20,8 +20,6 @@ import sys
 import threading
 
 import numba
-from numba import types
-from numba.extending import intrinsic
 import numpy as np
 
 from fixed_replay import kernel_cache
@@ -297,25 +295,8 @@ ACTION_AT, ACTION_KIND = range(4, 6)
 KINDS = tuple(map(np.dtype, '? u1 i1 u2 i2 u4 i4 i8 f4 f8'.split()))
 
 
-def _loader(value_type):
-  """An intrinsic f(address) loading one `value_type` from an int64 address."""
-
-  @intrinsic
-  def load(typingctx, address):
-    del typingctx
-
-    def codegen(context, builder, signature, values):
-      del signature
-      pointer_type = context.get_value_type(value_type).as_pointer()
-      return builder.load(builder.inttoptr(values[0], pointer_type))
-
-    return value_type(types.int64), codegen
-
-  return load
-
-
 _U1, _I1, _U2, _I2, _U4, _I4, _I8, _F4, _F8 = (
-  _loader(numba.from_dtype(kind)) for kind in KINDS[1:]
+  unit_decoding.loader(numba.from_dtype(kind)) for kind in KINDS[1:]
 )
 
 

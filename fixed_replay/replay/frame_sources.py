@@ -265,23 +265,18 @@ class BlockFrames:
     state, next_state = self._writer.write_parts(
       which, rows, batch, destinations
     )
-    layout = self._writer.layout
-    first = self._stored[0].frames
     both = np.concatenate([which, which])
-    frame_rows = layout.file_rows_of(both, np.concatenate([state, next_state]))
-    keys = both[:, None] * self._key_stride + frame_rows
-    unique, inverse = np.unique(keys, return_inverse=True)
-    inverse = inverse.reshape(keys.shape)
-    frames = np.empty((len(unique),) + first.row_shape, first.dtype)
-    checkpoint = unique // self._key_stride
-    self.frame_reader.read(
-      checkpoint, unique - checkpoint * self._key_stride, frames
+    frame_rows = self._writer.layout.file_rows_of(
+      both, np.concatenate([state, next_state])
     )
-    self.units_decoded += len(unique)
+    frames, where = self.read_frames(
+      np.repeat(both, frame_rows.shape[1]), frame_rows.reshape(-1)
+    )
+    where = where.reshape(frame_rows.shape)
     batch_kernels.gather_state_pairs(
       frames,
-      inverse[:count],
-      inverse[count:],
+      where[:count],
+      where[count:],
       batch['state'],
       batch['next_state'],
       destinations,
@@ -341,12 +336,13 @@ class BlockFrames:
       arena_rows = slots[inverse.reshape(keys.shape)] * self._block_rows + (
         frame_rows - blocks * self._block_rows
       )
-      frames = self.cache.frames()
-      batch_kernels.gather_stacks(
-        frames, arena_rows[:count], batch['state'], destinations
-      )
-      batch_kernels.gather_stacks(
-        frames, arena_rows[count:], batch['next_state'], destinations
+      batch_kernels.gather_state_pairs(
+        self.cache.frames(),
+        arena_rows[:count],
+        arena_rows[count:],
+        batch['state'],
+        batch['next_state'],
+        destinations,
       )
     finally:
       self.cache.release(slots)

@@ -135,22 +135,26 @@ def _call_pread(typingctx, function, fd, buffer, count, offset):
   return _c_call(_pread_type)(typingctx, function, fd, buffer, count, offset)
 
 
-def _load(bits):
+def loader(value_type):
+  """An intrinsic f(address) loading one `value_type` from an int64 address."""
+
   @intrinsic
   def load(typingctx, address):
-    def codegen(context, builder, signature, values):
-      del context, signature
-      kind = ir.IntType(bits)
-      value = builder.load(builder.inttoptr(values[0], kind.as_pointer()))
-      return builder.zext(value, _I64) if bits < 64 else value
+    del typingctx
 
-    return types.int64(address), codegen
+    def codegen(context, builder, signature, values):
+      del signature
+      pointer_type = context.get_value_type(value_type).as_pointer()
+      return builder.load(builder.inttoptr(values[0], pointer_type))
+
+    return value_type(types.int64), codegen
 
   return load
 
 
-_load_int64, _load_uint32 = _load(64), _load(32)
-_load_uint16, load_uint8 = _load(16), _load(8)
+_load_int64, _load_uint32, _load_uint16, load_uint8 = map(
+  loader, (types.int64, types.uint32, types.uint16, types.uint8)
+)
 
 
 @numba.njit(nogil=True, cache=True, inline='always')
