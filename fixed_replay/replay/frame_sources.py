@@ -29,6 +29,8 @@ from fixed_replay.replay import transitions
 from fixed_replay.store import frame_units
 from fixed_replay.store import unit_decoding
 
+# Each thread's scratch for decoded frames (BlockFrames._scratch).
+_SCRATCH = threading.local()
 # Transitions whose blocks are pinned together; bounds a batch's cache use.
 CHUNK = 32
 
@@ -178,7 +180,6 @@ class BlockFrames:
     # Units (or blocks) decoded so far, for benchmarks; not exact while
     # several threads sample.
     self.units_decoded = 0
-    self._local = threading.local()
     self.frame_reader = None
     if units:  # Format 2: batches decode in compiled code.
       self.frame_reader = frame_units.FrameReader([s.frames for s in stored])
@@ -282,15 +283,21 @@ class BlockFrames:
       destinations,
     )
 
-  def _scratch(self, rows, row_bytes):
-    """This thread's scratch for decoded frames, reused batch after batch.
+  @staticmethod
+  def _scratch(rows, row_bytes):
+    """This thread's scratch for decoded frames, reused batch after batch
+    and by every source (each run of a 40-run mixture held its own 1.5 MB).
 
     A fresh megabyte each batch is mapped and faulted in anew (and
     unmapped, which stalls the other threads); reused, its pages stay.
     """
-    scratch = getattr(self._local, 'scratch', None)
-    if scratch is None or scratch.shape[0] < rows:
-      scratch = self._local.scratch = np.empty((rows, row_bytes), np.uint8)
+    scratch = getattr(_SCRATCH, 'array', None)
+    if (
+      scratch is None
+      or scratch.shape[0] < rows
+      or scratch.shape[1] != row_bytes
+    ):
+      scratch = _SCRATCH.array = np.empty((rows, row_bytes), np.uint8)
     return scratch
 
   def read_frames(self, which, rows):

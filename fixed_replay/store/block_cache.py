@@ -38,9 +38,12 @@ class BlockCache:
     # Signalled whenever blocks finish decoding (or fail to).
     self._decoded = threading.Condition(self._lock)
     self._slot_of = collections.OrderedDict()  # key -> slot, oldest first.
-    self._key_of = [None] * num_slots
-    self._pins = [0] * num_slots
-    self._free = list(range(num_slots - 1, -1, -1))
+    # Per used slot only: a store whose units bypass the cache never uses
+    # one, and lists of every slot cost 2 MB a run of a 40-run mixture.
+    self._key_of = {}  # slot -> key.
+    self._pins = collections.Counter()
+    self._free = []  # Slots freed, taken before the never used ones.
+    self._used = 0
     self._loading = set()  # Keys whose slot is being decoded.
     self.hits = 0
     self.misses = 0
@@ -61,10 +64,13 @@ class BlockCache:
     """A free slot, or the least recently used unpinned one (evicted)."""
     if self._free:
       return self._free.pop()
+    if self._used < self.num_slots:
+      self._used += 1
+      return self._used - 1
     for key, slot in self._slot_of.items():
       if not self._pins[slot] and key not in self._loading:
         del self._slot_of[key]
-        self._key_of[slot] = None
+        del self._key_of[slot]
         return slot
     raise RuntimeError(
       f'all {self.num_slots} cache slots are pinned: the cache is too small '
@@ -152,7 +158,7 @@ class BlockCache:
     for key, slot in entries:
       if self._slot_of.get(key) == slot:
         del self._slot_of[key]
-        self._key_of[slot] = None
+        del self._key_of[slot]
       self._loading.discard(key)
     self._decoded.notify_all()
 
@@ -160,20 +166,20 @@ class BlockCache:
     """Waits for another thread's decode of `key`; redoes it if it failed."""
     with self._lock:
       self._decoded.wait_for(lambda: key not in self._loading)
-      if self._key_of[slot] == key:
+      if self._key_of.get(slot) == key:
         return
     # The other thread failed: decode here (raising the same error, or
     # succeeding if the failure was passing).
     load(np.array([key]), np.array([slot]), self.arena)
     with self._lock:
-      if self._key_of[slot] is None and key not in self._slot_of:
+      if slot not in self._key_of and key not in self._slot_of:
         self._key_of[slot] = key
         self._slot_of[key] = slot
 
   def _unpin(self, slots) -> None:
     for slot in slots:
       self._pins[slot] -= 1
-      if not self._pins[slot] and self._key_of[slot] is None:
+      if not self._pins[slot] and slot not in self._key_of:
         self._free.append(slot)
 
   def release(self, slots: np.ndarray) -> None:

@@ -166,7 +166,9 @@ class StoredCheckpoint:
     self.frames = open_frames(self.directory, manifest)
 
   def _load(self, name):
-    return manifest_lib.load_npy(os.path.join(self.directory, name))
+    # Mapped (read-only) where plain: a 1M-row checkpoint's episode ends are
+    # 34 KB, 64 MB of a 40-run mixture's memory if read.
+    return manifest_lib.load_npy(os.path.join(self.directory, name), mmap=True)
 
   def valid_rows_mask(
     self, stack_size: int, update_horizon: int
