@@ -14,9 +14,11 @@ Each measurement runs in a fresh process:
 * a control: the mixture again, every checkpoint decoding with one shared
   dictionary (see _setup_one_dictionary);
 * a DataLoader with `--loader_workers` workers over the mixture
-  (fixed_replay.torch.MixtureDataset): seconds to its first batch, and what
-  each worker has written of its own (Private_Dirty: not the pages it
-  shares with the parent or maps from the store) once all have sent batches.
+  (fixed_replay.torch.MixtureDataset), and over the one run
+  (ReplayDataset: the baseline, the same imports): seconds to its first
+  batch, and what each worker has written of its own (Private_Dirty: not
+  the pages it shares with the parent or maps from the store) once all
+  have sent batches.
 
 Reported: seconds to open, transitions per CPU-second, the bytes the
 mixture gave to the spill directory as it opened, and the memory held
@@ -142,16 +144,19 @@ def _private_dirty(pid):
   raise RuntimeError(f'no Private_Dirty for {pid}')
 
 
-def loader(root, batch_size, workers):
+def loader(path, batch_size, workers, whole_mixture):
   """(seconds to the first batch, each worker's own written bytes once
-  every worker has sent two batches) of a DataLoader over the mixture."""
+  every worker has sent two batches) of a DataLoader over the mixture at
+  `path`, or over the one run there (the baseline: same imports, one run's
+  buffer)."""
   from torch.utils import data
 
   from fixed_replay import torch as fixed_replay_torch
 
-  dataset = fixed_replay_torch.MixtureDataset(
-    root, batch_size=batch_size, seed=0
-  )
+  kind = fixed_replay_torch.ReplayDataset
+  if whole_mixture:
+    kind = fixed_replay_torch.MixtureDataset
+  dataset = kind(path, batch_size=batch_size, seed=0)
   began = time.perf_counter()
   iterator = iter(
     data.DataLoader(dataset, batch_size=None, num_workers=workers)
@@ -285,9 +290,10 @@ def main(argv):
     _identity,
   )
   workers = _LOADER_WORKERS.value
-  loaded = workers and common.measure(
-    _setup, loader, (root, batch_size, workers), _identity
-  )
+  loaded = workers and [
+    common.measure(_setup, loader, (path, batch_size, workers, mix), _identity)
+    for path, mix in ((run_dir, False), (root, True))
+  ]
   print(common.load_average())
   opened, rate, held, valid = single.digest
   rows = valid * runs
@@ -317,11 +323,13 @@ def main(argv):
       f'{control.digest[1]:,.0f} transitions/CPU-s = '
       f'{control.digest[1] / rate:.2f}x one run'
     )
-  if loaded:
-    first, dirty = loaded.digest
+  for name, measurement in zip(
+    ('one run', 'mixture'), loaded or [], strict=False
+  ):
+    first, dirty = measurement.digest
     print(
-      f'DataLoader, {workers} workers: first batch in {first:.1f} s; each '
-      'worker wrote (Private_Dirty) '
+      f'DataLoader, {workers} workers over the {name}: first batch in '
+      f'{first:.1f} s; each worker wrote (Private_Dirty) '
       + ', '.join(common.format_bytes(d) for d in dirty)
     )
 
