@@ -13,6 +13,14 @@ the last `--log_every` updates, and `loss <game>: <float>` per game last.
   python examples/multi_game_dqn.py --data=/data --games=Pong,Breakout \
       --runs=1 --num_updates=10000
 
+The same file trains one model on many GPUs or hosts under torchrun, one
+process a GPU (NCCL; gloo on CPUs), the gradients averaged by
+DistributedDataParallel. Each rank's MixtureDataset draws its own stream of
+the seed (fixed_replay/ranks.py), `--batch_size` transitions of a global
+batch of `--batch_size` x the number of processes; rank 0 logs and prints.
+
+  torchrun --nproc_per_node=8 examples/multi_game_dqn.py --data=/data
+
 `--data` is a root laid out as the DQN Replay Dataset is (`/data/Pong/1`,
 ...), each run Dopamine's checkpoint files or a compact store. A store's
 run is sampled over every checkpoint; a run of Dopamine's files holds 5
@@ -23,14 +31,17 @@ iteration. On a 2-core CPU it runs at about 1.8 updates/s: the default
 """
 
 import copy
+import os
 import time
 
 from absl import app
 from absl import flags
 from absl import logging
 import torch
+from torch import distributed
 from torch import nn
 from torch.nn import functional
+from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from fixed_replay.torch import MixtureDataset
@@ -98,8 +109,18 @@ def td_losses(q_network, target_network, batch, legal, gamma):
 
 def main(argv):
   del argv
-  torch.manual_seed(_SEED.value)
-  device = torch.device('cuda' if torch.cuda.is_available() else 'cpu')
+  # torchrun starts one process a GPU and tells each its place.
+  world_size = int(os.environ.get('WORLD_SIZE', '1'))
+  if world_size > 1:
+    distributed.init_process_group(
+      'nccl' if torch.cuda.is_available() else 'gloo'
+    )
+    torch.set_num_threads(1)  # One core a process on CPUs.
+  rank = distributed.get_rank() if world_size > 1 else 0
+  torch.manual_seed(_SEED.value)  # Every rank starts from the same network.
+  device = torch.device('cpu')
+  if torch.cuda.is_available():
+    device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', '0')))
   dataset = MixtureDataset(
     _DATA.value,
     games=_GAMES.value,
@@ -128,6 +149,9 @@ def main(argv):
 
   q_network = MultiGameQNetwork(stack_size).to(device)
   target_network = copy.deepcopy(q_network)
+  trained = q_network  # What computes losses: under torchrun, with DDP.
+  if world_size > 1:  # Averages the ranks' gradients at each backward.
+    trained = DistributedDataParallel(q_network)
   optimizer = torch.optim.Adam(
     q_network.parameters(), lr=LEARNING_RATE, eps=ADAM_EPS
   )
@@ -137,11 +161,14 @@ def main(argv):
   loss_counts = torch.zeros(len(games), device=device)
   last_means = {}
   began = time.perf_counter()
+  first_rows = None
   for update, batch in enumerate(loader, start=1):
+    if first_rows is None:
+      first_rows = batch['indices'][:4].tolist()
     batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     game_id = batch['game_id'].long()
     losses = td_losses(
-      q_network, target_network, batch, legal_actions[game_id], GAMMA
+      trained, target_network, batch, legal_actions[game_id], GAMMA
     )
     optimizer.zero_grad()
     losses.mean().backward()
@@ -150,7 +177,8 @@ def main(argv):
       target_network.load_state_dict(q_network.state_dict())
     loss_sums.index_add_(0, game_id, losses.detach())
     loss_counts.index_add_(0, game_id, torch.ones_like(losses))
-    if update % _LOG_EVERY.value == 0 or update == _NUM_UPDATES.value:
+    last = update == _NUM_UPDATES.value
+    if rank == 0 and (update % _LOG_EVERY.value == 0 or last):
       means = (loss_sums / loss_counts.clamp(min=1)).tolist()
       last_means.update(
         (g, m)
@@ -168,8 +196,17 @@ def main(argv):
       loss_counts.zero_()
   dataset.close()
 
-  for game in games:
-    print(f'loss {game}: {last_means.get(game, float("nan")):.6f}')
+  if world_size > 1:  # Each rank drew its own batches into one network.
+    checksum = sum(p.double().sum().item() for p in q_network.parameters())
+    print(
+      f'rank {rank} of {world_size}: first rows {first_rows}, parameter '
+      f'checksum {checksum!r}',
+      flush=True,
+    )
+    distributed.destroy_process_group()
+  if rank == 0:
+    for game in games:
+      print(f'loss {game}: {last_means.get(game, float("nan")):.6f}')
 
 
 if __name__ == '__main__':

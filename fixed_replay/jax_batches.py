@@ -20,6 +20,7 @@ import jax
 import numpy as np
 
 from fixed_replay import batches
+from fixed_replay import ranks
 
 
 def prefetch_to_device(
@@ -72,6 +73,8 @@ class ReplayBatches:
     depth: int = 2,
     device: Any = None,
     num_batches: int | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
     **buffer_arguments: Any,
   ):
     """Builds the buffer (so a bad path or argument fails here).
@@ -82,6 +85,11 @@ class ReplayBatches:
       depth: int >= 1, batches placed on the device ahead of use.
       device: jax.Device or Sharding (None: the default device).
       num_batches: int or None, minibatches per iteration (None: endless).
+      rank, world_size: ints or None, this process's place among those
+        training one model (None: `jax.process_index()` and
+        `jax.process_count()` once jax.distributed is initialised, else 0
+        of 1); each rank draws its own stream of the seed, batch_size
+        transitions of the global batch (ranks.py).
       **buffer_arguments: the buffer's arguments (batch_size, stack_size,
         seed, ...).
 
@@ -95,7 +103,9 @@ class ReplayBatches:
     self.depth = depth
     self.device = device
     self.num_batches = num_batches
-    self.buffer = batches.open_buffer(self.data_dir, dict(buffer_arguments))
+    self.buffer = batches.open_buffer(
+      self.data_dir, ranks.seeded(buffer_arguments, rank, world_size)
+    )
 
   def __iter__(self) -> Iterator[dict[str, jax.Array]]:
     return prefetch_to_device(

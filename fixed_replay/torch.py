@@ -43,6 +43,7 @@ from torch.utils.data._utils import collate
 
 from fixed_replay import batches
 from fixed_replay import mixture
+from fixed_replay import ranks
 from fixed_replay import segments
 from fixed_replay.replay import transitions
 
@@ -291,6 +292,8 @@ class ReplayDataset(data.IterableDataset):
     channels_first: bool = False,
     num_batches: int | None = None,
     reload_every: int | None = None,
+    rank: int | None = None,
+    world_size: int | None = None,
     **buffer_arguments: Any,
   ):
     """Builds (and so checks) the buffer in this process.
@@ -311,6 +314,12 @@ class ReplayDataset(data.IterableDataset):
         observation_shape, update_horizon, gamma, seed, replay_capacity,
         subsample, ...). With `seed=None` the workers take torch's seeds
         (set by torch.manual_seed).
+      rank, world_size: ints or None, this process's place among those
+        training one model (None: torch.distributed's once initialised,
+        else torchrun's RANK and WORLD_SIZE, else 0 of 1). Each rank, and
+        each of its workers, draws its own stream of the seed
+        (ranks.rank_seed); batch_size is the rank's share of the global
+        batch.
 
     Raises:
       CheckpointError, ValueError, TypeError, MemoryError: the buffer's own
@@ -325,7 +334,10 @@ class ReplayDataset(data.IterableDataset):
     self.channels_first = bool(channels_first)
     self.num_batches = num_batches
     self.reload_every = reload_every
-    self.buffer_arguments = dict(buffer_arguments)
+    self.rank, self.world_size = ranks.current(rank, world_size)
+    self.buffer_arguments = ranks.seeded(
+      buffer_arguments, self.rank, self.world_size
+    )
     self.seed = self.buffer_arguments.get('seed')
     self._buffer = self._open(self.buffer_arguments)
 
@@ -355,6 +367,8 @@ class ReplayDataset(data.IterableDataset):
     thread in each only adds a hand-off per batch.
     """
     seed = None if torch_seed is None else int(torch_seed) % 2**63
+    # Ranks seeded alike by torch.manual_seed give their workers alike seeds.
+    seed = ranks.rank_seed(seed, self.rank, self.world_size)
     if self.seed is not None:
       seed = batches.stream_seed(self.seed, worker_id)
     return {'sampling_threads': 0, **self.buffer_arguments, 'seed': seed}

@@ -41,6 +41,7 @@ from torchrl.data.replay_buffers.writers import ImmutableDatasetWriter
 
 from fixed_replay import batches
 from fixed_replay import mixture
+from fixed_replay import ranks
 from fixed_replay import segments
 from fixed_replay import torch as fixed_replay_torch
 
@@ -186,6 +187,8 @@ class FixedReplayDataset(TensorDictReplayBuffer):
     data_dir: str,
     batch_size: int = 32,
     channels_first: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
     **buffer_arguments: Any,
   ):
     """Builds (and so checks) the buffer.
@@ -197,6 +200,8 @@ class FixedReplayDataset(TensorDictReplayBuffer):
       channels_first: bool, give observations as (B, stack,
         *observation_shape) instead of Dopamine's (B, *observation_shape,
         stack).
+      rank, world_size: as fixed_replay.torch.ReplayDataset's: each rank
+        of the processes training one model draws its own stream.
       **buffer_arguments: the buffer's arguments (stack_size,
         observation_shape, update_horizon, gamma, seed, replay_capacity,
         subsample, ...).
@@ -206,8 +211,9 @@ class FixedReplayDataset(TensorDictReplayBuffer):
         error for a directory it cannot read or arguments it refuses.
     """
     self.data_dir = str(data_dir)
+    arguments = dict(buffer_arguments, batch_size=batch_size)
     buffer = batches.open_buffer(
-      self.data_dir, dict(buffer_arguments, batch_size=batch_size)
+      self.data_dir, ranks.seeded(arguments, rank, world_size)
     )
     super().__init__(
       storage=ReplayStorage(buffer, channels_first),
@@ -276,10 +282,18 @@ class FixedSegmentDataset:
   """
 
   def __init__(
-    self, data_dir: str, channels_first: bool = False, **sampler_arguments
+    self,
+    data_dir: str,
+    channels_first: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
+    **sampler_arguments,
   ):
-    """Builds the replay.segments.SegmentSampler (its arguments)."""
-    self.sampler = segments.SegmentSampler(data_dir, **sampler_arguments)
+    """Builds the replay.segments.SegmentSampler (its arguments); each rank
+    its own stream (as fixed_replay.torch.ReplayDataset's)."""
+    self.sampler = segments.SegmentSampler(
+      data_dir, **ranks.seeded(sampler_arguments, rank, world_size)
+    )
     self.channels_first = channels_first
 
   def sample(self) -> TensorDict:
@@ -306,9 +320,19 @@ class FixedMixtureDataset:
   `game_id` and `run`.
   """
 
-  def __init__(self, data, channels_first: bool = False, **mixture_arguments):
-    """Builds the ReplayMixture (its arguments)."""
-    self.mixture = mixture.ReplayMixture(data, **mixture_arguments)
+  def __init__(
+    self,
+    data,
+    channels_first: bool = False,
+    rank: int | None = None,
+    world_size: int | None = None,
+    **mixture_arguments,
+  ):
+    """Builds the ReplayMixture (its arguments); each rank its own stream
+    (as fixed_replay.torch.ReplayDataset's)."""
+    self.mixture = mixture.ReplayMixture(
+      data, **ranks.seeded(mixture_arguments, rank, world_size)
+    )
     self.channels_first = channels_first
 
   def sample(self) -> TensorDict:

@@ -88,6 +88,26 @@ def oracle(roots):
   return get
 
 
+def assert_transitions_are_dopamines(mixture, batch, oracle):
+  """Every element of a full-action-space `batch` of `mixture` is Dopamine's
+  for its game, run, checkpoint and row; returns the (game, run)s seen."""
+  seen = set()
+  for i in range(len(batch['indices'])):
+    run = mixture.runs[batch['run'][i]]
+    assert mixture.games[batch['game_id'][i]] == run.game
+    suffix, row = int(batch['suffix'][i]), int(batch['indices'][i])
+    expected = oracle(run.game, run.name, suffix).sample_transition_batch(
+      1, indices=[row]
+    )
+    minimal = ale_games.minimal_action_set(run.game)
+    for name, value in zip(ELEMENTS, expected, strict=True):
+      if name in ('action', 'next_action'):
+        value = minimal[value]  # The full set's index.
+      np.testing.assert_array_equal(batch[name][i], value[0], err_msg=name)
+    seen.add((run.game, run.name))
+  return seen
+
+
 @pytest.mark.parametrize('kind', ['files', 'store'])
 def test_every_transition_is_dopamines_for_its_game_run_and_row(
   roots, oracle, kind
@@ -104,21 +124,59 @@ def test_every_transition_is_dopamines_for_its_game_run_and_row(
   ]
   seen = set()
   for batch in mixture.batches(3):
-    for i in range(64):
-      run = mixture.runs[batch['run'][i]]
-      assert mixture.games[batch['game_id'][i]] == run.game
-      suffix, row = int(batch['suffix'][i]), int(batch['indices'][i])
-      expected = oracle(run.game, run.name, suffix).sample_transition_batch(
-        1, indices=[row]
-      )
-      minimal = ale_games.minimal_action_set(run.game)
-      for name, value in zip(ELEMENTS, expected, strict=True):
-        if name in ('action', 'next_action'):
-          value = minimal[value]  # The full set's index.
-        np.testing.assert_array_equal(batch[name][i], value[0], err_msg=name)
-      seen.add((run.game, run.name))
+    seen |= assert_transitions_are_dopamines(mixture, batch, oracle)
   assert len(seen) == 4
   mixture.close()
+
+
+def test_each_rank_draws_its_own_exact_stream(roots, oracle):
+  """Ranks training one model: distinct streams, each repeating under its
+  seed and world size, one process alone unchanged, every element exact."""
+  torch = pytest.importorskip('torch')
+  from fixed_replay import batches
+  from fixed_replay import ranks
+  from fixed_replay.torch import MixtureDataset
+
+  root = str(roots['store'])
+  arguments = {'batch_size': 16, 'action_space': 'full', 'seed': 3}
+
+  def items(num_workers=0, **place):
+    dataset = MixtureDataset(root, num_batches=2, **arguments, **place)
+    loader = torch.utils.data.DataLoader(
+      dataset, batch_size=None, num_workers=num_workers
+    )
+    drawn = [{k: v.numpy() for k, v in b.items()} for b in loader]
+    dataset.close()
+    return drawn
+
+  def same(first, second):
+    return all(
+      np.array_equal(a[k], b[k])
+      for a, b in zip(first, second, strict=True)
+      for k in a
+    )
+
+  assert same(items(), items(rank=0, world_size=1))
+  rank_0, rank_1 = items(rank=0, world_size=2), items(rank=1, world_size=2)
+  assert not same(rank_0, rank_1) and not same(rank_0, items())
+  assert same(rank_1, items(rank=1, world_size=2))
+  expected = ReplayMixture(root, **arguments)  # For its runs and games.
+  for batch in rank_0 + rank_1:
+    assert_transitions_are_dopamines(expected, batch, oracle)
+  # A rank's DataLoader workers: streams of the rank's seed.
+  workers = items(num_workers=2, rank=1, world_size=2)
+  seed = ranks.rank_seed(3, 1, 2)
+  for worker in (0, 1):
+    mixture = ReplayMixture(
+      root, **dict(arguments, seed=batches.stream_seed(seed, worker))
+    )
+    assert same(workers[worker::2], list(mixture.batches(1)))
+    mixture.close()
+  expected.close()
+  with pytest.raises(ValueError, match='give both'):
+    MixtureDataset(root, rank=1, **arguments)
+  with pytest.raises(ValueError, match='not in'):
+    MixtureDataset(root, rank=2, world_size=2, **arguments)
 
 
 @pytest.mark.parametrize('kind', ['files', 'store'])
@@ -409,6 +467,64 @@ def test_the_multi_game_example_trains_one_network_on_three_games(roots):
     'loss Pong',
   ]
   assert all(0 <= float(line.split(':')[1]) < 10 for line in lines), lines
+
+
+def test_the_multi_game_example_trains_one_network_under_torchrun(roots):
+  """examples/multi_game_dqn.py under torchrun: 2 CPU processes (gloo, on
+  127.0.0.1), each drawing its rank's stream into one DDP network."""
+  pytest.importorskip('torch')
+  import socket
+  import subprocess
+  import sys
+
+  from fixed_replay import ranks
+
+  with socket.socket() as probe:  # A free port for the rendezvous.
+    probe.bind(('127.0.0.1', 0))
+    port = probe.getsockname()[1]
+  completed = subprocess.run(
+    [
+      sys.executable,
+      '-m',
+      'torch.distributed.run',
+      '--nnodes=1',
+      '--nproc_per_node=2',
+      '--master_addr=127.0.0.1',
+      f'--master_port={port}',
+      os.path.join(ROOT, 'examples', 'multi_game_dqn.py'),
+      f'--data={roots["store"]}',
+      '--num_updates=20',
+      '--log_every=10',
+      '--batch_size=8',
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=dict(os.environ, GLOO_SOCKET_IFNAME='lo', OMP_NUM_THREADS='1'),
+  )
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  lines = completed.stdout.splitlines()
+  places = sorted(line for line in lines if line.startswith('rank '))
+  assert [p.split(':')[0] for p in places] == ['rank 0 of 2', 'rank 1 of 2']
+  checksums = {p.split('parameter checksum ')[1] for p in places}
+  assert len(checksums) == 1, places  # One model: DDP kept them equal.
+  for rank, place in enumerate(places):
+    mixture = ReplayMixture(
+      str(roots['store']),
+      action_space='full',
+      batch_size=8,
+      update_horizon=1,
+      gamma=0.99,
+      seed=ranks.rank_seed(0, rank, 2),
+    )
+    rows = next(mixture.batches(1))['indices'][:4].tolist()
+    assert f'first rows {rows},' in place, (rank, place)
+    mixture.close()
+  assert [line.split(':')[0] for line in lines if line.startswith('loss')] == [
+    'loss Breakout',
+    'loss MsPacman',
+    'loss Pong',
+  ]
 
 
 def test_inspect_lists_a_roots_games_and_what_is_missing(roots, tmp_path):

@@ -1,0 +1,84 @@
+"""The process's place among the processes that train one model.
+
+Dopamine's buffers draw each minibatch i.i.d., with replacement, from every
+loaded transition, so processes that train one model together (torchrun
+and DDP, Ray Train, multi-process JAX) need no shard of the data: each
+draws from all of it. What they need is a stream each. Given one seed,
+every rank would draw the same batches, and the model would see one rank's
+data once per rank. The front doors (fixed_replay.torch's and
+fixed_replay.torchrl's datasets, jax_batches) therefore take the rank and
+world size, as arguments or from torch.distributed or JAX when initialised,
+and seed each rank with its own stream of the seed: the same seed and world
+size repeat every rank's batches, and one process alone keeps the seed as
+it is (its batches are those of before).
+"""
+
+import os
+import sys
+
+import numpy as np
+
+
+def current(
+  rank: int | None = None, world_size: int | None = None
+) -> tuple[int, int]:
+  """(rank, world_size) of this process.
+
+  As given; else torch.distributed's, or JAX's (`jax.process_index()`),
+  when initialised; else torchrun's environment (RANK, WORLD_SIZE: a
+  dataset built before `init_process_group`); else (0, 1).
+
+  Raises:
+    ValueError: if only one of them is given, or the rank is not in
+      [0, world_size).
+  """
+  if (rank is None) != (world_size is None):
+    raise ValueError(
+      f'rank={rank} and world_size={world_size}: give both, or neither to '
+      'take them from torch.distributed or JAX'
+    )
+  if rank is None:
+    rank, world_size = _detected()
+  if not 0 <= rank < world_size:
+    raise ValueError(f'rank={rank} is not in [0, world_size={world_size})')
+  return int(rank), int(world_size)
+
+
+def _detected() -> tuple[int, int]:
+  # Looked up, not imported: only a process that uses them initialised them.
+  torch = sys.modules.get('torch')
+  if torch is not None and torch.distributed.is_available():
+    if torch.distributed.is_initialized():
+      return torch.distributed.get_rank(), torch.distributed.get_world_size()
+  if 'jax' in sys.modules:
+    # Only once jax.distributed is initialised: asking JAX for its process
+    # index otherwise starts its backends (and on a GPU, takes its memory).
+    from jax._src import distributed  # No public test in JAX 0.4.
+
+    if distributed.global_state.client is not None:
+      jax = sys.modules['jax']
+      return jax.process_index(), jax.process_count()
+  if 'RANK' in os.environ and 'WORLD_SIZE' in os.environ:
+    return int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+  return 0, 1
+
+
+def rank_seed(seed: int | None, rank: int, world_size: int) -> int | None:
+  """The seed of rank `rank` of `world_size`: `seed` itself for a process
+  alone (or None), else a stream spawned from it, statistically independent
+  of every other rank's (and of DataLoader workers' streams,
+  batches.stream_seed)."""
+  if seed is None or world_size == 1:
+    return seed
+  sequence = np.random.SeedSequence(seed, spawn_key=(rank, world_size))
+  return int(sequence.generate_state(1, np.uint64)[0])
+
+
+def seeded(
+  arguments: dict, rank: int | None = None, world_size: int | None = None
+) -> dict:
+  """A sampler's `arguments`, their seed made this rank's (current())."""
+  rank, world_size = current(rank, world_size)
+  if arguments.get('seed') is None:
+    return dict(arguments)
+  return dict(arguments, seed=rank_seed(arguments['seed'], rank, world_size))
