@@ -1,0 +1,80 @@
+"""Processes training one model: each rank its own stream (ranks.py).
+
+The streams themselves are exact to Dopamine (test_mixture's rank test);
+here every front door draws rank r's stream, and the place is found where
+a user's launcher puts it. The launchers themselves run in test_mixture
+(torchrun).
+"""
+
+import numpy as np
+import pytest
+
+from fixed_replay import batches
+from fixed_replay import ranks
+
+
+def _first_indices(front_door, store, **place):
+  """The first batch's indices of `front_door` over `store`, seed 5."""
+  arguments = {'batch_size': 8, 'seed': 5, 'sampling_threads': 0}
+  if front_door == 'torch':
+    from fixed_replay.torch import ReplayDataset
+
+    dataset = ReplayDataset(str(store), **arguments, **place)
+    indices = next(iter(dataset))['indices'].numpy()
+  elif front_door == 'torchrl':
+    from fixed_replay.torchrl import FixedReplayDataset
+
+    dataset = FixedReplayDataset(str(store), **arguments, **place)
+    indices = dataset.sample()['indices'].numpy()
+  else:
+    from fixed_replay import jax_batches
+
+    dataset = jax_batches.ReplayBatches(str(store), **arguments, **place)
+    indices = np.asarray(next(iter(dataset))['indices'])
+  dataset.close()
+  return indices
+
+
+@pytest.mark.parametrize('front_door', ['torch', 'torchrl', 'jax'])
+def test_every_front_door_draws_each_ranks_stream(store, front_door):
+  pytest.importorskip(
+    {'torch': 'torch', 'torchrl': 'torchrl'}.get(front_door, 'jax')
+  )
+  alone = _first_indices(front_door, store)
+  np.testing.assert_array_equal(
+    alone, _first_indices(front_door, store, rank=0, world_size=1)
+  )
+  drawn = [
+    _first_indices(front_door, store, rank=r, world_size=2) for r in (0, 1)
+  ]
+  for rank, indices in enumerate(drawn):
+    buffer = batches.open_buffer(
+      str(store),
+      {
+        'batch_size': 8,
+        'seed': ranks.rank_seed(5, rank, 2),
+        'sampling_threads': 0,
+      },
+    )
+    np.testing.assert_array_equal(
+      indices,
+      batches.named(buffer, buffer.sample_transition_batch())['indices'],
+    )
+    buffer.close()
+  assert not np.array_equal(drawn[0], drawn[1])
+  assert not np.array_equal(drawn[0], alone)
+
+
+def test_the_place_is_found_where_launchers_put_it(monkeypatch):
+  monkeypatch.delenv('RANK', raising=False)
+  monkeypatch.delenv('WORLD_SIZE', raising=False)
+  assert ranks.current() == (0, 1)
+  monkeypatch.setenv('RANK', '3')  # torchrun's, before init_process_group.
+  monkeypatch.setenv('WORLD_SIZE', '4')
+  assert ranks.current() == (3, 4)
+  assert ranks.current(1, 2) == (1, 2)  # Given: as given.
+  assert ranks.rank_seed(None, 3, 4) is None  # torch's worker seeds then.
+  assert ranks.rank_seed(7, 0, 1) == 7
+  seeds = {ranks.rank_seed(7, r, 4) for r in range(4)}
+  assert len(seeds) == 4 and 7 not in seeds
+  assert ranks.rank_seed(7, 1, 4) != ranks.rank_seed(7, 1, 2)
