@@ -16,6 +16,17 @@ environment and prints `eval return: <float>` last.
 An Atari game name (`--environment=Pong`) trains Dopamine's Nature DQN
 network on its (84, 84) x 4 frames instead, with the defaults of
 Dopamine's JAX DQN Atari config (Adam 6.25e-5, batch 32).
+
+The same file trains one model in several processes (hosts, or GPUs), as
+multi-host JAX does: each process draws its own stream of the seed
+(fixed_replay/ranks.py), `--batch_size` transitions of it, and
+`jax.make_array_from_process_local_data` joins them into one global batch
+sharded over every device; the jitted step averages the gradients over it.
+Process 0 evaluates and prints. On CPUs, here two processes:
+
+  for i in 0 1; do python examples/jax_offline_dqn.py \
+      --replay_dir=/tmp/cartpole --num_processes=2 --process_id=$i \
+      --coordinator_address=127.0.0.1:1234 & done; wait
 """
 
 import dataclasses
@@ -28,6 +39,9 @@ from absl import logging
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import Mesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec
 import numpy as np
 import optax
 
@@ -50,6 +64,13 @@ _EVAL_EVERY = flags.DEFINE_integer(
 )
 _MAX_STEPS_PER_EPISODE = flags.DEFINE_integer(
   'max_steps_per_episode', None, 'Episode cut (default 200 / 27,000).'
+)
+_NUM_PROCESSES = flags.DEFINE_integer(
+  'num_processes', 1, 'Processes training one model (jax.distributed).'
+)
+_PROCESS_ID = flags.DEFINE_integer('process_id', 0, "This process's index.")
+_COORDINATOR_ADDRESS = flags.DEFINE_string(
+  'coordinator_address', None, "Process 0's host:port, with num_processes."
 )
 
 
@@ -184,8 +205,31 @@ def evaluate(config: Config, network, params, spec) -> float:
   return float(np.mean(returns))
 
 
+def local(tree):
+  """This process's copy of replicated arrays (the whole of each)."""
+  return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
+
+
+def global_batches(replay, mesh):
+  """Each process's batches joined into one global batch a step, split
+  over every device of every process along the batch."""
+  sharding = NamedSharding(mesh, PartitionSpec('batch'))
+  for batch in replay:
+    yield {
+      name: jax.make_array_from_process_local_data(sharding, np.asarray(array))
+      for name, array in batch.items()
+    }
+
+
 def main(argv):
   del argv
+  if _NUM_PROCESSES.value > 1:
+    # Gradients are averaged across processes: on CPUs, through gloo.
+    jax.config.update('jax_cpu_collectives_implementation', 'gloo')
+    jax.distributed.initialize(
+      _COORDINATOR_ADDRESS.value, _NUM_PROCESSES.value, _PROCESS_ID.value
+    )
+  mesh = Mesh(np.array(jax.devices()), ('batch',))
   config = make_config()
   spec = environments.ENVIRONMENT_SPECS[
     'cartpole' if config.is_cartpole else 'atari'
@@ -210,34 +254,55 @@ def main(argv):
     network = NatureQNetwork(num_actions)
   dummy = np.zeros((1,) + spec.observation_shape + (spec.stack_size,))
   params = network.init(jax.random.PRNGKey(config.seed), dummy)
+  # The same parameters on every device of every process.
+  params = jax.tree.map(
+    lambda x: jax.make_array_from_process_local_data(
+      NamedSharding(mesh, PartitionSpec()), np.asarray(x)
+    ),
+    params,
+  )
   target_params = params
   optimizer = optax.adam(config.learning_rate, eps=config.adam_eps)
   opt_state = optimizer.init(params)
 
   began = time.perf_counter()
-  for update, batch in enumerate(replay, start=1):
+  first_rows = None
+  for update, batch in enumerate(global_batches(replay, mesh), start=1):
+    if first_rows is None:  # This process's own rows: its stream's.
+      first_rows = np.asarray(batch['indices'].addressable_data(0))[:4]
     params, opt_state, loss = train_step(
       params, target_params, opt_state, batch, network, optimizer, config.gamma
     )
     if update % config.target_update_period == 0:
       target_params = params
+    if jax.process_index() != 0:
+      continue  # Process 0 evaluates and logs.
     if config.eval_every and update % config.eval_every == 0:
       logging.info(
         'eval return at update %d: %.2f',
         update,
-        evaluate(config, network, params, spec),
+        evaluate(config, network, local(params), spec),
       )
     if update % 500 == 0 or update == config.num_updates:
       logging.info(
         'update %d/%d  loss %.4f  %.0f updates/s',
         update,
         config.num_updates,
-        float(loss),
+        float(local(loss)),
         update / (time.perf_counter() - began),
       )
   replay.close()
 
-  print(f'eval return: {evaluate(config, network, params, spec):.2f}')
+  if jax.process_count() > 1:
+    checksum = sum(float(x.sum()) for x in jax.tree.leaves(local(params)))
+    print(
+      f'process {jax.process_index()} of {jax.process_count()}: first rows '
+      f'{first_rows.tolist()}, parameter checksum {checksum!r}',
+      flush=True,
+    )
+  if jax.process_index() == 0:
+    params = local(params)
+    print(f'eval return: {evaluate(config, network, params, spec):.2f}')
 
 
 if __name__ == '__main__':

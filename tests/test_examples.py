@@ -158,3 +158,61 @@ def test_decision_transformer_runs_on_an_atari_store(store):
   )
   assert 'update 2/2' in log
   assert -30 <= value <= 30
+
+
+def test_jax_example_trains_one_model_in_two_processes(cartpole_store):
+  """jax_offline_dqn.py as two jax.distributed processes on 127.0.0.1 (CPU,
+  gloo): each draws its own stream into one global batch, one model."""
+  import socket
+
+  from fixed_replay import batches
+  from fixed_replay import ranks
+
+  with socket.socket() as probe:  # A free port for the coordinator.
+    probe.bind(('127.0.0.1', 0))
+    port = probe.getsockname()[1]
+  processes = [
+    subprocess.Popen(
+      [
+        sys.executable,
+        os.path.join(ROOT, 'examples', 'jax_offline_dqn.py'),
+        f'--replay_dir={cartpole_store}',
+        '--num_updates=20',
+        '--eval_episodes=1',
+        '--num_processes=2',
+        f'--process_id={process}',
+        f'--coordinator_address=127.0.0.1:{port}',
+      ],
+      stdout=subprocess.PIPE,
+      stderr=subprocess.PIPE,
+      text=True,
+      env=dict(os.environ, GLOO_SOCKET_IFNAME='lo'),
+    )
+    for process in (0, 1)
+  ]
+  outputs = [p.communicate(timeout=300) for p in processes]
+  for process, (_, stderr) in zip(processes, outputs, strict=True):
+    assert process.returncode == 0, stderr[-3000:]
+  places = [
+    next(line for line in stdout.splitlines() if line.startswith('process'))
+    for stdout, _ in outputs
+  ]
+  assert [p.split(':')[0] for p in places] == [
+    'process 0 of 2',
+    'process 1 of 2',
+  ]
+  checksums = {p.split('parameter checksum ')[1] for p in places}
+  assert len(checksums) == 1, places  # One model.
+  for process, place in enumerate(places):
+    buffer = batches.open_buffer(
+      cartpole_store,
+      {
+        'batch_size': 128,
+        'update_horizon': 1,
+        'seed': ranks.rank_seed(0, process, 2),
+      },
+    )
+    rows = buffer.sample_transition_batch()[7][:4].tolist()  # indices
+    buffer.close()
+    assert f'first rows {rows},' in place, (process, place)
+  assert re.search(r'eval return: -?\d+\.\d+', outputs[0][0])
