@@ -21,6 +21,11 @@ batch of `--batch_size` x the number of processes; rank 0 logs and prints.
 
   torchrun --nproc_per_node=8 examples/multi_game_dqn.py --data=/data
 
+Or with Ray Train, one TorchTrainer worker a process, on a private local
+Ray (or a cluster's, `--ray_address`):
+
+  python examples/multi_game_dqn.py --data=/data --ray_workers=8
+
 `--data` is a root laid out as the DQN Replay Dataset is (`/data/Pong/1`,
 ...), each run Dopamine's checkpoint files or a compact store. A store's
 run is sampled over every checkpoint; a run of Dopamine's files holds 5
@@ -32,6 +37,7 @@ iteration. On a 2-core CPU it runs at about 1.8 updates/s: the default
 
 import copy
 import os
+import tempfile
 import time
 
 from absl import app
@@ -54,6 +60,15 @@ _BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'Transitions an update.')
 _SEED = flags.DEFINE_integer('seed', 0, 'Seeds sampling and the network.')
 _LOG_EVERY = flags.DEFINE_integer('log_every', 500, 'Updates between logs.')
 _NUM_WORKERS = flags.DEFINE_integer('num_workers', 0, 'DataLoader workers.')
+_RAY_WORKERS = flags.DEFINE_integer(
+  'ray_workers', 0, 'Train with Ray Train in this many processes (0: not).'
+)
+_RAY_ADDRESS = flags.DEFINE_string(
+  'ray_address', None, "A Ray cluster's address (default: a local one)."
+)
+_RAY_STORAGE = flags.DEFINE_string(
+  'ray_storage', None, "Where Ray Train keeps its runs (default: Ray's)."
+)
 _RELOAD_EVERY = flags.DEFINE_integer(
   'reload_every',
   1_000,
@@ -107,32 +122,38 @@ def td_losses(q_network, target_network, batch, legal, gamma):
   return functional.smooth_l1_loss(chosen, target, reduction='none')
 
 
-def main(argv):
-  del argv
-  # torchrun starts one process a GPU and tells each its place.
-  world_size = int(os.environ.get('WORLD_SIZE', '1'))
-  if world_size > 1:
-    distributed.init_process_group(
-      'nccl' if torch.cuda.is_available() else 'gloo'
-    )
+def train(config: dict) -> list[str]:
+  """Trains in this process: alone, as a torchrun rank, or as a Ray Train
+  worker (whose process group Ray has initialised). Returns the lines to
+  print: each game's last mean loss, and under several processes each
+  rank's first rows and parameter checksum."""
+  # torchrun starts one process a GPU and tells each its place; Ray Train
+  # has initialised the process group already.
+  if int(os.environ.get('WORLD_SIZE', '1')) > 1:
+    if not distributed.is_initialized():
+      distributed.init_process_group(
+        'nccl' if torch.cuda.is_available() else 'gloo'
+      )
+  world_size, rank = 1, 0
+  if distributed.is_initialized():
+    world_size, rank = distributed.get_world_size(), distributed.get_rank()
     torch.set_num_threads(1)  # One core a process on CPUs.
-  rank = distributed.get_rank() if world_size > 1 else 0
-  torch.manual_seed(_SEED.value)  # Every rank starts from the same network.
+  torch.manual_seed(config['seed'])  # Every rank starts from one network.
   device = torch.device('cpu')
   if torch.cuda.is_available():
     device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', '0')))
   dataset = MixtureDataset(
-    _DATA.value,
-    games=_GAMES.value,
-    runs=_RUNS.value,
+    config['data'],
+    games=config['games'],
+    runs=config['runs'],
     action_space='full',
     channels_first=True,
-    num_batches=_NUM_UPDATES.value,
-    reload_every=_RELOAD_EVERY.value,
-    batch_size=_BATCH_SIZE.value,
+    num_batches=config['num_updates'],
+    reload_every=config['reload_every'],
+    batch_size=config['batch_size'],  # This rank's share of the batch.
     update_horizon=1,
     gamma=GAMMA,
-    seed=_SEED.value,
+    seed=config['seed'],  # Each rank draws its own stream of it.
   )
   mixture = dataset.buffer
   games = mixture.games
@@ -143,7 +164,7 @@ def main(argv):
   loader = DataLoader(
     dataset,
     batch_size=None,
-    num_workers=_NUM_WORKERS.value,
+    num_workers=config['num_workers'],
     pin_memory=device.type == 'cuda',
   )
 
@@ -177,8 +198,8 @@ def main(argv):
       target_network.load_state_dict(q_network.state_dict())
     loss_sums.index_add_(0, game_id, losses.detach())
     loss_counts.index_add_(0, game_id, torch.ones_like(losses))
-    last = update == _NUM_UPDATES.value
-    if rank == 0 and (update % _LOG_EVERY.value == 0 or last):
+    last = update == config['num_updates']
+    if rank == 0 and (update % config['log_every'] == 0 or last):
       means = (loss_sums / loss_counts.clamp(min=1)).tolist()
       last_means.update(
         (g, m)
@@ -188,7 +209,7 @@ def main(argv):
       logging.info(
         'update %d/%d  %.1f updates/s  loss %s',
         update,
-        _NUM_UPDATES.value,
+        config['num_updates'],
         update / (time.perf_counter() - began),
         '  '.join(f'{g} {m:.4f}' for g, m in last_means.items()),
       )
@@ -196,17 +217,71 @@ def main(argv):
       loss_counts.zero_()
   dataset.close()
 
+  lines = [f'loss {g}: {last_means.get(g, float("nan")):.6f}' for g in games]
   if world_size > 1:  # Each rank drew its own batches into one network.
     checksum = sum(p.double().sum().item() for p in q_network.parameters())
-    print(
+    place = (
       f'rank {rank} of {world_size}: first rows {first_rows}, parameter '
-      f'checksum {checksum!r}',
-      flush=True,
+      f'checksum {checksum!r}'
     )
-    distributed.destroy_process_group()
-  if rank == 0:
-    for game in games:
-      print(f'loss {game}: {last_means.get(game, float("nan")):.6f}')
+    places = [None] * world_size
+    distributed.all_gather_object(places, place)
+    lines = places + lines
+  return lines
+
+
+def main(argv):
+  del argv
+  config = {
+    'data': _DATA.value,
+    'games': _GAMES.value,
+    'runs': _RUNS.value,
+    'num_updates': _NUM_UPDATES.value,
+    'batch_size': _BATCH_SIZE.value,
+    'seed': _SEED.value,
+    'log_every': _LOG_EVERY.value,
+    'num_workers': _NUM_WORKERS.value,
+    'reload_every': _RELOAD_EVERY.value,
+  }
+  if not _RAY_WORKERS.value:  # One process, or torchrun's.
+    lines = train(config)
+    if distributed.is_initialized():
+      rank = distributed.get_rank()
+      distributed.destroy_process_group()
+      if rank:
+        return
+    print('\n'.join(lines))
+    return
+  # Ray Train: the same training in --ray_workers processes of a Ray
+  # cluster (--ray_address; a private local one by default).
+  import ray.train
+  from ray.train import torch as ray_torch
+
+  from fixed_replay import distributed as fixed_replay_ray
+
+  def on_worker(config):
+    lines = train(config)
+    # Ray Train keeps what rank 0 reports with a checkpoint (a directory).
+    with tempfile.TemporaryDirectory() as directory:
+      checkpoint = None
+      if ray.train.get_context().get_world_rank() == 0:
+        with open(os.path.join(directory, 'lines.txt'), 'w') as out:
+          out.write('\n'.join(lines))
+        checkpoint = ray.train.Checkpoint.from_directory(directory)
+      ray.train.report({'updates': config['num_updates']}, checkpoint)
+
+  with fixed_replay_ray.cluster(_RAY_ADDRESS.value):
+    result = ray_torch.TorchTrainer(
+      on_worker,
+      train_loop_config=config,
+      scaling_config=ray.train.ScalingConfig(
+        num_workers=_RAY_WORKERS.value, use_gpu=torch.cuda.is_available()
+      ),
+      run_config=ray.train.RunConfig(storage_path=_RAY_STORAGE.value),
+    ).fit()
+  with result.checkpoint.as_directory() as directory:
+    with open(os.path.join(directory, 'lines.txt')) as lines:
+      print(lines.read())
 
 
 if __name__ == '__main__':

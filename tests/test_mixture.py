@@ -527,6 +527,52 @@ def test_the_multi_game_example_trains_one_network_under_torchrun(roots):
   ]
 
 
+@pytest.mark.slow
+def test_the_multi_game_example_trains_one_network_on_ray_train(
+  roots, tmp_path
+):
+  """examples/multi_game_dqn.py --ray_workers=2: a TorchTrainer of 2 CPU
+  workers on a private Ray on 127.0.0.1, each drawing its rank's stream."""
+  pytest.importorskip('ray.train')
+  import subprocess
+  import sys
+
+  from fixed_replay import ranks
+
+  completed = subprocess.run(
+    [
+      sys.executable,
+      os.path.join(ROOT, 'examples', 'multi_game_dqn.py'),
+      f'--data={roots["store"]}',
+      '--num_updates=20',
+      '--batch_size=8',
+      '--ray_workers=2',
+      f'--ray_storage={tmp_path}',
+    ],
+    capture_output=True,
+    text=True,
+    timeout=300,
+    env=dict(os.environ, GLOO_SOCKET_IFNAME='lo'),
+  )
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  lines = completed.stdout.splitlines()
+  places = [line for line in lines if line.startswith('rank ')]
+  assert [p.split(':')[0] for p in places] == ['rank 0 of 2', 'rank 1 of 2']
+  assert len({p.split('parameter checksum ')[1] for p in places}) == 1
+  for rank, place in enumerate(places):
+    mixture = ReplayMixture(
+      str(roots['store']),
+      action_space='full',
+      batch_size=8,
+      update_horizon=1,
+      gamma=0.99,
+      seed=ranks.rank_seed(0, rank, 2),
+    )
+    rows = next(mixture.batches(1))['indices'][:4].tolist()
+    assert f'first rows {rows},' in place, (rank, place)
+    mixture.close()
+
+
 def test_inspect_lists_a_roots_games_and_what_is_missing(roots, tmp_path):
   import subprocess
   import sys
