@@ -26,9 +26,9 @@ otherwise:
                                     same name with the same text; checked.
 
 The blocks of one page run in order in one temporary directory (so a page
-may generate data, then convert and train on it), which holds a link to the
-repository's configs/ so that `--gin_files=configs/dqn.gin` works as it does
-in a clone. $DATA names a directory of tiny datasets made once per session:
+may generate data, then convert and train on it), which holds links to the
+repository's configs/ and examples/ so that `--gin_files=configs/dqn.gin`
+and `python examples/NAME.py` work as they do in a clone. $DATA names a directory of tiny datasets made once per session:
 $DATA/Pong/1/replay_logs and $DATA/Pong/2/replay_logs (two checkpoints of
 real Pong each, Dopamine's files) and $RLU_MIRROR a local copy, laid out
 like RL Unplugged's bucket, of two shards of real Breakout; $BATCH_RL a
@@ -421,6 +421,7 @@ def _run_page(page, request, tmp_path):
   work = tmp_path / 'work'
   work.mkdir()
   (work / 'configs').symlink_to(ROOT / 'configs')
+  (work / 'examples').symlink_to(ROOT / 'examples')
   env = _env(**extra)
   page_run = PageRun(work, [])
   for index, block in enumerate(parse(ROOT / page)):
