@@ -28,7 +28,8 @@ otherwise:
 The blocks of one page run in order in one temporary directory (so a page
 may generate data, then convert and train on it), which holds links to the
 repository's configs/ and examples/ so that `--gin_files=configs/dqn.gin`
-and `python examples/NAME.py` work as they do in a clone. $DATA names a directory of tiny datasets made once per session:
+and `python examples/NAME.py` work as they do in a clone. $DATA names a
+directory of tiny datasets made once per session:
 $DATA/Pong/1/replay_logs and $DATA/Pong/2/replay_logs (two checkpoints of
 real Pong each, Dopamine's files) and $RLU_MIRROR a local copy, laid out
 like RL Unplugged's bucket, of two shards of real Breakout; $BATCH_RL a
