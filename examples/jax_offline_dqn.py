@@ -38,6 +38,7 @@ from absl import flags
 from absl import logging
 import flax.linen as nn
 import jax
+from jax.experimental import multihost_utils
 import jax.numpy as jnp
 from jax.sharding import Mesh
 from jax.sharding import NamedSharding
@@ -45,6 +46,7 @@ from jax.sharding import PartitionSpec
 import numpy as np
 import optax
 
+from fixed_replay import batches
 from fixed_replay.jax_batches import ReplayBatches
 from fixed_replay.sources.dopamine import environments
 
@@ -210,13 +212,13 @@ def local(tree):
   return jax.tree.map(lambda x: np.asarray(x.addressable_data(0)), tree)
 
 
-def global_batches(replay, mesh):
-  """Each process's batches joined into one global batch a step, split
-  over every device of every process along the batch."""
+def global_batches(buffer, num_batches, mesh):
+  """Each process's batches (numpy, from its buffer) joined into one global
+  batch a step, split over every device of every process along the batch."""
   sharding = NamedSharding(mesh, PartitionSpec('batch'))
-  for batch in replay:
+  for batch in batches.sample(buffer, num_batches):
     yield {
-      name: jax.make_array_from_process_local_data(sharding, np.asarray(array))
+      name: jax.make_array_from_process_local_data(sharding, array)
       for name, array in batch.items()
     }
 
@@ -254,20 +256,23 @@ def main(argv):
     network = NatureQNetwork(num_actions)
   dummy = np.zeros((1,) + spec.observation_shape + (spec.stack_size,))
   params = network.init(jax.random.PRNGKey(config.seed), dummy)
-  # The same parameters on every device of every process.
-  params = jax.tree.map(
-    lambda x: jax.make_array_from_process_local_data(
-      NamedSharding(mesh, PartitionSpec()), np.asarray(x)
-    ),
-    params,
-  )
+  stream = replay  # One process: batches placed on its device ahead.
+  if jax.process_count() > 1:
+    # The same parameters on every device of every process.
+    params = jax.tree.map(
+      lambda x: jax.make_array_from_process_local_data(
+        NamedSharding(mesh, PartitionSpec()), np.asarray(x)
+      ),
+      params,
+    )
+    stream = global_batches(replay.buffer, config.num_updates, mesh)
   target_params = params
   optimizer = optax.adam(config.learning_rate, eps=config.adam_eps)
   opt_state = optimizer.init(params)
 
   began = time.perf_counter()
   first_rows = None
-  for update, batch in enumerate(global_batches(replay, mesh), start=1):
+  for update, batch in enumerate(stream, start=1):
     if first_rows is None:  # This process's own rows: its stream's.
       first_rows = np.asarray(batch['indices'].addressable_data(0))[:4]
     params, opt_state, loss = train_step(
@@ -303,6 +308,8 @@ def main(argv):
   if jax.process_index() == 0:
     params = local(params)
     print(f'eval return: {evaluate(config, network, params, spec):.2f}')
+  if jax.process_count() > 1:  # The others wait for it, not for a timeout.
+    multihost_utils.sync_global_devices('evaluated')
 
 
 if __name__ == '__main__':

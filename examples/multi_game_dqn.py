@@ -128,20 +128,23 @@ def train(config: dict) -> list[str]:
   print: each game's last mean loss, and under several processes each
   rank's first rows and parameter checksum."""
   # torchrun starts one process a GPU and tells each its place; Ray Train
-  # has initialised the process group already.
+  # has initialised the process group (and chosen the GPU) already.
   if int(os.environ.get('WORLD_SIZE', '1')) > 1:
     if not distributed.is_initialized():
+      if torch.cuda.is_available():  # NCCL's collectives use this GPU.
+        torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', '0')))
       distributed.init_process_group(
         'nccl' if torch.cuda.is_available() else 'gloo'
       )
   world_size, rank = 1, 0
   if distributed.is_initialized():
     world_size, rank = distributed.get_world_size(), distributed.get_rank()
-    torch.set_num_threads(1)  # One core a process on CPUs.
-  torch.manual_seed(config['seed'])  # Every rank starts from one network.
   device = torch.device('cpu')
   if torch.cuda.is_available():
-    device = torch.device('cuda', int(os.environ.get('LOCAL_RANK', '0')))
+    device = torch.device('cuda', torch.cuda.current_device())
+  elif world_size > 1:
+    torch.set_num_threads(1)  # Processes share the CPU's cores.
+  torch.manual_seed(config['seed'])  # Every rank starts from one network.
   dataset = MixtureDataset(
     config['data'],
     games=config['games'],

@@ -16,6 +16,7 @@ it is (its batches are those of before).
 import os
 import sys
 
+from absl import logging
 import numpy as np
 
 
@@ -26,7 +27,15 @@ def current(
 
   As given; else torch.distributed's, or JAX's (`jax.process_index()`),
   when initialised; else torchrun's environment (RANK, WORLD_SIZE: a
-  dataset built before `init_process_group`); else (0, 1).
+  dataset built before `init_process_group`); else (0, 1), with a warning
+  under SLURM or MPI, whose launchers set neither.
+
+  Args:
+    rank: int or None, given with world_size.
+    world_size: int or None, the processes training one model.
+
+  Returns:
+    (rank, world_size), ints.
 
   Raises:
     ValueError: if only one of them is given, or the rank is not in
@@ -53,13 +62,26 @@ def _detected() -> tuple[int, int]:
   if 'jax' in sys.modules:
     # Only once jax.distributed is initialised: asking JAX for its process
     # index otherwise starts its backends (and on a GPU, takes its memory).
-    from jax._src import distributed  # No public test in JAX 0.4.
+    try:
+      from jax._src import distributed  # No public test in JAX 0.4.
 
-    if distributed.global_state.client is not None:
+      initialised = distributed.global_state.client is not None
+    except (ImportError, AttributeError):  # Another JAX: the public one.
+      initialised = sys.modules['jax'].distributed.is_initialized()
+    if initialised:
       jax = sys.modules['jax']
       return jax.process_index(), jax.process_count()
   if 'RANK' in os.environ and 'WORLD_SIZE' in os.environ:
     return int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+  for launcher in ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE', 'PMI_SIZE'):
+    if int(os.environ.get(launcher, '1')) > 1:
+      logging.warning(
+        '%s=%s, but neither torch.distributed nor JAX is initialised, nor '
+        'RANK and WORLD_SIZE set: this process samples as 0 of 1, like its '
+        'siblings. Initialise them first, or pass rank and world_size.',
+        launcher,
+        os.environ[launcher],
+      )
   return 0, 1
 
 
@@ -77,8 +99,17 @@ def rank_seed(seed: int | None, rank: int, world_size: int) -> int | None:
 def seeded(
   arguments: dict, rank: int | None = None, world_size: int | None = None
 ) -> dict:
-  """A sampler's `arguments`, their seed made this rank's (current())."""
+  """A sampler's `arguments`, their seed made this rank's (current()).
+
+  The episodes a subsample keeps stay the seed's (`subsample_seed`): the
+  ranks train on one subsample, each drawing its own stream from it.
+  """
   rank, world_size = current(rank, world_size)
-  if arguments.get('seed') is None:
+  seed = arguments.get('seed')
+  if seed is None or world_size == 1:
     return dict(arguments)
-  return dict(arguments, seed=rank_seed(arguments['seed'], rank, world_size))
+  return {
+    'subsample_seed': seed,
+    **arguments,
+    'seed': rank_seed(seed, rank, world_size),
+  }

@@ -371,7 +371,12 @@ class ReplayDataset(data.IterableDataset):
     seed = ranks.rank_seed(seed, self.rank, self.world_size)
     if self.seed is not None:
       seed = batches.stream_seed(self.seed, worker_id)
-    return {'sampling_threads': 0, **self.buffer_arguments, 'seed': seed}
+    return {
+      'sampling_threads': 0,
+      'subsample_seed': self.seed,  # One subsample for every worker.
+      **self.buffer_arguments,
+      'seed': seed,
+    }
 
   def __iter__(self) -> Iterator[Minibatch]:
     info = data.get_worker_info()

@@ -190,7 +190,11 @@ def test_jax_example_trains_one_model_in_two_processes(cartpole_store):
     )
     for process in (0, 1)
   ]
-  outputs = [p.communicate(timeout=300) for p in processes]
+  try:
+    outputs = [p.communicate(timeout=300) for p in processes]
+  finally:
+    for process in processes:  # Neither outlives a failure of the other.
+      process.kill()
   for process, (_, stderr) in zip(processes, outputs, strict=True):
     assert process.returncode == 0, stderr[-3000:]
   places = [
@@ -212,7 +216,8 @@ def test_jax_example_trains_one_model_in_two_processes(cartpole_store):
         'seed': ranks.rank_seed(0, process, 2),
       },
     )
-    rows = buffer.sample_transition_batch()[7][:4].tolist()  # indices
+    named = batches.named(buffer, buffer.sample_transition_batch())
+    rows = named['indices'][:4].tolist()
     buffer.close()
     assert f'first rows {rows},' in place, (process, place)
   assert re.search(r'eval return: -?\d+\.\d+', outputs[0][0])

@@ -78,3 +78,32 @@ def test_the_place_is_found_where_launchers_put_it(monkeypatch):
   seeds = {ranks.rank_seed(7, r, 4) for r in range(4)}
   assert len(seeds) == 4 and 7 not in seeds
   assert ranks.rank_seed(7, 1, 4) != ranks.rank_seed(7, 1, 2)
+
+
+def test_ranks_and_their_workers_keep_one_subsample(store):
+  """subsample='random_episodes': every rank, and every DataLoader worker
+  of a rank, draws from the episodes the seed keeps (subsample_seed)."""
+  torch = pytest.importorskip('torch')
+  from fixed_replay.torch import ReplayDataset
+
+  arguments = {
+    'batch_size': 64,
+    'seed': 5,
+    'subsample': 'random_episodes',
+    'subsample_fraction': 0.3,
+  }
+  alone = batches.open_buffer(str(store), dict(arguments, sampling_threads=0))
+  for rank in (0, 1):
+    dataset = ReplayDataset(
+      str(store), num_batches=4, rank=rank, world_size=2, **arguments
+    )
+    loader = torch.utils.data.DataLoader(
+      dataset, batch_size=None, num_workers=2
+    )
+    for batch in loader:
+      # Raises for a row the seed's subsample does not keep.
+      alone.sample_transition_batch(
+        64, indices=batch['indices'].numpy(), suffixes=batch['suffix'].numpy()
+      )
+    dataset.close()
+  alone.close()

@@ -264,7 +264,7 @@ class WindowLoader:
         s.update_horizon,
         s.subsample,
         s.subsample_fraction,
-        subsample_lib.episode_rng(s.seed, suffix),
+        subsample_lib.episode_rng(s.subsample_seed, suffix),
       )
     self._plans[suffix] = plan
     return plan

@@ -322,7 +322,7 @@ def _valid_rows(stored, window, s):
       window,
       s.subsample,
       s.subsample_fraction,
-      subsample_lib.episode_rng(s.seed, stored.suffix),
+      subsample_lib.episode_rng(s.subsample_seed, stored.suffix),
     )
   checkpoint_loading.warn_no_valid(
     stored.suffix, window.start, window.num_rows, len(rows)

@@ -60,6 +60,7 @@ class BufferArguments:
   seed: int | None
   subsample: str | None
   subsample_fraction: float | None
+  subsample_seed: int | None  # The seed, unless given.
 
   @classmethod
   def build(cls, arguments: dict) -> 'BufferArguments':
@@ -86,6 +87,8 @@ class BufferArguments:
       action_shape=tuple(a['action_shape']),
       reward_shape=tuple(a['reward_shape']),
     )
+    if a.get('subsample_seed') is None:
+      a['subsample_seed'] = a['seed']
     return cls(**{f.name: a[f.name] for f in dataclasses.fields(cls)})
 
 

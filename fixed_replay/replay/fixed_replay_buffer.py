@@ -108,6 +108,7 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
     seed=None,
     subsample=None,
     subsample_fraction=None,
+    subsample_seed=None,
     verify_checksums=True,
     cache_bytes=None,
     sampling_threads=None,
@@ -171,6 +172,10 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
         'random_episodes' (the REM paper) or 'first_episodes' (Dopamine's
         TFDS loader); see fixed_replay/sources/dopamine/subsample.py.
       subsample_fraction: float in (0, 1], the x (0.01 for 1%).
+      subsample_seed: int or None, seeds the episodes 'random_episodes'
+        keeps instead of `seed` (None: `seed`): the ranks of one model and
+        their DataLoader workers keep one subsample while each draws its
+        own stream (fixed_replay/ranks.py).
       verify_checksums: bool. True (default): a checkpoint's rows reach the
         samplers only after each of its files passed its gzip CRC-32 and
         length check; for a window shorter than its file that means
