@@ -70,7 +70,9 @@ _MAX_STEPS_PER_EPISODE = flags.DEFINE_integer(
 _NUM_PROCESSES = flags.DEFINE_integer(
   'num_processes', 1, 'Processes training one model (jax.distributed).'
 )
-_PROCESS_ID = flags.DEFINE_integer('process_id', 0, "This process's index.")
+_PROCESS_ID = flags.DEFINE_integer(
+  'process_id', None, "This process's index (JAX finds it under SLURM)."
+)
 _COORDINATOR_ADDRESS = flags.DEFINE_string(
   'coordinator_address', None, "Process 0's host:port, with num_processes."
 )

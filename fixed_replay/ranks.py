@@ -13,6 +13,7 @@ size repeat every rank's batches, and one process alone keeps the seed as
 it is (its batches are those of before).
 """
 
+import operator
 import os
 import sys
 
@@ -38,8 +39,8 @@ def current(
     (rank, world_size), ints.
 
   Raises:
-    ValueError: if only one of them is given, or the rank is not in
-      [0, world_size).
+    ValueError: if only one of them is given, either is not an integer, or
+      the rank is not in [0, world_size).
   """
   if (rank is None) != (world_size is None):
     raise ValueError(
@@ -48,9 +49,15 @@ def current(
     )
   if rank is None:
     rank, world_size = _detected()
+  try:  # Integers of any kind (numpy's too); not 1.5.
+    rank, world_size = operator.index(rank), operator.index(world_size)
+  except TypeError:
+    raise ValueError(
+      f'rank={rank!r} and world_size={world_size!r} must be integers'
+    ) from None
   if not 0 <= rank < world_size:
     raise ValueError(f'rank={rank} is not in [0, world_size={world_size})')
-  return int(rank), int(world_size)
+  return rank, world_size
 
 
 def _detected() -> tuple[int, int]:

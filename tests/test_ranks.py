@@ -73,6 +73,10 @@ def test_the_place_is_found_where_launchers_put_it(monkeypatch):
   monkeypatch.setenv('WORLD_SIZE', '4')
   assert ranks.current() == (3, 4)
   assert ranks.current(1, 2) == (1, 2)  # Given: as given.
+  assert ranks.current(np.int64(1), 2) == (1, 2)
+  for rank, world_size in ((1.0, 2), (2, 2), (0, None)):
+    with pytest.raises(ValueError, match=f'rank={rank}'):
+      ranks.current(rank, world_size)
   assert ranks.rank_seed(None, 3, 4) is None  # torch's worker seeds then.
   assert ranks.rank_seed(7, 0, 1) == 7
   seeds = {ranks.rank_seed(7, r, 4) for r in range(4)}
