@@ -456,3 +456,34 @@ def test_unit_sizes_read_in_any_unsigned_width(store, tmp_path, dtype):
     stored.frames.read_rows(0, stored.num_rows), expected
   )
   stored.close()
+
+
+def test_the_runs_dictionary_learns_only_the_written_rows(
+  dopamine_dir, tmp_path
+):
+  """Checkpoint 0 is not full: its rows past the cursor are what np.empty
+  gave Dopamine. Two copies that differ only there train one dictionary."""
+  import gzip
+
+  from fixed_replay.convert import convert
+
+  dictionaries = []
+  for fill in (None, 255):
+    source = tmp_path / f'source_{fill}'
+    source.mkdir()
+    for path in dopamine_dir[0].glob('*_ckpt.0.gz'):
+      shutil.copy(path, source)
+    if fill is not None:
+      path = source / '$store$_observation_ckpt.0.gz'
+      with gzip.open(path) as stream:
+        frames = np.load(stream)
+      with gzip.open(source / 'add_count_ckpt.0.gz') as stream:
+        written = int(np.load(stream))
+      assert 0 < written < len(frames)
+      frames[written:] = fill
+      with gzip.open(path, 'wb') as stream:
+        np.save(stream, frames)
+    store = tmp_path / f'store_{fill}'
+    convert.convert(str(source), str(store), workers=0)
+    dictionaries.append((store / manifest_lib.RUN_DICTIONARY_FILE).read_bytes())
+  assert dictionaries[0] and dictionaries[0] == dictionaries[1]

@@ -56,11 +56,15 @@ class SourceReader(Protocol):
   """The rows of one checkpoint, read once, frames first.
 
   Used as `with source.open(threads) as reader:`; `row_shape` and `dtype`
-  describe one frame.
+  describe one frame. `written_rows` counts the rows the writer filled, or
+  is None where it filled every row: a Dopamine buffer that is not full
+  saves the rest as they were allocated (np.empty), converted as they are
+  but no basis for a dictionary.
   """
 
   row_shape: tuple[int, ...]
   dtype: np.dtype
+  written_rows: int | None
 
   def __enter__(self) -> 'SourceReader': ...
 
@@ -182,6 +186,7 @@ class _StoredReader:
     self._frames = self._stored.frames
     self.row_shape = self._frames.row_shape
     self.dtype = self._frames.dtype
+    self.written_rows = min(self._stored.add_count, self._stored.num_rows)
     self._crc = 0
 
   def __enter__(self) -> '_StoredReader':
@@ -235,6 +240,7 @@ class _GzipReader:
       raise
     self.row_shape = self._header.row_shape
     self.dtype = self._header.dtype
+    self.written_rows = min(self._bookkeeping[0], self._header.shape[0])
 
   def __enter__(self) -> '_GzipReader':
     return self

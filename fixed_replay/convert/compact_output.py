@@ -152,12 +152,12 @@ _PARTIAL_DICTIONARY = '.dict.partial'
 def prepare_run(store_dir: str, sources) -> None:
   """Trains and writes the run's dictionary, unless the store has one.
 
-  On the first frames of every checkpoint in `sources` (those a conversion
-  begins with: every checkpoint of a run of Dopamine's files or of a store;
-  the first round's of RL Unplugged episodes), so that it knows the screens
-  of every part of the run; a checkpoint whose frames cannot be read is left
-  out, for its own conversion to report. Kept for every later checkpoint of
-  the store, so a resumed conversion writes the same bytes.
+  On the first written frames of every checkpoint in `sources` (those a
+  conversion begins with: every checkpoint of a run of Dopamine's files or of
+  a store; the first round's of RL Unplugged episodes), so that it knows
+  the screens of every part of the run; a checkpoint whose frames cannot be
+  read is left out, for its own conversion to report. Kept for every later
+  checkpoint of the store, so a resumed conversion writes the same bytes.
   """
   path = frame_units.store_dictionary_path(store_dir)
   if os.path.exists(path) or not sources:
@@ -169,7 +169,7 @@ def prepare_run(store_dir: str, sources) -> None:
     try:
       with source.open() as reader:
         first = next(iter(reader.frame_slices(each * _SPREAD)), [])
-        frames += list(np.array(first[::_SPREAD]))
+        frames += list(np.array(first[: reader.written_rows : _SPREAD]))
     except CheckpointError as error:  # Its own conversion reports it.
       logging.warning(
         'Training without checkpoint %d: %s', source.suffix, error

@@ -105,6 +105,7 @@ class _EpisodeReader:
   """Reads one EpisodeSource; see checkpoint_source.py for the protocol."""
 
   row_shape = rlu_episodes.FRAME_SHAPE
+  written_rows = None  # Every row it yields is an episode's.
   dtype = 'uint8'
 
   def __init__(self, source: EpisodeSource, threads: int) -> None:
