@@ -273,12 +273,14 @@ def main(argv):
         checkpoint = ray.train.Checkpoint.from_directory(directory)
       ray.train.report({'updates': config['num_updates']}, checkpoint)
 
-  with fixed_replay_ray.cluster(_RAY_ADDRESS.value):
+  with fixed_replay_ray.cluster(_RAY_ADDRESS.value) as cluster:
     result = ray_torch.TorchTrainer(
       on_worker,
       train_loop_config=config,
+      # A GPU a worker where the cluster has GPUs (its workers', not this
+      # driver's: a cluster's head often has none).
       scaling_config=ray.train.ScalingConfig(
-        num_workers=_RAY_WORKERS.value, use_gpu=torch.cuda.is_available()
+        num_workers=_RAY_WORKERS.value, use_gpu=cluster.num_gpus > 0
       ),
       run_config=ray.train.RunConfig(storage_path=_RAY_STORAGE.value),
     ).fit()
