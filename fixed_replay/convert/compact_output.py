@@ -169,7 +169,12 @@ def prepare_run(store_dir: str, sources) -> None:
     try:
       with source.open() as reader:
         first = next(iter(reader.frame_slices(each * _SPREAD)), [])
-        frames += list(np.array(first[: reader.written_rows : _SPREAD]))
+        first = np.array(first[: reader.written_rows : _SPREAD])
+        # Padding (all zero: Dopamine's before each episode, RL Unplugged's
+        # after the last) teaches nothing, and left out, every route to a
+        # store (RL Unplugged straight or through Dopamine's files) trains
+        # on the same frames.
+        frames += list(first[first.any(axis=tuple(range(1, first.ndim)))])
     except CheckpointError as error:  # Its own conversion reports it.
       logging.warning(
         'Training without checkpoint %d: %s', source.suffix, error
