@@ -556,12 +556,13 @@ def zstd_alone(source, store, num_frames=ZSTD_ALONE_FRAMES):
   from fixed_replay.io import npy_stream
   from fixed_replay.store import frame_units
   from fixed_replay.store import manifest as manifest_lib
+  from fixed_replay.store import run_dictionary
 
   checkpoint = os.path.join(store, 'checkpoint_0')
   spec = manifest_lib.read_manifest(checkpoint)['observation']
   dictionary = b''
   if 'run_dictionary' in spec:  # Format 4: the run's, beside it.
-    with open(frame_units.run_dictionary_path(checkpoint), 'rb') as stream:
+    with open(run_dictionary.checkpoint_path(checkpoint), 'rb') as stream:
       dictionary = stream.read()
   elif spec['dictionary']:
     path = os.path.join(checkpoint, spec['dictionary'])

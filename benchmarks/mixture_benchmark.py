@@ -95,7 +95,7 @@ def _setup_one_dictionary():
   instead of one.
   """
   _setup()
-  from fixed_replay.store import frame_units
+  from fixed_replay.store import run_dictionary
   from fixed_replay.store import unit_decoding
 
   def sharing(make):
@@ -112,7 +112,7 @@ def _setup_one_dictionary():
   # A checkpoint's own (format 3), and a run's (4 and later: a subclass,
   # which patching the base class alone missed).
   unit_decoding.Dictionary = sharing(unit_decoding.Dictionary)
-  frame_units._RunDictionary = sharing(frame_units._RunDictionary)  # noqa: SLF001
+  run_dictionary._RunDictionary = sharing(run_dictionary._RunDictionary)  # noqa: SLF001
 
 
 def _count_spill():
@@ -182,8 +182,8 @@ def build_root(game, num_runs, num_checkpoints, origin=None):
   """ROOT/<game>/<run>/checkpoint_<s>/: hard links of one converted one
   (`origin`, else busy_<game> converted)."""
   from fixed_replay.convert import convert
-  from fixed_replay.store import frame_units
   from fixed_replay.store import manifest as manifest_lib
+  from fixed_replay.store import run_dictionary
 
   name = game
   if origin is None:
@@ -205,7 +205,7 @@ def build_root(game, num_runs, num_checkpoints, origin=None):
       origin, run_dir, range(num_checkpoints), game=folder_game
     )
     # Format 4: each run its own copy of the dictionary (distinct pages).
-    dictionary = frame_units.run_dictionary_path(origin)
+    dictionary = run_dictionary.checkpoint_path(origin)
     copy = os.path.join(run_dir, manifest_lib.RUN_DICTIONARY_FILE)
     if os.path.exists(dictionary) and not os.path.exists(copy):
       shutil.copy(dictionary, copy)

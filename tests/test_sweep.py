@@ -106,7 +106,13 @@ def wait_until_gone(mark, seconds, keep=lambda process: True):
   still alive after `seconds`."""
   deadline = time.monotonic() + seconds
   while True:
-    alive = [p for p in marked_processes(mark) if keep(p)]
+    alive = []
+    for process in marked_processes(mark):
+      try:
+        if keep(process):
+          alive.append(process)
+      except psutil.NoSuchProcess:  # Exited (or a zombie) since listed.
+        continue
     if not alive or time.monotonic() > deadline:
       return alive
     time.sleep(0.5)

@@ -2,7 +2,7 @@
 
 `CompactOutput` is the output convert.py uses by default (the other is
 dopamine_output.py): it streams a source's frames in slices into zstd units
-against the run's dictionary (prepare_run, frame_units.py), bounded
+against the run's dictionary (prepare_run, run_dictionary.py), bounded
 memory, the units compressed by a few threads; it writes the small arrays, the
 table of valid rows and a manifest with checksums, in the newest format version
 (older ones are read, not written), into a partial directory, then reads all of
@@ -35,6 +35,7 @@ from fixed_replay.sources.dopamine import validity
 from fixed_replay.store import compact_store
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
+from fixed_replay.store import run_dictionary
 
 
 def _stored_options(manifest):
@@ -159,11 +160,11 @@ def prepare_run(store_dir: str, sources) -> None:
   read is left out, for its own conversion to report. Kept for every later
   checkpoint of the store, so a resumed conversion writes the same bytes.
   """
-  path = frame_units.store_dictionary_path(store_dir)
+  path = run_dictionary.store_path(store_dir)
   if os.path.exists(path) or not sources:
     return
   began = time.perf_counter()
-  each = -(-frame_units.RUN_TRAINING_FRAMES // len(sources))
+  each = -(-run_dictionary.RUN_TRAINING_FRAMES // len(sources))
   frames = []
   for source in sources:
     try:
@@ -179,7 +180,7 @@ def prepare_run(store_dir: str, sources) -> None:
       logging.warning(
         'Training without checkpoint %d: %s', source.suffix, error
       )
-  dictionary = frame_units.train_dictionary(frames)
+  dictionary = run_dictionary.train(frames)
   partial = destination.write_bytes(
     store_dir, f'.{os.getpid()}{_PARTIAL_DICTIONARY}', dictionary
   )
@@ -202,7 +203,7 @@ def _write_frames(reader, directory: str, options, threads):
   slices = reader.frame_slices(
     slice_rows(reader.row_shape, reader.dtype, options)
   )
-  path = frame_units.run_dictionary_path(directory)  # prepare_run's.
+  path = run_dictionary.checkpoint_path(directory)  # prepare_run's.
   try:
     with open(path, 'rb') as stream:
       dictionary = stream.read()
@@ -390,7 +391,7 @@ class CompactOutput:
     prepare_run(store_dir, sources)
 
   def run_bytes(self, store_dir: str) -> int:
-    path = frame_units.store_dictionary_path(store_dir)
+    path = run_dictionary.store_path(store_dir)
     return os.path.getsize(path) if os.path.exists(path) else 0
 
   def write(self, source, partial, options, threads):  # ConverterOutput's.

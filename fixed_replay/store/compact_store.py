@@ -61,6 +61,7 @@ from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.store import frame_blocks
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
+from fixed_replay.store import run_dictionary
 
 # Frames decoded at a time when every frame is checked.
 _VERIFY_ROWS = 4096
@@ -144,26 +145,29 @@ class StoredCheckpoint:
     if elements is not None:
       wanted = set(elements) | set(_ALWAYS_OPENED)
       specs = {name: spec for name, spec in specs.items() if name in wanted}
-    if verify or manifest['version'] >= manifest_lib.MAPPED_VERSION:
-      skip = {spec['file'] for spec in manifest['arrays'].values()}
-      skip -= {spec['file'] for spec in specs.values()}
-      skip.add(manifest['observation']['file'])
-      if manifest['version'] != manifest_lib.BLOCKS_VERSION:
-        skip |= frame_units.index_files(manifest)  # Checked as they open.
-      manifest_lib.verify_files(self.directory, manifest, skip=skip)
-    self.suffix = manifest['suffix']
-    self.num_rows = manifest['num_rows']
-    self.add_count = manifest['add_count']
-    self.arrays = _StoredArrays(self.directory, specs, self.num_rows)
-    self.invalid_range = self._load(
-      manifest_lib.stored_name(
-        manifest_lib.INVALID_RANGE_FILE, manifest['version']
-      )
-    ).astype(np.int64)
-    self.episode_end_indices = None
-    if manifest['episode_end_indices']:
-      self.episode_end_indices = self._load(manifest['episode_end_indices'])
     self.frames = open_frames(self.directory, manifest)
+    try:
+      if verify or manifest['version'] >= manifest_lib.MAPPED_VERSION:
+        skip = {spec['file'] for spec in manifest['arrays'].values()}
+        skip -= {spec['file'] for spec in specs.values()}
+        skip.add(manifest['observation']['file'])
+        skip |= self.frames.checked_files
+        manifest_lib.verify_files(self.directory, manifest, skip=skip)
+      self.suffix = manifest['suffix']
+      self.num_rows = manifest['num_rows']
+      self.add_count = manifest['add_count']
+      self.arrays = _StoredArrays(self.directory, specs, self.num_rows)
+      self.invalid_range = self._load(
+        manifest_lib.stored_name(
+          manifest_lib.INVALID_RANGE_FILE, manifest['version']
+        )
+      ).astype(np.int64)
+      self.episode_end_indices = None
+      if manifest['episode_end_indices']:
+        self.episode_end_indices = self._load(manifest['episode_end_indices'])
+    except BaseException:
+      self.frames.close()
+      raise
 
   def _load(self, name):
     # Mapped (read-only) where plain: a 1M-row checkpoint's episode ends are
@@ -322,7 +326,7 @@ def verify_checkpoint(
   manifest_lib.verify_files(directory, manifest)
   spec = manifest['observation']
   if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
-    frame_units.run_dictionary(directory, spec['run_dictionary'])
+    run_dictionary.load(directory, spec['run_dictionary'])
   if not decode:
     return VerifiedCheckpoint(manifest, spec['frames_crc32'])
   frames = open_frames(directory, manifest)

@@ -15,6 +15,7 @@ import blosc2
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store.manifest import CRC_FILE
 from fixed_replay.store.manifest import OFFSETS_FILE
 from fixed_replay.store.manifest import crc32
@@ -46,6 +47,20 @@ class StoredFrameFile:
     self.dtype = np.dtype(spec['dtype'])
     self.num_blocks = spec['num_blocks']
     self._fd = None
+    self._files = manifest['files']
+    # The files it checked against the manifest as it opened (its index):
+    # StoredCheckpoint's verification skips them.
+    self.checked_files = set()
+
+  def _load_checked(self, name, read=None):
+    """The file `name`, checked against the manifest, then read (None: an
+    array, mapped where plain)."""
+    path = os.path.join(self.directory, name)
+    manifest_lib.check_file(
+      path, self._files.get(name), f'checkpoint {self.suffix}: '
+    )
+    self.checked_files.add(name)
+    return read(path) if read else manifest_lib.load_npy(path, mmap=True)
 
   def _check_index(self, offsets: np.ndarray, crcs: np.ndarray) -> None:
     """Raises unless the index has one offset and CRC per unit (+1 end)."""
@@ -83,8 +98,8 @@ class StoredFrames(StoredFrameFile):
 
   def __init__(self, directory: str, manifest: dict) -> None:
     super().__init__(directory, manifest)
-    self.offsets = np.load(os.path.join(directory, OFFSETS_FILE))
-    self.crcs = np.load(os.path.join(directory, CRC_FILE))
+    self.offsets = self._load_checked(OFFSETS_FILE)
+    self.crcs = self._load_checked(CRC_FILE)
     self._check_index(self.offsets, self.crcs)
     self._open()
 

@@ -6,9 +6,10 @@ frames threw most decoded bytes away. Here `observation.units` holds
 `block_rows` frames per unit (1 by default), each unit one zstd frame (no
 content size, checksum or dictionary id: those bytes repeat in every unit)
 compressed against a trained dictionary: the run's (`observation.dict`
-beside the checkpoints, version 4), or before, the checkpoint's own
-(`observation.dict.zst`). The dictionary is what keeps single frames small:
-Atari screens share their background, score digits and sprites.
+beside the checkpoints, version 4: run_dictionary.py), or before, the
+checkpoint's own (`observation.dict.zst`). The dictionary is what keeps
+single frames small: Atari screens share their background, score digits
+and sprites.
 `observation_crc32.npy` and the unit sizes (`observation_sizes.npy.zst`;
 offsets in `observation_offsets.npy` before format version 3) index and
 check the units, and every unit is checked against its CRC-32 before it is
@@ -20,39 +21,20 @@ GIL (unit_decoding.py), so sampling threads decode in parallel.
 """
 
 import os
-import weakref
 
 import numpy as np
 import zstandard
 
 from fixed_replay.errors import CheckpointError
-from fixed_replay.io import mapped
 from fixed_replay.io import spill
 from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
+from fixed_replay.store import run_dictionary
 from fixed_replay.store import unit_decoding
 
 LAYOUT = 'units'
 # The widths the decoder reads unit sizes in (version 5).
 _SIZE_DTYPES = tuple(map(np.dtype, ('u1', 'u2', 'u4')))
-# Format version 4 trains one dictionary a run, on the first frames of every
-# checkpoint a conversion begins with, and every checkpoint of the run
-# decodes against it: a mixture of 40 runs holds 40 dictionaries, not 2,000
-# (2 GB, beyond the CPU's caches and TLB: 0.64-0.72x one run's speed, and a
-# megabyte spilled a checkpoint). Its size: version 3 trained 1 MB a
-# checkpoint, on 4,000 frames of its first slice. On the 100k-row
-# checkpoints of random play of benchmarks/busy_store_benchmark.py, one frame
-# a unit (2026-12-02, every 20th frame compressed, all files counted against
-# Dopamine's gzip), Seaquest, MsPacman, Asterix: 512 KB 1.24x, 1.04x, 1.09x;
-# 1 MB 1.22x, 1.02x, 1.01x; 2 MB trained on 9,000 frames: units 3-6%
-# smaller, which pays once a run is paid for once. zstd returns a smaller
-# dictionary where the frames hold less to learn (300-500 KB on Breakout).
-RUN_DICTIONARY_BYTES = 2 << 20
-RUN_TRAINING_FRAMES = 12_000
-# zstd's k and d for the dictionary: what its own parameter search chose on
-# MsPacman and Seaquest. Fixed, training takes ~0.15 s a checkpoint instead
-# of ~8 s, for the same size.
-_TRAINING_K, _TRAINING_D = 1826, 8
 # Units are written without the 6 bytes they all begin with (format version
 # 3): zstd's magic number, the frame header descriptor and the window
 # descriptor. On busy Atari frames, about 160 bytes a unit, that is 4% of
@@ -109,103 +91,6 @@ def unit_parameters(level: int) -> zstandard.ZstdCompressionParameters:
   )
 
 
-def train_dictionary(frames):
-  """A zstd dictionary of RUN_DICTIONARY_BYTES trained on some of a run's
-  frames (at most RUN_TRAINING_FRAMES, spread over them).
-
-  Args:
-    frames: sequence of frames (an array (n, *row_shape), or a list).
-
-  Returns:
-    bytes, empty when the frames are too few (or too alike) to train on:
-    units are then compressed without a dictionary.
-  """
-  step = max(1, len(frames) // RUN_TRAINING_FRAMES)
-  samples = [np.ascontiguousarray(f).tobytes() for f in frames[::step]]
-  # zstd's trainer takes a segment from each stretch of the samples in turn:
-  # in checkpoint order, stretches of one checkpoint's alike frames gave
-  # Pong's drifting run a 240 KB dictionary and units 34-39% larger than
-  # each checkpoint's own; shuffled (seeded: the same bytes), a full one.
-  samples = [
-    samples[i] for i in np.random.default_rng(0).permutation(len(samples))
-  ]
-  if len(samples) < 8:
-    return b''
-  # zstd refuses (or shrinks) a dictionary much larger than its samples.
-  dictionary_bytes = min(RUN_DICTIONARY_BYTES, sum(map(len, samples)) // 16)
-  try:
-    trained = zstandard.train_dictionary(
-      dictionary_bytes, samples, k=_TRAINING_K, d=_TRAINING_D, threads=1
-    )
-  except zstandard.ZstdError:
-    return b''  # zstd refuses samples that are too few or too small.
-  return trained.as_bytes()
-
-
-# Run dictionaries mapped in this process, while a checkpoint uses them:
-# {(path, inode, bytes, mtime): Dictionary}.
-_RUN_DICTIONARIES = weakref.WeakValueDictionary()
-
-
-def store_dictionary_path(store_dir: str) -> str:
-  """Where a store's (a run's) dictionary is."""
-  return os.path.join(store_dir, manifest_lib.RUN_DICTIONARY_FILE)
-
-
-def run_dictionary_path(checkpoint_dir: str) -> str:
-  """Where the dictionary of a checkpoint's run is: beside the checkpoint."""
-  return store_dictionary_path(os.path.dirname(os.path.abspath(checkpoint_dir)))
-
-
-class _RunDictionary(unit_decoding.Dictionary):
-  """A run's dictionary as mapped, with its size and CRC-32 (`entry`)."""
-
-  def __init__(self, data: np.ndarray):
-    super().__init__(data)
-    self.entry = {'bytes': len(data), 'crc32': manifest_lib.crc32(data)}
-
-
-def run_dictionary(checkpoint_dir: str, expected: dict):
-  """The run's dictionary a checkpoint (version 4) decodes against.
-
-  Mapped read-only once a process, where it lies: page cache that every
-  process opening the run shares, checked (size and CRC-32) when first
-  mapped, and against what each checkpoint was compressed with.
-
-  Args:
-    checkpoint_dir: str, the checkpoint.
-    expected: dict, its manifest's `bytes` and `crc32` of the dictionary.
-
-  Returns:
-    unit_decoding.Dictionary, with `entry` (its bytes and CRC-32).
-
-  Raises:
-    CheckpointError: if the run's dictionary is missing, or is not the one
-      the checkpoint was compressed against (damaged, or another's);
-      naming the file and the checkpoint.
-  """
-  path = run_dictionary_path(checkpoint_dir)
-  try:
-    status = os.stat(path)
-  except FileNotFoundError as error:
-    raise CheckpointError(
-      path, f"missing: {checkpoint_dir} decodes against its run's dictionary"
-    ) from error
-  key = (path, status.st_ino, status.st_size, status.st_mtime_ns)
-  found = _RUN_DICTIONARIES.get(key)
-  if found is None:
-    found = _RUN_DICTIONARIES[key] = _RunDictionary(mapped.map_file(path))
-  if found.entry != expected:
-    raise CheckpointError(
-      path,
-      f'{found.entry["bytes"]} bytes with CRC-32 {found.entry["crc32"]:#010x}'
-      f', but {checkpoint_dir} was compressed against {expected["bytes"]} '
-      f'bytes with {expected["crc32"]:#010x}: damaged, or the dictionary '
-      'of another conversion',
-    )
-  return found
-
-
 class UnitCompressor:
   """Compresses units against one dictionary; one per thread."""
 
@@ -236,17 +121,6 @@ class UnitCompressor:
     return unit[2:]
 
 
-def index_files(manifest: dict) -> set[str]:
-  """The files StoredUnits checks against the manifest itself at open."""
-  version, spec = manifest['version'], manifest['observation']
-  names = {manifest_lib.CRC_FILE, spec.get('dictionary')} - {None, ''}
-  if version >= manifest_lib.MAPPED_VERSION:
-    return names | {manifest_lib.SIZES_FILE, manifest_lib.ANCHORS_FILE}
-  if version >= manifest_lib.PACKED_VERSION:
-    return names | {manifest_lib.stored_name(manifest_lib.SIZES_FILE, version)}
-  return names | {manifest_lib.OFFSETS_FILE}
-
-
 class StoredUnits(frame_blocks.StoredFrameFile):
   """The compressed frames of one stored checkpoint, decoded per unit.
 
@@ -267,7 +141,6 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     self.frame_bytes = int(np.prod(self.row_shape, dtype=np.int64)) * (
       self.dtype.itemsize
     )
-    self._files = manifest['files']
     # The index and dictionary are checked whole at open, so a damaged one
     # is found before anything is decoded with it.
     # The CRCs, and from version 5 the sizes and anchors, stay in their
@@ -293,7 +166,7 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     dictionary = unit_decoding.Dictionary(np.empty(0, np.uint8))
     self._dictionary_bytes = 0
     if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
-      dictionary = run_dictionary(directory, spec['run_dictionary'])
+      dictionary = run_dictionary.load(directory, spec['run_dictionary'])
     elif spec.get('dictionary'):
       data = self._load_checked(spec['dictionary'], manifest_lib.read_small)
       dictionary = unit_decoding.Dictionary(
@@ -354,15 +227,6 @@ class StoredUnits(frame_blocks.StoredFrameFile):
       )
       ends[members] = self.offsets[anchor] + span[units[members] % every]
     return ends - sizes[units], ends
-
-  def _load_checked(self, name, read=None):
-    """The file `name`, checked against the manifest, then read (None: an
-    array, mapped where plain)."""
-    path = os.path.join(self.directory, name)
-    manifest_lib.check_file(
-      path, self._files.get(name), f'checkpoint {self.suffix}: '
-    )
-    return read(path) if read else manifest_lib.load_npy(path, mmap=True)
 
   @property
   def nbytes(self) -> int:
