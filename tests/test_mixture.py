@@ -469,6 +469,29 @@ def test_the_multi_game_example_trains_one_network_on_three_games(roots):
   assert all(0 <= float(line.split(':')[1]) < 10 for line in lines), lines
 
 
+def _assert_one_model_from_each_ranks_stream(store, places):
+  """The example's 'rank r of 2: first rows [...], parameter checksum c'
+  lines: one checksum (one model), and each rank's first rows its own
+  stream's (ranks.rank_seed of the seed, 0)."""
+  from fixed_replay import ranks
+
+  assert [p.split(':')[0] for p in places] == ['rank 0 of 2', 'rank 1 of 2']
+  checksums = {p.split('parameter checksum ')[1] for p in places}
+  assert len(checksums) == 1, places  # One model: DDP kept them equal.
+  for rank, place in enumerate(places):
+    mixture = ReplayMixture(
+      str(store),
+      action_space='full',
+      batch_size=8,
+      update_horizon=1,
+      gamma=0.99,
+      seed=ranks.rank_seed(0, rank, 2),
+    )
+    rows = next(mixture.batches(1))['indices'][:4].tolist()
+    assert f'first rows {rows},' in place, (rank, place)
+    mixture.close()
+
+
 def test_the_multi_game_example_trains_one_network_under_torchrun(roots):
   """examples/multi_game_dqn.py under torchrun: 2 CPU processes (gloo, on
   127.0.0.1), each drawing its rank's stream into one DDP network."""
@@ -476,8 +499,6 @@ def test_the_multi_game_example_trains_one_network_under_torchrun(roots):
   import socket
   import subprocess
   import sys
-
-  from fixed_replay import ranks
 
   with socket.socket() as probe:  # A free port for the rendezvous.
     probe.bind(('127.0.0.1', 0))
@@ -505,21 +526,7 @@ def test_the_multi_game_example_trains_one_network_under_torchrun(roots):
   assert completed.returncode == 0, completed.stderr[-3000:]
   lines = completed.stdout.splitlines()
   places = sorted(line for line in lines if line.startswith('rank '))
-  assert [p.split(':')[0] for p in places] == ['rank 0 of 2', 'rank 1 of 2']
-  checksums = {p.split('parameter checksum ')[1] for p in places}
-  assert len(checksums) == 1, places  # One model: DDP kept them equal.
-  for rank, place in enumerate(places):
-    mixture = ReplayMixture(
-      str(roots['store']),
-      action_space='full',
-      batch_size=8,
-      update_horizon=1,
-      gamma=0.99,
-      seed=ranks.rank_seed(0, rank, 2),
-    )
-    rows = next(mixture.batches(1))['indices'][:4].tolist()
-    assert f'first rows {rows},' in place, (rank, place)
-    mixture.close()
+  _assert_one_model_from_each_ranks_stream(roots['store'], places)
   assert [line.split(':')[0] for line in lines if line.startswith('loss')] == [
     'loss Breakout',
     'loss MsPacman',
@@ -536,8 +543,6 @@ def test_the_multi_game_example_trains_one_network_on_ray_train(
   pytest.importorskip('ray.train')
   import subprocess
   import sys
-
-  from fixed_replay import ranks
 
   completed = subprocess.run(
     [
@@ -557,20 +562,7 @@ def test_the_multi_game_example_trains_one_network_on_ray_train(
   assert completed.returncode == 0, completed.stderr[-3000:]
   lines = completed.stdout.splitlines()
   places = [line for line in lines if line.startswith('rank ')]
-  assert [p.split(':')[0] for p in places] == ['rank 0 of 2', 'rank 1 of 2']
-  assert len({p.split('parameter checksum ')[1] for p in places}) == 1
-  for rank, place in enumerate(places):
-    mixture = ReplayMixture(
-      str(roots['store']),
-      action_space='full',
-      batch_size=8,
-      update_horizon=1,
-      gamma=0.99,
-      seed=ranks.rank_seed(0, rank, 2),
-    )
-    rows = next(mixture.batches(1))['indices'][:4].tolist()
-    assert f'first rows {rows},' in place, (rank, place)
-    mixture.close()
+  _assert_one_model_from_each_ranks_stream(roots['store'], places)
 
 
 def test_inspect_lists_a_roots_games_and_what_is_missing(roots, tmp_path):
