@@ -50,6 +50,7 @@ from torch.nn import functional
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
+from fixed_replay import ranks
 from fixed_replay.torch import MixtureDataset
 
 _DATA = flags.DEFINE_string('data', None, 'Root of <game>/<run> directories.')
@@ -127,18 +128,16 @@ def train(config: dict) -> list[str]:
   worker (whose process group Ray has initialised). Returns the lines to
   print: each game's last mean loss, and under several processes each
   rank's first rows and parameter checksum."""
-  # torchrun starts one process a GPU and tells each its place; Ray Train
-  # has initialised the process group (and chosen the GPU) already.
-  if int(os.environ.get('WORLD_SIZE', '1')) > 1:
-    if not distributed.is_initialized():
-      if torch.cuda.is_available():  # NCCL's collectives use this GPU.
-        torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', '0')))
-      distributed.init_process_group(
-        'nccl' if torch.cuda.is_available() else 'gloo'
-      )
-  world_size, rank = 1, 0
-  if distributed.is_initialized():
-    world_size, rank = distributed.get_world_size(), distributed.get_rank()
+  # torchrun starts one process a GPU and tells each its place (RANK and
+  # WORLD_SIZE); Ray Train has initialised the process group (and chosen
+  # the GPU) already. ranks.current() reads either.
+  rank, world_size = ranks.current()
+  if world_size > 1 and not distributed.is_initialized():
+    if torch.cuda.is_available():  # NCCL's collectives use this GPU.
+      torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', '0')))
+    distributed.init_process_group(
+      'nccl' if torch.cuda.is_available() else 'gloo'
+    )
   device = torch.device('cpu')
   if torch.cuda.is_available():
     device = torch.device('cuda', torch.cuda.current_device())

@@ -158,14 +158,25 @@ class ReplayMixture:
     self._staged = None  # {name: array}: batches drawn ahead, end to end
     self._next = 0  # The first staged row not yet in a batch.
     self._samplers = []
+    # Each run's subsample (subsample='random_episodes') is a stream of one
+    # seed: the mixture's own, or the one that DataLoader workers and ranks
+    # of one mixture share (subsample_seed), so all keep the same episodes.
+    subsample_seed = buffer_arguments.pop('subsample_seed', None)
+    subsample_seed = seed if subsample_seed is None else subsample_seed
     with progress.bar(len(self.runs), 'Opening runs', 'run') as bar:
       for i, run in enumerate(self.runs):
         run_seed = None if seed is None else batches.stream_seed(seed, i + 1)
+        arguments = dict(
+          buffer_arguments,
+          subsample_seed=None
+          if subsample_seed is None
+          else batches.stream_seed(subsample_seed, i + 1),
+        )
         if segment_length is None:
           sampler = batches.open_buffer(
             run.data_dir,
             dict(
-              buffer_arguments,
+              arguments,
               batch_size=batch_size,
               seed=run_seed,
               sampling_threads=0,
@@ -173,11 +184,7 @@ class ReplayMixture:
           )
         else:
           sampler = _Segments(
-            run.data_dir,
-            segment_length,
-            batch_size,
-            run_seed,
-            **buffer_arguments,
+            run.data_dir, segment_length, batch_size, run_seed, **arguments
           )
         self._samplers.append(sampler)
         bar.update()

@@ -108,12 +108,13 @@ def seeded(
 ) -> dict:
   """A sampler's `arguments`, their seed made this rank's (current()).
 
-  The episodes a subsample keeps stay the seed's (`subsample_seed`): the
-  ranks train on one subsample, each drawing its own stream from it.
+  The episodes a subsample keeps stay the seed's (`subsample_seed`, unless
+  given): the ranks, and their DataLoader workers, train on one subsample,
+  each drawing its own stream from it.
   """
   rank, world_size = current(rank, world_size)
   seed = arguments.get('seed')
-  if seed is None or world_size == 1:
+  if seed is None:
     return dict(arguments)
   return {
     'subsample_seed': seed,

@@ -367,16 +367,12 @@ class ReplayDataset(data.IterableDataset):
     thread in each only adds a hand-off per batch.
     """
     seed = None if torch_seed is None else int(torch_seed) % 2**63
-    # Ranks seeded alike by torch.manual_seed give their workers alike seeds.
-    seed = ranks.rank_seed(seed, self.rank, self.world_size)
     if self.seed is not None:
       seed = batches.stream_seed(self.seed, worker_id)
-    return {
-      'sampling_threads': 0,
-      'subsample_seed': self.seed,  # One subsample for every worker.
-      **self.buffer_arguments,
-      'seed': seed,
-    }
+    else:  # Ranks seeded alike by torch.manual_seed: their workers differ.
+      seed = ranks.rank_seed(seed, self.rank, self.world_size)
+    # The subsample stays the dataset seed's (ranks.seeded): every worker's.
+    return {'sampling_threads': 0, **self.buffer_arguments, 'seed': seed}
 
   def __iter__(self) -> Iterator[Minibatch]:
     info = data.get_worker_info()

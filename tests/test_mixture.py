@@ -179,6 +179,39 @@ def test_each_rank_draws_its_own_exact_stream(roots, oracle):
     MixtureDataset(root, rank=2, world_size=2, **arguments)
 
 
+def test_ranks_and_workers_keep_each_runs_one_subsample(roots):
+  """subsample='random_episodes': every rank of a mixture, and every
+  DataLoader worker, draws from the episodes each run keeps alone."""
+  torch = pytest.importorskip('torch')
+  from fixed_replay.torch import MixtureDataset
+
+  root = str(roots['store'])
+  arguments = {
+    'batch_size': 64,
+    'action_space': 'full',
+    'seed': 3,
+    'subsample': 'random_episodes',
+    'subsample_fraction': 0.5,
+  }
+  alone = ReplayMixture(root, **arguments)
+  for place in ({}, {'rank': 1, 'world_size': 2}):
+    dataset = MixtureDataset(root, num_batches=4, **place, **arguments)
+    loader = torch.utils.data.DataLoader(
+      dataset, batch_size=None, num_workers=2
+    )
+    for batch in loader:
+      for run in np.unique(batch['run'].numpy()):
+        drawn = batch['run'].numpy() == run
+        # Raises for a row the run's subsample alone does not keep.
+        alone._samplers[run].sample_transition_batch(  # noqa: SLF001
+          int(drawn.sum()),
+          indices=batch['indices'].numpy()[drawn],
+          suffixes=batch['suffix'].numpy()[drawn],
+        )
+    dataset.close()
+  alone.close()
+
+
 @pytest.mark.parametrize('kind', ['files', 'store'])
 def test_every_segment_step_is_dopamines(roots, oracle, kind):
   mixture = ReplayMixture(

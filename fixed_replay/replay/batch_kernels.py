@@ -474,11 +474,11 @@ def select_set_bits(
     block = np.searchsorted(starts, k, side='right') - 1
     k -= starts[block]
     at = block * block_bytes
-    bits = unit_decoding.load_uint8(masks[w] + at)
+    bits = _U1(masks[w] + at)
     while k >= POPCOUNT[bits]:
       k -= POPCOUNT[bits]
       at += 1
-      bits = unit_decoding.load_uint8(masks[w] + at)
+      bits = _U1(masks[w] + at)
     for bit in range(8):
       if bits >> bit & 1:
         if k == 0:

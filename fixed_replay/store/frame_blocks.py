@@ -16,9 +16,6 @@ import numpy as np
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.store import manifest as manifest_lib
-from fixed_replay.store.manifest import CRC_FILE
-from fixed_replay.store.manifest import OFFSETS_FILE
-from fixed_replay.store.manifest import crc32
 
 # Decoding runs in background threads next to training: let blosc2 drop the
 # GIL while it (de)compresses. Process-wide, and harmless to other users.
@@ -98,8 +95,8 @@ class StoredFrames(StoredFrameFile):
 
   def __init__(self, directory: str, manifest: dict) -> None:
     super().__init__(directory, manifest)
-    self.offsets = self._load_checked(OFFSETS_FILE)
-    self.crcs = self._load_checked(CRC_FILE)
+    self.offsets = self._load_checked(manifest_lib.OFFSETS_FILE)
+    self.crcs = self._load_checked(manifest_lib.CRC_FILE)
     self._check_index(self.offsets, self.crcs)
     self._open()
 
@@ -127,10 +124,10 @@ class StoredFrames(StoredFrameFile):
     data = os.pread(self._fd, stop - start, start)
     if len(data) != stop - start:
       raise self._damaged(block, f'file ends at byte {start + len(data)}')
-    expected = int(self.crcs[block])
-    if crc32(data) != expected:
+    actual, expected = manifest_lib.crc32(data), int(self.crcs[block])
+    if actual != expected:
       raise self._damaged(
-        block, f'CRC-32 {crc32(data):#010x}, expected {expected:#010x}'
+        block, f'CRC-32 {actual:#010x}, expected {expected:#010x}'
       )
     rows = min(self.block_rows, self.num_rows - block * self.block_rows)
     try:

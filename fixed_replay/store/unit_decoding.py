@@ -152,7 +152,7 @@ def loader(value_type):
   return load
 
 
-_load_int64, _load_uint32, _load_uint16, load_uint8 = map(
+_load_int64, _load_uint32, _load_uint16, _load_uint8 = map(
   loader, (types.int64, types.uint32, types.uint16, types.uint8)
 )
 
@@ -166,7 +166,7 @@ def _unit_size(table, source, unit):
     return _load_int64(at + 8) - _load_int64(at)
   width = table[source, SIZE_BYTES]
   if width == 1:
-    return load_uint8(sizes + unit)
+    return _load_uint8(sizes + unit)
   if width == 2:
     return _load_uint16(sizes + 2 * unit)
   return _load_uint32(sizes + 4 * unit)
