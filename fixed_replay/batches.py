@@ -65,14 +65,14 @@ def sample(buffer, num_batches: int | None = None) -> Iterator[dict]:
   )
 
 
-def stream_seed(seed: int, stream: int) -> int:
+def stream_seed(seed: int, *stream: int) -> int:
   """The buffer seed of parallel stream `stream` of a run seeded `seed`.
 
   Spawned from one SeedSequence, so streams are statistically independent
   (no two repeat each other) and stream k is the same whatever the number
-  of streams.
+  of streams. A stream is one number or several (a worker and its pass).
   """
-  sequence = np.random.SeedSequence(seed, spawn_key=(int(stream),))
+  sequence = np.random.SeedSequence(seed, spawn_key=tuple(map(int, stream)))
   return int(sequence.generate_state(1, np.uint64)[0])
 
 

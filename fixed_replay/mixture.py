@@ -33,6 +33,7 @@ import numpy as np
 from fixed_replay import batches
 from fixed_replay import progress
 from fixed_replay import segments
+from fixed_replay import stream_state
 from fixed_replay.errors import CheckpointError
 from fixed_replay.replay import transitions
 from fixed_replay.sources import ale_games
@@ -157,6 +158,9 @@ class ReplayMixture:
     self._staging = segments.ReusedBatches(depth=2)
     self._staged = None  # {name: array}: batches drawn ahead, end to end
     self._next = 0  # The first staged row not yet in a batch.
+    # The stream's place before the staged batches were drawn, and their
+    # batch size: with _next, where the stream is (state_dict).
+    self._staged_from = None
     self._samplers = []
     # Each run's subsample (subsample='random_episodes') is a stream of one
     # seed: the mixture's own, or the one that DataLoader workers and ranks
@@ -304,6 +308,7 @@ class ReplayMixture:
     reused only once no batch of them is held (segments.ReusedBatches).
     """
     self._staged = None
+    self._staged_from = self._place(), b
     elements = self.get_transition_elements(1)
     row_bytes = sum(
       np.dtype(e.type).itemsize * np.prod(e.shape) for e in elements
@@ -346,6 +351,51 @@ class ReplayMixture:
   def batches(self, num_batches: int | None = None):
     """Yields `num_batches` (None: endless) batches."""
     return batches.repeated(self.sample, num_batches)
+
+  def _place(self) -> dict:
+    return {
+      'rng': stream_state.place(self._rng),
+      'runs': [sampler.state_dict() for sampler in self._samplers],
+    }
+
+  def state_dict(self) -> dict:
+    """The stream's place after the last batch (plain numbers).
+
+    `load_state_dict` on a mixture built with the same arguments makes it
+    give, from then on, the batches this one gives next.
+    """
+    staged = None
+    if self._staged is None:
+      place = self._place()
+    else:
+      place, batch_size = self._staged_from
+      staged = {'batch_size': batch_size, 'next': self._next}
+    return {
+      **place,
+      'staged': staged,
+      'since_reload': self._batches_since_reload,
+    }
+
+  def load_state_dict(self, state: dict) -> None:
+    """Continues the stream from the place `state_dict()` gave.
+
+    Raises:
+      ValueError: if `state` is another mixture's.
+    """
+    if len(state['runs']) != len(self._samplers):
+      raise ValueError(
+        f'a stream state of a mixture of {len(state["runs"])} runs, for one '
+        f'of {len(self._samplers)}: build it with the arguments of the run '
+        'that saved it'
+      )
+    for sampler, run_state in zip(self._samplers, state['runs'], strict=True):
+      sampler.load_state_dict(run_state)
+    stream_state.move(self._rng, state['rng'])
+    self._staged = None
+    self._batches_since_reload = int(state['since_reload'])
+    if state['staged'] is not None:
+      self._stage(int(state['staged']['batch_size']))
+      self._next = int(state['staged']['next'])
 
   def reload_buffer(self) -> None:
     """Swaps in every run's next set of checkpoints (when it loads sets)."""

@@ -22,18 +22,26 @@ import numpy as np
 
 
 def current(
-  rank: int | None = None, world_size: int | None = None
+  rank: int | None = None,
+  world_size: int | None = None,
+  otherwise: tuple[int, int] | None = None,
 ) -> tuple[int, int]:
-  """(rank, world_size) of this process.
+  """(rank, world_size) of this process among those training one model.
+
+  That is the data-parallel place: under tensor or pipeline parallelism,
+  pass the rank and size of this process's data-parallel group (e.g.
+  `torch.distributed.get_rank(group)`), not the global ones found here.
 
   As given; else torch.distributed's, or JAX's (`jax.process_index()`),
   when initialised; else torchrun's environment (RANK, WORLD_SIZE: a
-  dataset built before `init_process_group`); else (0, 1), with a warning
-  under SLURM or MPI, whose launchers set neither.
+  dataset built before `init_process_group`); else `otherwise`; else
+  (0, 1), with a warning under SLURM or MPI, whose launchers set neither.
 
   Args:
     rank: int or None, given with world_size.
     world_size: int or None, the processes training one model.
+    otherwise: (rank, world_size) or None, the place when nothing says one
+      (a DataLoader worker's: its parent's).
 
   Returns:
     (rank, world_size), ints.
@@ -48,7 +56,7 @@ def current(
       'take them from torch.distributed or JAX'
     )
   if rank is None:
-    rank, world_size = _detected()
+    rank, world_size = _detected() or otherwise or _alone()
   try:  # Integers of any kind (numpy's too); not 1.5.
     rank, world_size = operator.index(rank), operator.index(world_size)
   except TypeError:
@@ -60,7 +68,7 @@ def current(
   return rank, world_size
 
 
-def _detected() -> tuple[int, int]:
+def _detected() -> tuple[int, int] | None:
   # Looked up, not imported: only a process that uses them initialised them.
   torch = sys.modules.get('torch')
   if torch is not None and torch.distributed.is_available():
@@ -80,6 +88,10 @@ def _detected() -> tuple[int, int]:
       return jax.process_index(), jax.process_count()
   if 'RANK' in os.environ and 'WORLD_SIZE' in os.environ:
     return int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+  return None
+
+
+def _alone() -> tuple[int, int]:
   for launcher in ('SLURM_NTASKS', 'OMPI_COMM_WORLD_SIZE', 'PMI_SIZE'):
     if int(os.environ.get(launcher, '1')) > 1:
       logging.warning(
@@ -111,13 +123,25 @@ def seeded(
   The episodes a subsample keeps stay the seed's (`subsample_seed`, unless
   given): the ranks, and their DataLoader workers, train on one subsample,
   each drawing its own stream from it.
+
+  Raises:
+    ValueError: with no seed on one of several ranks: each would draw its
+      own, and keep other episodes of a subsample.
   """
   rank, world_size = current(rank, world_size)
   seed = arguments.get('seed')
+  if seed is None and world_size > 1:
+    raise ValueError(
+      f'seed=None on rank {rank} of {world_size}: every rank would draw a '
+      'seed of its own (streams that may repeat each other, and other '
+      'episodes of a subsample). Pass the same seed on every rank, e.g. '
+      "seed=0, or one agreed over the process group (rank 0's, broadcast)"
+    )
   if seed is None:
     return dict(arguments)
+  subsample_seed = arguments.get('subsample_seed')
   return {
-    'subsample_seed': seed,
     **arguments,
+    'subsample_seed': seed if subsample_seed is None else subsample_seed,
     'seed': rank_seed(seed, rank, world_size),
   }

@@ -38,6 +38,7 @@ import numpy as np
 
 from fixed_replay import batches
 from fixed_replay import progress
+from fixed_replay import stream_state
 from fixed_replay.io import spill
 from fixed_replay.replay import batch_kernels
 from fixed_replay.replay import transitions
@@ -405,6 +406,18 @@ class SegmentSampler:
   def reload_buffer(self) -> None:
     """Swaps in the buffer's next set of checkpoints (when it loads sets)."""
     self.buffer.reload_buffer()
+
+  def state_dict(self) -> dict:
+    """The stream's place (plain numbers; see ReplayCore.state_dict)."""
+    return {
+      'rng': stream_state.place(self._rng),
+      'buffer': self.buffer.state_dict(),
+    }
+
+  def load_state_dict(self, state: dict) -> None:
+    """Continues the stream from the place `state_dict()` gave."""
+    self.buffer.load_state_dict(state['buffer'])
+    stream_state.move(self._rng, state['rng'])
 
   def close(self) -> None:
     """Closes the buffer."""

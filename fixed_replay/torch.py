@@ -27,15 +27,18 @@ This module imports torch; the rest of the library never imports it.
 
 from collections.abc import Iterator
 import contextlib
+import dataclasses
 import itertools
 import math
 import mmap
 import multiprocessing.util
 import os
+import tempfile
 import threading
 from typing import Any
 import weakref
 
+from absl import logging
 import numpy as np
 import torch
 from torch.utils import data
@@ -268,6 +271,143 @@ def _ring_for(buffer, channels_first):
   return _worker_ring
 
 
+def _remove_made_here(pid, path):
+  # A forked worker inherits the finalizer: only the maker removes the file.
+  if os.getpid() == pid:
+    with contextlib.suppress(FileNotFoundError):
+      os.unlink(path)
+
+
+class _PassCounts:
+  """How many passes each DataLoader worker of a dataset has begun.
+
+  A worker that is not persistent is a new process every pass, holding the
+  dataset as it was built; it learns its pass number here, so that each pass
+  draws a new stream of the seed (and a rerun the same ones). One 8-byte
+  count a worker, in a file named by its path (the dataset pickles
+  anywhere); the process that made it removes it.
+  """
+
+  _WORKERS = 1024
+
+  def __init__(self):
+    directory = _SHARED_DIR if os.path.isdir(_SHARED_DIR) else None
+    descriptor, self.path = tempfile.mkstemp(
+      prefix='fixed_replay_passes_', dir=directory
+    )
+    try:
+      os.ftruncate(descriptor, 8 * self._WORKERS)
+    finally:
+      os.close(descriptor)
+    weakref.finalize(self, _remove_made_here, os.getpid(), self.path)
+
+  def begin(self, worker: int) -> int:
+    """The number of the pass `worker` begins now (counted)."""
+    number = self._at(worker)
+    self.resume(worker, number + 1)
+    return number
+
+  def resume(self, worker: int, passes: int) -> None:
+    """Sets the passes `worker` has begun (a resumed run's)."""
+    with contextlib.suppress(FileNotFoundError):  # Another host's dataset.
+      descriptor = os.open(self.path, os.O_WRONLY)
+      try:
+        os.pwrite(descriptor, int(passes).to_bytes(8, 'little'), 8 * worker)
+      finally:
+        os.close(descriptor)
+
+  def _at(self, worker):
+    try:
+      descriptor = os.open(self.path, os.O_RDONLY)
+    except FileNotFoundError:
+      return 0
+    try:
+      return int.from_bytes(os.pread(descriptor, 8, 8 * worker), 'little')
+    finally:
+      os.close(descriptor)
+
+
+@dataclasses.dataclass
+class _Source:
+  """What samples one process's stream of a dataset, and how far it is."""
+
+  sampler: Any
+  worker: int | None  # None: the training process's own.
+  pass_number: int = 0
+  drawn: int = 0  # Batches drawn, every pass.
+  pid: int = dataclasses.field(default_factory=os.getpid)
+
+
+class _Stream:
+  """One pass over a dataset: its batches, and the stream's place.
+
+  torchdata's StatefulDataLoader saves an iterator's `state_dict()` (each
+  worker's, with every batch) and hands it back to `load_state_dict` on
+  resume: the pass then goes on from the batch after the saved one, exactly.
+  """
+
+  def __init__(self, dataset, source, num_workers, send):
+    self._dataset = dataset
+    self._source = source
+    self._num_workers = num_workers
+    worker = source.worker or 0
+    self._share = batches.stream_share(dataset.num_batches, worker, num_workers)
+    self._send = send
+    self._yielded = 0
+
+  def __iter__(self):
+    return self
+
+  def __next__(self) -> Minibatch:
+    if self._share is not None and self._yielded >= self._share:
+      raise StopIteration
+    try:
+      return self._next()
+    except Exception as error:
+      if self._source.worker is None:
+        raise
+      # DataLoader re-raises this in the training process, where the user
+      # needs to know which data failed and why, not only the traceback.
+      raise RuntimeError(
+        f'DataLoader worker {self._source.worker} of {self._num_workers} '
+        f'reading {self._dataset.data_dir} failed: {type(error).__name__}: '
+        f'{error}'
+      ) from error
+
+  def _next(self):
+    source, every = self._source, self._dataset.reload_every
+    # Every `reload_every` batches of the loader: its workers take turns,
+    # so worker w's j-th batch is about the loader's j * workers + w-th.
+    if every and source.drawn:
+      at = source.drawn * self._num_workers + (source.worker or 0)
+      if at // every > (at - self._num_workers) // every:
+        source.sampler.reload_buffer()
+    named = self._dataset._sample(source.sampler)  # noqa: SLF001
+    source.drawn += 1
+    self._yielded += 1
+    return self._send(named, self._dataset.channels_first)
+
+  def state_dict(self) -> dict:
+    """The place after the last batch (plain numbers)."""
+    source = self._source
+    return {
+      'pass': source.pass_number,
+      'yielded': self._yielded,
+      'drawn': source.drawn,
+      'sampler': source.sampler.state_dict(),
+    }
+
+  def load_state_dict(self, state: dict) -> None:
+    """Goes on from the place `state_dict()` gave."""
+    source = self._source
+    source.sampler.load_state_dict(state['sampler'])
+    source.pass_number = int(state['pass'])
+    source.drawn = int(state['drawn'])
+    self._yielded = int(state['yielded'])
+    if source.worker is not None:
+      self._dataset._passes.resume(source.worker, source.pass_number + 1)  # noqa: SLF001
+
+
 class ReplayDataset(data.IterableDataset):
   """Minibatches of a replay directory, as dicts of tensors.
 
@@ -284,6 +424,13 @@ class ReplayDataset(data.IterableDataset):
   `reward`, `next_state`, `next_action`, `next_reward`, `terminal`,
   `indices`, any extra storage element, then `suffix`: the checkpoint of
   each transition), with the buffer's dtypes.
+
+  Every pass over a loader draws new batches: with no workers or persistent
+  ones, each stream goes on where the last pass left it; a worker that is
+  not persistent draws pass p's own stream of the seed. A rerun with the
+  same seed repeats every pass. Under torchdata's StatefulDataLoader the
+  loader's `state_dict()` holds each stream's place, and a run resumed from
+  it draws exactly what the uninterrupted run draws.
   """
 
   def __init__(
@@ -307,23 +454,29 @@ class ReplayDataset(data.IterableDataset):
       num_batches: int or None, minibatches per pass over the loader, shared
         among its workers (None: endless).
       reload_every: int or None, call the buffer's `reload_buffer()` after
-        this many minibatches of each stream (FixedReplayBuffer then swaps
-        in another set of checkpoints, as Dopamine's runner does once an
-        iteration); None never reloads.
+        every this many minibatches of the loader, whatever its workers
+        (FixedReplayBuffer then swaps in another set of checkpoints, as
+        Dopamine's runner does once an iteration); None never reloads.
+      rank, world_size: ints or None, this process's data-parallel place
+        among those training one model (under tensor or pipeline
+        parallelism, its data-parallel group's rank and size). None: found
+        when each pass starts (ranks.current: torch.distributed's or JAX's
+        once initialised, else torchrun's RANK and WORLD_SIZE), so a
+        dataset built before `init_process_group` still takes its rank.
+        Each rank, and each of its workers, draws its own stream of the
+        seed (ranks.rank_seed); batch_size is the rank's share of the
+        global batch.
       **buffer_arguments: the buffer's arguments (batch_size, stack_size,
         observation_shape, update_horizon, gamma, seed, replay_capacity,
-        subsample, ...). With `seed=None` the workers take torch's seeds
-        (set by torch.manual_seed).
-      rank, world_size: ints or None, this process's place among those
-        training one model (None: torch.distributed's once initialised,
-        else torchrun's RANK and WORLD_SIZE, else 0 of 1). Each rank, and
-        each of its workers, draws its own stream of the seed
-        (ranks.rank_seed); batch_size is the rank's share of the global
-        batch.
+        subsample, ...). With `seed=None` the seed is drawn once, here, from
+        torch's generator (`torch.manual_seed(s)` before building the
+        dataset repeats the run, with or without workers); several ranks
+        must pass one.
 
     Raises:
       CheckpointError, ValueError, TypeError, MemoryError: the buffer's own
         error for a directory it cannot read or arguments it refuses.
+      ValueError: for seed=None on one of several ranks.
     """
     super().__init__()
     if num_batches is not None and num_batches < 0:
@@ -334,90 +487,121 @@ class ReplayDataset(data.IterableDataset):
     self.channels_first = bool(channels_first)
     self.num_batches = num_batches
     self.reload_every = reload_every
+    self._given_place = None if rank is None else (rank, world_size)
     self.rank, self.world_size = ranks.current(rank, world_size)
+    self._seed_given = buffer_arguments.get('seed') is not None
+    if not self._seed_given:
+      ranks.seeded(buffer_arguments, self.rank, self.world_size)  # Refuses.
+      seed = int(torch.randint(2**62, ()).item())
+      buffer_arguments = {**buffer_arguments, 'seed': seed}
+    self._arguments = buffer_arguments
+    self._seed_for_place()
+    self._passes = _PassCounts()
+    self._closed = False
+    self._source = _Source(self._open(self.buffer_arguments), None)
+
+  def _seed_for_place(self):
     self.buffer_arguments = ranks.seeded(
-      buffer_arguments, self.rank, self.world_size
+      self._arguments, self.rank, self.world_size
     )
-    self.seed = self.buffer_arguments.get('seed')
-    self._buffer = self._open(self.buffer_arguments)
+    self.seed = self.buffer_arguments['seed']
 
   def _open(self, arguments):
     """What samples the batches, built with `arguments`."""
     return batches.open_buffer(self.data_dir, arguments)
 
-  def _batches(self, buffer, num_batches):
-    """Yields `num_batches` (None: endless) named batches of `buffer`."""
-    return batches.sample(buffer, num_batches)
+  def _sample(self, buffer):
+    """One named batch of `buffer`."""
+    return batches.named(buffer, buffer.sample_transition_batch())
+
+  def _take_place(self) -> bool:
+    """Takes the place found now; whether it moved since the last."""
+    given = self._given_place or (None, None)
+    place = ranks.current(*given, otherwise=(self.rank, self.world_size))
+    if place == (self.rank, self.world_size):
+      return False
+    logging.warning(
+      'The dataset of %s was built as rank %d of %d and samples as rank %d '
+      'of %d, the place found now (pass rank and world_size to choose it)',
+      self.data_dir,
+      self.rank,
+      self.world_size,
+      *place,
+    )
+    self.rank, self.world_size = place
+    if not self._seed_given and self.world_size > 1:
+      ranks.seeded({}, *place)  # Refuses: each rank drew its own seed.
+    self._seed_for_place()
+    return True
 
   @property
   def buffer(self) -> Any:
-    """The buffer built in this process (serves num_workers=0)."""
-    if self._buffer is None:
+    """The buffer of this process's stream (serves num_workers=0)."""
+    return self._own_source().sampler
+
+  def _own_source(self, moved=False):
+    """The training process's stream (its buffer reopened where the place
+    moved, or where it was released)."""
+    if self._closed:
       raise RuntimeError(f'ReplayDataset of {self.data_dir} is closed')
-    return self._buffer
+    source = self._source
+    if source is None or source.pid != os.getpid() or moved:
+      if source is not None and source.pid == os.getpid():
+        source.sampler.close()
+      source = self._source = _Source(self._open(self.buffer_arguments), None)
+    return source
 
   def worker_arguments(
-    self, worker_id: int, torch_seed: int | None = None
+    self, worker_id: int, pass_number: int = 0
   ) -> dict[str, Any]:
-    """The buffer arguments of DataLoader worker `worker_id`.
+    """The buffer arguments of DataLoader worker `worker_id`'s pass.
 
-    Its seed is the dataset seed's stream `worker_id`, or, when the dataset
-    has no seed, the worker's torch seed (`get_worker_info().seed`). Unless
-    given, it has no sampling thread: the workers are the parallelism, and a
-    thread in each only adds a hand-off per batch.
+    Its seed is the rank's seed's stream `worker_id` (and `pass_number`,
+    after the first pass). It has no sampling thread: the workers are the
+    parallelism, and a thread in each only adds a hand-off per batch. The
+    subsample stays the dataset seed's (ranks.seeded): every worker's.
     """
-    seed = None if torch_seed is None else int(torch_seed) % 2**63
-    if self.seed is not None:
-      seed = batches.stream_seed(self.seed, worker_id)
-    else:  # Ranks seeded alike by torch.manual_seed: their workers differ.
-      seed = ranks.rank_seed(seed, self.rank, self.world_size)
-    # The subsample stays the dataset seed's (ranks.seeded): every worker's.
+    stream = (worker_id, pass_number) if pass_number else (worker_id,)
+    seed = batches.stream_seed(self.seed, *stream)
     return {'sampling_threads': 0, **self.buffer_arguments, 'seed': seed}
 
   def __iter__(self) -> Iterator[Minibatch]:
+    moved = self._take_place()
     info = data.get_worker_info()
     if info is None:
-      return self._stream(self.buffer, self.num_batches, to_tensors)
-    return self._worker_stream(info)
-
-  def _stream(self, buffer, num_batches, send):
-    count = 0
-    for named in self._batches(buffer, num_batches):
-      yield send(named, self.channels_first)
-      count += 1
-      if self.reload_every and count % self.reload_every == 0:
-        buffer.reload_buffer()
-
-  def _worker_stream(self, info):
-    share = batches.stream_share(self.num_batches, info.id, info.num_workers)
-    buffer = None
-    try:
-      buffer = self._open(self.worker_arguments(info.id, info.seed))
-      send = to_tensors
-      if os.path.isdir(_SHARED_DIR):
-        send = _ring_for(buffer, self.channels_first).send
-      yield from self._stream(buffer, share, send)
-    except Exception as error:
-      # DataLoader re-raises this in the training process, where the user
-      # needs to know which data failed and why, not only the traceback.
-      raise RuntimeError(
-        f'DataLoader worker {info.id} of {info.num_workers} reading '
-        f'{self.data_dir} failed: {type(error).__name__}: {error}'
-      ) from error
-    finally:
-      if buffer is not None:
-        buffer.close()
+      source = self._own_source(moved)
+      source.pass_number += bool(source.drawn)
+      return _Stream(self, source, 1, to_tensors)
+    source = self._source
+    pass_number = self._passes.begin(info.id)
+    if source is None or source.pid != os.getpid() or moved:
+      # A new worker (every pass, unless persistent): its own buffer.
+      if source is not None and source.pid == os.getpid():
+        source.sampler.close()
+      sampler = self._open(self.worker_arguments(info.id, pass_number))
+      source = self._source = _Source(sampler, info.id, pass_number)
+    source.pass_number = pass_number
+    send = to_tensors
+    if os.path.isdir(_SHARED_DIR):
+      send = _ring_for(source.sampler, self.channels_first).send
+    return _Stream(self, source, info.num_workers, send)
 
   def close(self) -> None:
     """Releases the buffer built in this process (and its threads)."""
-    if self._buffer is not None:
-      self._buffer.close()
-      self._buffer = None
+    self._closed = True
+    source, self._source = self._source, None
+    if source is not None and source.pid == os.getpid():
+      source.sampler.close()
 
   def __getstate__(self):
-    # A spawned worker builds its own buffer; this one does not travel.
+    # A spawned worker builds its own buffer; this one does not travel. The
+    # place travels as found now, when the loader starts its workers.
     state = self.__dict__.copy()
-    state['_buffer'] = None
+    state['_source'], state['_closed'] = None, False
+    if self._given_place is None:
+      state['rank'], state['world_size'] = ranks.current(
+        otherwise=(self.rank, self.world_size)
+      )
     return state
 
 
@@ -442,8 +626,8 @@ class SegmentDataset(ReplayDataset):
   def _open(self, arguments):
     return segments.SegmentSampler(self.data_dir, **arguments)
 
-  def _batches(self, sampler, num_batches):
-    return sampler.batches(num_batches)
+  def _sample(self, sampler):
+    return sampler.sample()
 
 
 class MixtureDataset(ReplayDataset):
@@ -472,8 +656,8 @@ class MixtureDataset(ReplayDataset):
   def _open(self, arguments):
     return mixture.ReplayMixture(self.data, **arguments)
 
-  def _batches(self, sampler, num_batches):
-    return sampler.batches(num_batches)
+  def _sample(self, sampler):
+    return sampler.sample()
 
 
 # default_collate looks an item's type up in this map first (the hook

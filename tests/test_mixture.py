@@ -15,6 +15,7 @@ from dopamine.discrete_domains import atari_lib
 import dopamine_data
 import numpy as np
 import pytest
+import resumed_loader
 from scipy import stats
 from test_segments import assert_segments_are_dopamines
 
@@ -279,6 +280,61 @@ def test_seeded_mixtures_repeat_their_batches(roots):
       np.testing.assert_array_equal(a[name], b[name], err_msg=name)
   first.close()
   second.close()
+
+
+@pytest.mark.parametrize(
+  'kind, arguments',
+  [
+    ('files', {'num_buffers_to_load': 1, 'reload_every': 3}),
+    ('store', {'segment_length': 4}),
+  ],
+)
+def test_a_restarted_mixture_gives_what_the_uninterrupted_one_gives(
+  roots, kind, arguments
+):
+  """Killed after batch 5 (mid-stage, between reloads), resumed from its
+  state through JSON: batches 6.. are the uninterrupted mixture's."""
+  arguments = dict(arguments, batch_size=8, seed=6)
+  with ReplayMixture(str(roots[kind]), **arguments) as uninterrupted:
+    expected = [dict(b) for b in uninterrupted.batches(11)]
+  with ReplayMixture(str(roots[kind]), **arguments) as first:
+    for _ in first.batches(5):
+      pass
+    saved = json.loads(json.dumps(first.state_dict()))
+  with ReplayMixture(str(roots[kind]), **arguments) as restarted:
+    restarted.load_state_dict(saved)
+    resumed = list(restarted.batches(6))
+    with pytest.raises(ValueError, match='a mixture of 4 runs, for one of 2'):
+      ReplayMixture(
+        str(roots[kind]), games='Pong', **arguments
+      ).load_state_dict(saved)
+  for got, want in zip(resumed, expected[5:], strict=True):
+    for name in want:
+      np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+  assert len({tuple(b['indices'].ravel()) for b in expected}) == 11
+
+
+@pytest.mark.parametrize(
+  'kind, data, arguments',
+  [
+    ('mixture', 'files', {'num_buffers_to_load': 1, 'reload_every': 3}),
+    ('segments', 'store', {'segment_length': 4}),
+  ],
+)
+def test_a_stateful_loader_resumes_mixtures_and_segments_exactly(
+  roots, kind, data, arguments, tmp_path
+):
+  """Over 2 DataLoader workers, resumed in a fresh process."""
+  data = roots[data] if kind == 'mixture' else roots[data] / 'Pong' / '1'
+  resumed_loader.assert_resumes_exactly(
+    {
+      'kind': kind,
+      'data': str(data),
+      'arguments': dict(arguments, batch_size=8, seed=4),
+      'num_workers': 2,
+    },
+    tmp_path,
+  )
 
 
 def test_held_batches_are_never_overwritten(roots):

@@ -10,6 +10,7 @@ import time
 import numpy as np
 import pytest
 from replay_oracle import assert_equals_oracle
+import resumed_loader
 
 torch = pytest.importorskip('torch')
 
@@ -105,10 +106,7 @@ def test_workers_draw_distinct_seeded_streams(cartpole_dir):
   )
   loader = DataLoader(dataset, batch_size=None, num_workers=2)
   first = [_numpy(b) for b in loader]
-  second = [_numpy(b) for b in loader]  # A new pass: new worker processes.
   assert len(first) == 6
-  for a, b in zip(first, second, strict=True):
-    _assert_same(a, b)
   expected = _expected_worker_stream(cartpole_dir, dataset, 2, 3)
   for item, want in zip(first, expected, strict=True):
     _assert_same(item, want)
@@ -122,18 +120,85 @@ def test_workers_draw_distinct_seeded_streams(cartpole_dir):
   dataset.close()
 
 
-def test_unseeded_workers_follow_torch_manual_seed(cartpole_dir):
-  dataset = ReplayDataset(
-    cartpole_dir, num_batches=2, batch_size=32, **CARTPOLE
+def _passes(data_dir, num_workers, persistent, passes=2, **arguments):
+  """Each pass's `indices`, over one loader, as a training loop makes them."""
+  dataset = ReplayDataset(data_dir, **arguments)
+  loader = DataLoader(
+    dataset,
+    batch_size=None,
+    num_workers=num_workers,
+    persistent_workers=persistent,
   )
+  try:
+    return [[b['indices'].numpy() for b in loader] for _ in range(passes)]
+  finally:
+    del loader
+    dataset.close()
+
+
+@pytest.mark.parametrize(
+  'num_workers, persistent', [(0, False), (2, False), (2, True)]
+)
+def test_every_pass_draws_new_batches_and_a_rerun_repeats_them(
+  cartpole_dir, num_workers, persistent
+):
+  arguments = dict(num_batches=4, batch_size=32, seed=7, **CARTPOLE)
+  run = _passes(cartpole_dir, num_workers, persistent, 3, **arguments)
+  assert [len(p) for p in run] == [4, 4, 4]
+  batches_drawn = [tuple(b) for p in run for b in p]
+  assert len(set(batches_drawn)) == 12  # No pass repeats another's batches.
+  again = _passes(cartpole_dir, num_workers, persistent, 3, **arguments)
+  for left, right in zip(run, again, strict=True):
+    np.testing.assert_array_equal(np.stack(left), np.stack(right))
+
+
+@pytest.mark.parametrize(
+  'layout, num_workers, arguments',
+  [
+    ('store', 0, {}),
+    ('store', 2, {}),
+    (
+      'dopamine',
+      2,
+      {'num_buffers_to_load': 2, 'reload_every': 3, 'replay_capacity': 1000},
+    ),
+  ],
+)
+def test_a_stateful_loader_resumes_exactly_in_a_fresh_process(
+  layout, num_workers, arguments, dopamine_dir, store, tmp_path
+):
+  data = store if layout == 'store' else dopamine_dir[0]
+  resumed_loader.assert_resumes_exactly(
+    {
+      'kind': 'replay',
+      'data': str(data),
+      'arguments': dict(arguments, batch_size=8, seed=9),
+      'num_workers': num_workers,
+    },
+    tmp_path,
+  )
+
+
+def test_unseeded_datasets_follow_torch_manual_seed(cartpole_dir):
   runs = []
-  for seed in (3, 3, 4):
+  for seed, workers in ((3, 0), (3, 0), (4, 0), (3, 2), (3, 2)):
     torch.manual_seed(seed)
-    loader = DataLoader(dataset, batch_size=None, num_workers=2)
-    runs.append(np.concatenate([b['indices'].numpy() for b in loader]))
+    runs.append(
+      np.concatenate(
+        _passes(
+          cartpole_dir,
+          workers,
+          False,
+          1,
+          num_batches=2,
+          batch_size=32,
+          **CARTPOLE,
+        )[0]
+      )
+    )
   np.testing.assert_array_equal(runs[0], runs[1])
   assert not np.array_equal(runs[0], runs[2])
-  dataset.close()
+  np.testing.assert_array_equal(runs[3], runs[4])
 
 
 def test_a_failing_worker_raises_in_the_main_process_naming_the_data(
@@ -188,12 +253,9 @@ def test_construction_errors_come_from_the_buffer_in_the_main_process(
 
 
 def test_pin_memory(cartpole_dir):
-  dataset = ReplayDataset(
-    cartpole_dir, num_batches=4, batch_size=16, seed=1, **CARTPOLE
-  )
-  plain = [
-    _numpy(b) for b in DataLoader(dataset, batch_size=None, num_workers=1)
-  ]
+  arguments = dict(num_batches=4, batch_size=16, seed=1, **CARTPOLE)
+  plain = _passes(cartpole_dir, 1, False, 1, **arguments)[0]
+  dataset = ReplayDataset(cartpole_dir, **arguments)  # The same stream.
   if torch.cuda.is_available():
     loader = DataLoader(
       dataset, batch_size=None, num_workers=1, pin_memory=True
@@ -208,7 +270,7 @@ def test_pin_memory(cartpole_dir):
       )
       pinned = list(loader)
   for a, b in zip(plain, pinned, strict=True):
-    _assert_same(a, _numpy(b))
+    np.testing.assert_array_equal(a, b['indices'].numpy())
   dataset.close()
 
 

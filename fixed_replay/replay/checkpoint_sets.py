@@ -146,6 +146,7 @@ class SetRotation(core.ReplayCore):
     self._source = frame_sources.ShardFrames([])
     self._executor = None  # Loads the next set in the background.
     self._pending = None  # Future of the next set (or of a rolling refresh).
+    self._pending_suffixes = None  # The checkpoints it loads.
     self._prefetch = False
     self._open_set = None  # suffixes -> a new source, for sets opened whole.
     self.rolling = False  # Whether the last refresh replaces one at a time.
@@ -192,9 +193,11 @@ class SetRotation(core.ReplayCore):
         )
       return self._source
 
-  def _start_refresh(self):
-    """Starts loading a new random set in the background."""
-    suffixes = self._sets.draw(self._num_buffers_to_load)
+  def _start_refresh(self, suffixes=None):
+    """Starts loading `suffixes` (None: a new random set) in the background."""
+    if suffixes is None:
+      suffixes = self._sets.draw(self._num_buffers_to_load)
+    self._pending_suffixes = suffixes
     current = self._source
     set_bytes = self._loader.set_bytes
     new_bytes = set_bytes([s for s in suffixes if s not in current.by_suffix])
@@ -296,6 +299,47 @@ class SetRotation(core.ReplayCore):
       with self._swapped_in:
         self._swapping = False
         self._swapped_in.notify_all()
+
+  def state_dict(self) -> dict:
+    """ReplayCore's stream place, and the checkpoints held and loading."""
+    state = super().state_dict()
+    if self.rotates:
+      state['loaded'] = [int(s) for s in self._source.table.suffixes]
+      if self._pending is not None:
+        state['next'] = [int(s) for s in self._pending_suffixes]
+    return state
+
+  def load_state_dict(self, state: dict) -> None:
+    """ReplayCore's, after loading the checkpoints `state` held.
+
+    The set loading in the background is then the one that was loading
+    (so the next reload swaps in what it would have).
+
+    Raises:
+      ValueError: if `state` names checkpoints this buffer may not load.
+    """
+    if self.rotates and 'loaded' in state:
+      wanted = [int(s) for s in state['loaded']]
+      unknown = sorted(
+        set(wanted).union(state.get('next', ())).difference(self._sets.suffixes)
+      )
+      if unknown or len(wanted) != self._num_buffers_to_load:
+        raise ValueError(
+          f'a stream state holding checkpoints {wanted}, for a buffer of '
+          f'{self.data_dir} holding {self._num_buffers_to_load} of '
+          f'{self._sets.suffixes}: build it with the arguments of the run '
+          'that saved it'
+        )
+      self._cancel_pending()
+      if wanted != list(self._source.table.suffixes):
+        with self._batches_paused():
+          if self._open_set is not None:
+            self._replace_source(self._open_set(wanted))
+          else:
+            self._reload_now(wanted)
+      if 'next' in state:
+        self._start_refresh([int(s) for s in state['next']])
+    super().load_state_dict(state)
 
   def reload_data(self) -> None:
     """Dopamine JAX name for reloading: a new set unless one suffix is fixed."""

@@ -29,6 +29,7 @@ import numpy as np
 
 from fixed_replay import arguments as arguments_lib
 from fixed_replay import prefetch
+from fixed_replay import stream_state
 from fixed_replay.replay import frame_sources
 from fixed_replay.replay import transitions
 from fixed_replay.sources.dopamine import subsample as subsample_lib
@@ -107,7 +108,9 @@ def _sample_into(source, draw, rng, elements, allocate):
 
 
 def _sample_current(buffer_ref, draw, rng, elements):
-  """A sampling thread's work: one minibatch of the buffer's current source.
+  """A sampling thread's work: one minibatch of the buffer's current source,
+  and the thread's generator state after drawing it (the stream's place once
+  the batch is handed out).
 
   The buffer is held weakly, so an abandoned buffer can be collected; its
   threads then stop on the error raised here.
@@ -118,7 +121,8 @@ def _sample_current(buffer_ref, draw, rng, elements):
   source = buffer._current()  # noqa: SLF001  (the buffer's own thread)
   allocate = buffer.allocate_batch
   del buffer
-  return _sample_into(source, draw, rng, elements, allocate)
+  batch = _sample_into(source, draw, rng, elements, allocate)
+  return batch, rng.bit_generator.state
 
 
 class ReplayCore:
@@ -140,7 +144,10 @@ class ReplayCore:
     self._rng = rng
     self._source = None
     self._batches = None  # BatchPrefetcher of default-size batches.
-    self._batch_threads = None  # (seed sequence, threads, depth) to start.
+    self._batch_threads = None  # (generators, depth) of the threads to start.
+    # The sampling thread's generator state after the last batch handed out:
+    # batches it drew ahead are not yet part of the stream.
+    self._handed_out = None
     self.sampling_threads = 0
     # Where sampled batches are written: callable(elements) -> {name: array}
     # of each element's shape and dtype (C order), called from the sampling
@@ -164,31 +171,84 @@ class ReplayCore:
     They start with the first sample; each draws from its own generator
     (spawned from `seed_sequence`) over the source current at each draw.
     """
-    self._batch_threads = (seed_sequence, num_threads, depth)
+    rngs = [
+      np.random.default_rng(seq)
+      for seq in seed_sequence.spawn(1)[0].spawn(num_threads)
+    ]
+    self._batch_threads = (rngs, depth)
+    self._handed_out = rngs[0].bit_generator.state
     self.sampling_threads = num_threads
 
   def _start_batch_threads(self):
-    seed_sequence, num_threads, depth = self._batch_threads
+    rngs, depth = self._batch_threads
     elements = self.get_transition_elements()
     fns = [
       functools.partial(
-        _sample_current,
-        weakref.ref(self),
-        self._draw,
-        np.random.default_rng(seq),
-        elements,
+        _sample_current, weakref.ref(self), self._draw, rng, elements
       )
-      for seq in seed_sequence.spawn(1)[0].spawn(num_threads)
+      for rng in rngs
     ]
     self._batches = prefetch.BatchPrefetcher(
       fns, depth=depth, name=f'{type(self).__name__}_sampling'
     )
 
+  @contextlib.contextmanager
   def _batches_paused(self):
-    """Holds the sampling threads off while the source changes."""
+    """Holds the sampling threads off while the source changes.
+
+    Batches drawn ahead are dropped, and one sampling thread draws again
+    from where the last batch handed out left it: which rows follow a change
+    depends on the batches taken, not on how far the thread had run ahead.
+    """
     if self._batches is None:
-      return contextlib.nullcontext()
-    return self._batches.paused()
+      yield
+      return
+    with self._batches.paused():
+      yield
+      rngs, _ = self._batch_threads
+      if len(rngs) == 1:
+        rngs[0].bit_generator.state = self._handed_out
+
+  def state_dict(self) -> dict:
+    """The stream's place after the last batch handed out (plain numbers).
+
+    `load_state_dict` on a buffer built with the same arguments makes it
+    draw, from then on, what this one draws next (stream_state.py).
+
+    Raises:
+      ValueError: with several sampling threads, whose batches come out in
+        no fixed order.
+    """
+    state = {'rng': stream_state.place(self._rng)}
+    if self._batch_threads is not None:
+      if len(self._batch_threads[0]) > 1:
+        raise ValueError(
+          f'{self.sampling_threads} sampling threads hand out batches in no '
+          'fixed order, so the stream has no place to save: build the '
+          'buffer with sampling_threads=1 (or 0)'
+        )
+      state['sampler'] = stream_state.place(self._handed_out)
+    return state
+
+  def load_state_dict(self, state: dict) -> None:
+    """Continues the stream from the place `state_dict()` gave.
+
+    Raises:
+      ValueError: if `state` is not a state of a buffer built like this one.
+    """
+    threaded = self._batch_threads is not None
+    if ('sampler' in state) != threaded:
+      raise ValueError(
+        f'a stream state {"with" if "sampler" in state else "without"} a '
+        f'sampling thread, for a buffer of {self.data_dir} '
+        f'{"with" if threaded else "without"} one: build it with the '
+        "arguments of the run that saved it"
+      )
+    with self._batches_paused():
+      stream_state.move(self._rng, state['rng'])
+      if threaded:
+        self._handed_out = stream_state.generator_state(state['sampler'])
+        self._batch_threads[0][0].bit_generator.state = self._handed_out
 
   def close(self) -> None:
     """Stops the batch threads and closes the source."""
@@ -294,7 +354,7 @@ class ReplayCore:
       if self._batch_threads is not None and batch_size == self.batch_size:
         if self._batches is None:
           self._start_batch_threads()
-        batch = self._batches.get()
+        batch, self._handed_out = self._batches.get()
       else:
         # One source for the whole call: a background swap cannot pull the
         # checkpoints away between drawing rows and reading them.
