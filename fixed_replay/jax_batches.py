@@ -106,11 +106,31 @@ class ReplayBatches:
     self.buffer = batches.open_buffer(
       self.data_dir, ranks.seeded(buffer_arguments, rank, world_size)
     )
+    self._place = None  # The stream's after the last batch handed out.
 
   def __iter__(self) -> Iterator[dict[str, jax.Array]]:
-    return prefetch_to_device(
-      batches.sample(self.buffer, self.num_batches), self.depth, self.device
-    )
+    # Batches go to the device `depth` ahead: the stream's place is the one
+    # after the batch handed out, not after the last one drawn.
+    places = collections.deque()
+
+    def drawn():
+      for named in batches.sample(self.buffer, self.num_batches):
+        places.append(self.buffer.state_dict())
+        yield named
+
+    for batch in prefetch_to_device(drawn(), self.depth, self.device):
+      self._place = places.popleft()
+      yield batch
+
+  def state_dict(self) -> dict[str, Any]:
+    """The stream's place after the last batch handed out, as plain numbers
+    (lists of ints an Orbax checkpoint holds); see ReplayCore.state_dict."""
+    return self._place or self.buffer.state_dict()
+
+  def load_state_dict(self, state: dict[str, Any]) -> None:
+    """Goes on from the place `state_dict()` gave (before iterating)."""
+    self.buffer.load_state_dict(state)
+    self._place = None
 
   def close(self) -> None:
     """Stops the buffer's threads."""

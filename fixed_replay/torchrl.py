@@ -29,6 +29,8 @@ transition came from (file row and checkpoint), and TorchRL adds `index`,
 the pair of them.
 """
 
+import json
+import pathlib
 from typing import Any
 
 import numpy as np
@@ -87,6 +89,9 @@ def _mixture_keys(tensors, size):
   }
 
 
+_STREAM_FILE = 'stream.json'
+
+
 class _NoState:
   """Nothing to save or load: the data is on disk, the draw is the buffer's."""
 
@@ -97,11 +102,14 @@ class _NoState:
     del state_dict
 
 
-class ReplayStorage(_NoState, Storage):
+class ReplayStorage(Storage):
   """Read-only storage of a buffer's valid transitions.
 
   An index is a (B, 2) int64 tensor of (checkpoint suffix, file row) pairs,
-  as `ReplaySampler` draws them.
+  as `ReplaySampler` draws them. Its state is the buffer's stream (what the
+  sampler draws is the buffer's draw), so `state_dict()` and `dumps` keep
+  where the stream is, and a run resumed from them draws what the
+  uninterrupted run draws.
   """
 
   def __init__(self, buffer, channels_first: bool = False):
@@ -130,6 +138,21 @@ class ReplayStorage(_NoState, Storage):
 
   def set(self, cursor: Any, data: Any, *, set_cursor: bool = True) -> None:
     raise _read_only(self.buffer.data_dir)
+
+  def state_dict(self) -> dict[str, Any]:
+    return {'stream': self.buffer.state_dict()}
+
+  def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    self.buffer.load_state_dict(state_dict['stream'])
+
+  def dumps(self, path: str) -> None:
+    pathlib.Path(path).mkdir(parents=True, exist_ok=True)
+    with open(pathlib.Path(path) / _STREAM_FILE, 'w') as f:
+      json.dump(self.state_dict(), f)
+
+  def loads(self, path: str) -> None:
+    with open(pathlib.Path(path) / _STREAM_FILE) as f:
+      self.load_state_dict(json.load(f))
 
   def __len__(self) -> int:
     return self.buffer.num_valid_transitions
@@ -299,6 +322,13 @@ class FixedSegmentDataset:
   def sample(self) -> TensorDict:
     return segments_tensordict(self.sampler.sample(), self.channels_first)
 
+  def state_dict(self) -> dict[str, Any]:
+    """The stream's place (SegmentSampler.state_dict), to resume it."""
+    return self.sampler.state_dict()
+
+  def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    self.sampler.load_state_dict(state_dict)
+
   def __iter__(self):
     while True:
       yield self.sample()
@@ -340,6 +370,13 @@ class FixedMixtureDataset:
     if 'mask' in named:
       return segments_tensordict(named, self.channels_first)
     return transitions_tensordict(named, self.channels_first)
+
+  def state_dict(self) -> dict[str, Any]:
+    """The stream's place (ReplayMixture.state_dict), to resume it."""
+    return self.mixture.state_dict()
+
+  def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    self.mixture.load_state_dict(state_dict)
 
   def __iter__(self):
     while True:

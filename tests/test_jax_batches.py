@@ -1,5 +1,7 @@
 """ReplayBatches / prefetch_to_device: the buffer's batches, on the device."""
 
+import contextlib
+
 import jax
 import numpy as np
 import pytest
@@ -60,3 +62,28 @@ def test_bad_input_fails_at_construction(tmp_path, store):
     ReplayBatches(str(tmp_path))
   with pytest.raises(CheckpointError, match='observation'):
     ReplayBatches(str(store), observation_shape=(4, 1))
+
+
+def test_the_state_is_plain_numbers_after_the_batch_handed_out(store):
+  """Batches wait on the device `depth` ahead; the state is the stream's
+  after the last batch handed out, in plain ints, and a new ReplayBatches
+  loaded with it gives the uninterrupted stream's next batches."""
+  arguments = dict(batch_size=8, seed=1)
+  with contextlib.closing(ReplayBatches(str(store), **arguments)) as whole:
+    expected = [
+      np.asarray(b['indices']) for _, b in zip(range(7), whole, strict=False)
+    ]
+  with contextlib.closing(
+    ReplayBatches(str(store), depth=3, **arguments)
+  ) as first:
+    for _, _batch in zip(range(4), first, strict=False):
+      pass
+    state = first.state_dict()
+  words = jax.tree_util.tree_leaves(state)
+  assert words and all(type(w) is int and 0 <= w < 2**32 for w in words)
+  with contextlib.closing(ReplayBatches(str(store), **arguments)) as resumed:
+    resumed.load_state_dict(state)
+    got = [
+      np.asarray(b['indices']) for _, b in zip(range(3), resumed, strict=False)
+    ]
+  np.testing.assert_array_equal(np.stack(got), np.stack(expected[4:]))

@@ -6,6 +6,8 @@ a user's launcher puts it. The launchers themselves run in test_mixture
 (torchrun).
 """
 
+import socket
+
 import numpy as np
 import pytest
 
@@ -111,3 +113,79 @@ def test_ranks_and_their_workers_keep_one_subsample(store):
       )
     dataset.close()
   alone.close()
+
+
+@pytest.mark.parametrize('subsample_seed', ['unset', None])
+def test_without_a_seed_the_workers_keep_one_subsample(store, subsample_seed):
+  """seed=None (and subsample_seed=None, as a config may pass it): the seed
+  is drawn once, where the dataset is built, and every worker keeps its
+  episodes; several ranks without a seed are refused."""
+  torch = pytest.importorskip('torch')
+  from fixed_replay.torch import ReplayDataset
+
+  arguments = {
+    'batch_size': 64,
+    'subsample': 'random_episodes',
+    'subsample_fraction': 0.3,
+  }
+  if subsample_seed is None:
+    arguments['subsample_seed'] = None
+  dataset = ReplayDataset(str(store), num_batches=6, **arguments)
+  kept = batches.open_buffer(
+    str(store), dict(dataset.buffer_arguments, sampling_threads=0)
+  )
+  loader = torch.utils.data.DataLoader(dataset, batch_size=None, num_workers=2)
+  suffixes = set()
+  for batch in loader:
+    # Raises for a row the drawn seed's subsample does not keep.
+    kept.sample_transition_batch(
+      64, indices=batch['indices'].numpy(), suffixes=batch['suffix'].numpy()
+    )
+    suffixes.update(batch['suffix'].tolist())
+  assert len(suffixes) > 1
+  kept.close()
+  dataset.close()
+  with pytest.raises(ValueError, match='Pass the same seed on every rank'):
+    ReplayDataset(str(store), rank=1, world_size=2, **arguments)
+
+
+def _built_before_the_group(rank, store, port, out):
+  """A spawned rank: its dataset is built before init_process_group."""
+  import torch
+
+  from fixed_replay.torch import ReplayDataset
+
+  dataset = ReplayDataset(store, batch_size=8, seed=5, sampling_threads=0)
+  torch.distributed.init_process_group(
+    'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2
+  )
+  try:
+    np.save(f'{out}/{rank}.npy', next(iter(dataset))['indices'].numpy())
+  finally:
+    torch.distributed.destroy_process_group()
+    dataset.close()
+
+
+def test_a_dataset_built_before_the_process_group_takes_its_rank(
+  store, tmp_path
+):
+  """torch.multiprocessing.spawn sets no RANK: each rank's dataset, built
+  before init_process_group, samples as its rank once a pass starts."""
+  torch = pytest.importorskip('torch')
+  with socket.socket() as s:
+    s.bind(('127.0.0.1', 0))
+    port = s.getsockname()[1]
+  torch.multiprocessing.spawn(
+    _built_before_the_group,
+    args=(str(store), port, str(tmp_path)),
+    nprocs=2,
+    join=True,
+  )
+  for rank in (0, 1):
+    np.testing.assert_array_equal(
+      np.load(tmp_path / f'{rank}.npy'),
+      _first_indices('torch', store, rank=rank, world_size=2),
+    )
+  assert not np.array_equal(
+    np.load(tmp_path / '0.npy'), np.load(tmp_path / '1.npy')
+  )

@@ -1,5 +1,7 @@
 """FixedReplayDataset: a real TorchRL TensorDictReplayBuffer of exact data."""
 
+import json
+
 import numpy as np
 import pytest
 from replay_oracle import assert_equals_oracle
@@ -136,3 +138,42 @@ def test_the_dataset_is_read_only_and_errors_name_the_data(store, tmp_path):
   with pytest.raises(CheckpointError) as raised:
     FixedReplayDataset(str(tmp_path))
   assert str(tmp_path) in str(raised.value)
+
+
+def test_dumps_and_loads_resume_the_stream(dopamine_dir, tmp_path):
+  """ReplayBuffer.dumps after 3 samples; a new dataset loads it and samples
+  what the uninterrupted one samples next (rotating sets, with a reload)."""
+  arguments = dict(
+    batch_size=8, seed=2, num_buffers_to_load=2, replay_capacity=1000
+  )
+  data_dir = str(dopamine_dir[0])
+
+  def run(dataset, steps):
+    drawn = []
+    for step in range(steps):
+      if step == 4:
+        dataset.buffer.reload_buffer()
+      drawn.append(dataset.sample()['indices'].numpy())
+    return drawn
+
+  uninterrupted = FixedReplayDataset(data_dir, **arguments)
+  expected = run(uninterrupted, 7)
+  first = FixedReplayDataset(data_dir, **arguments)
+  run(first, 3)
+  first.dumps(tmp_path / 'replay')
+  assert (
+    first.state_dict()['_storage']['stream']
+    == (
+      json.loads((tmp_path / 'replay' / 'storage' / 'stream.json').read_text())[
+        'stream'
+      ]
+    )
+  )
+  resumed = FixedReplayDataset(data_dir, **arguments)
+  resumed.loads(tmp_path / 'replay')
+  got = [resumed.sample()['indices'].numpy()]
+  resumed.buffer.reload_buffer()
+  got += [resumed.sample()['indices'].numpy() for _ in range(3)]
+  np.testing.assert_array_equal(np.stack(got), np.stack(expected[3:]))
+  for dataset in (uninterrupted, first, resumed):
+    dataset.close()
