@@ -252,8 +252,9 @@ def test_interrupted_run_resumes_iteration_and_weights(replay_run, tmp_path):
     logged = pickle.load(f)
   # The logger's history came back with the checkpoint.
   assert set(logged) == {'iteration_0', 'iteration_1'}
-  # The resumed process trained first on the data loaded at construction.
-  assert logged['iteration_1']['reload_seconds'] == [0.0]
+  # The resumed process swapped in the next set first, as the run would
+  # have (its buffer held the saved run's set: the checkpoint's stream).
+  assert logged['iteration_1']['reload_seconds'][0] > 0
   assert 'sentinel_checkpoint_complete.1' in os.listdir(
     base_dir / 'checkpoints'
   )
@@ -470,3 +471,52 @@ def test_own_dopamine_agent_trains_and_warm_up_is_flagged(
   assert runner.agent.training_steps == 20
   assert any(not np.array_equal(before[k], after[k]) for k in before)
   assert (tmp_path / 'trains' / 'checkpoints' / 'ckpt.0').exists()
+
+
+@pytest.mark.parametrize('agent', ['jax_dqn', 'dqn'])
+def test_a_killed_train_run_draws_on_as_the_uninterrupted_one(
+  replay_run, tmp_path, agent
+):
+  """`fixed-replay train` stopped after iteration 1 and started again on its
+  base_dir draws what the uninterrupted run draws: each checkpoint's replay
+  stream (the sampler's place and the set held and loading, one of two
+  checkpoints an iteration) is the uninterrupted run's."""
+
+  def train(base_dir, iterations):
+    subprocess.run(
+      [
+        PYTHON,
+        '-m',
+        'fixed_replay.cli',
+        'train',
+        f'--base_dir={base_dir}',
+        f'--replay_dir={replay_run}',
+        f'--agent_name={agent}',
+        f'--gin_files={ROOT}/configs/cartpole/{agent}.gin',
+        '--gin_bindings=FixedReplayBuffer.num_buffers_to_load = 1',
+        '--gin_bindings=FixedReplayBuffer.seed = 3',
+        f'--gin_bindings=FixedReplayRunner.num_iterations = {iterations}',
+        '--gin_bindings=FixedReplayRunner.training_steps = 30',
+        '--gin_bindings=FixedReplayRunner.evaluation_steps = 10',
+      ],
+      cwd=ROOT,
+      check=True,
+      capture_output=True,
+      timeout=600,
+    )
+
+  def streams(base_dir):
+    found = []
+    for iteration in range(4):
+      with open(base_dir / 'checkpoints' / f'ckpt.{iteration}', 'rb') as f:
+        found.append(pickle.load(f)[run_experiment.REPLAY_STREAM])
+    return found
+
+  train(tmp_path / 'uninterrupted', 4)
+  train(tmp_path / 'killed', 2)
+  train(tmp_path / 'killed', 4)
+  expected = streams(tmp_path / 'uninterrupted')
+  assert streams(tmp_path / 'killed') == expected
+  # Both sets were held, and the sampler moved every iteration.
+  assert {tuple(s['loaded']) for s in expected} == {(0,), (1,)}
+  assert len({str(s['rng']) for s in expected}) == 4

@@ -313,16 +313,16 @@ class SetRotation(core.ReplayCore):
     """ReplayCore's, after loading the checkpoints `state` held.
 
     The set loading in the background is then the one that was loading
-    (so the next reload swaps in what it would have).
+    (so the next reload swaps in what it would have). Sets already held or
+    loading are kept: rewinding within a set costs nothing.
 
     Raises:
       ValueError: if `state` names checkpoints this buffer may not load.
     """
     if self.rotates and 'loaded' in state:
       wanted = [int(s) for s in state['loaded']]
-      unknown = sorted(
-        set(wanted).union(state.get('next', ())).difference(self._sets.suffixes)
-      )
+      following = state.get('next')
+      unknown = set(wanted).union(following or ()) - set(self._sets.suffixes)
       if unknown or len(wanted) != self._num_buffers_to_load:
         raise ValueError(
           f'a stream state holding checkpoints {wanted}, for a buffer of '
@@ -330,15 +330,17 @@ class SetRotation(core.ReplayCore):
           f'{self._sets.suffixes}: build it with the arguments of the run '
           'that saved it'
         )
-      self._cancel_pending()
-      if wanted != list(self._source.table.suffixes):
-        with self._batches_paused():
-          if self._open_set is not None:
-            self._replace_source(self._open_set(wanted))
-          else:
-            self._reload_now(wanted)
-      if 'next' in state:
-        self._start_refresh([int(s) for s in state['next']])
+      loading = self._pending_suffixes if self._pending else None
+      if wanted != list(self._source.table.suffixes) or following != loading:
+        self._cancel_pending()
+        if wanted != list(self._source.table.suffixes):
+          with self._batches_paused():
+            if self._open_set is not None:
+              self._replace_source(self._open_set(wanted))
+            else:
+              self._reload_now(wanted)
+        if following is not None:
+          self._start_refresh([int(s) for s in following])
     super().load_state_dict(state)
 
   def reload_data(self) -> None:

@@ -91,6 +91,29 @@ def reload_data(agent: Any) -> None:
     memory.reload_data()
 
 
+def replay_state(agent: Any) -> dict | None:
+  """Where the agent's replay stream is after the last minibatch trained on
+  (FixedReplayBuffer.state_dict), or None for a replay that cannot say."""
+  own = getattr(agent, 'replay_state', None)
+  memory = replay_memory(agent)
+  if not callable(own) and not callable(getattr(memory, 'state_dict', None)):
+    return None
+  try:
+    return own() if callable(own) else memory.state_dict()
+  except ValueError as error:  # Several sampling threads: no fixed order.
+    logging.warning('The replay stream is not saved: %s', error)
+    return None
+
+
+def load_replay_state(agent: Any, state: dict) -> None:
+  """Makes the agent's replay draw on from `state` (replay_state's)."""
+  own = getattr(agent, 'load_replay_state', None)
+  if callable(own):
+    own(state)
+  else:
+    replay_memory(agent).load_state_dict(state)
+
+
 def graph_mode_hint(create_agent_fn: Callable[..., Any]) -> Callable[..., Any]:
   """Wraps create_agent_fn so that a TF agent built eagerly says what to do."""
 

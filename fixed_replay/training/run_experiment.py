@@ -44,6 +44,10 @@ from fixed_replay.training import reporting
 _RUNNER_DEFAULT = object()
 
 
+# A checkpoint's entry for the replay's stream (agent_contract.replay_state).
+REPLAY_STREAM = 'replay_stream'
+
+
 @gin.configurable
 class FixedReplayRunner(run_experiment.Runner):
   """Runs an offline experiment: train from a fixed dataset, evaluate online.
@@ -133,8 +137,9 @@ class FixedReplayRunner(run_experiment.Runner):
     logging.info('Starting iteration %d', iteration)
     reload_seconds = 0.0
     # The first iteration of a process trains on what the buffer loaded when
-    # it was built; later ones take the set prefetched meanwhile.
-    if iteration != self._start_iteration:
+    # it was built; later ones, and a resumed run's first (its buffer then
+    # holds the saved run's set), take the set prefetched meanwhile.
+    if iteration != self._start_iteration or self._stream_resumed:
       began = time.perf_counter()
       agent_contract.reload_data(self._agent)
       reload_seconds = time.perf_counter() - began
@@ -276,6 +281,21 @@ class FixedReplayRunner(run_experiment.Runner):
 
   # ------------------------------------------------- continuing another run
 
+  def _checkpoint_experiment(self, iteration):
+    """Dopamine's checkpoint, with the replay's stream beside the agent.
+
+    A run killed after this iteration and started again on the same
+    base_dir then draws, from the next iteration on, what this one draws.
+    """
+    data = self._agent.bundle_and_checkpoint(self._checkpoint_dir, iteration)
+    if data:
+      data['current_iteration'] = iteration
+      data['logs'] = self._logger.data
+      stream = agent_contract.replay_state(self._agent)
+      if stream is not None:
+        data[REPLAY_STREAM] = stream
+      self._checkpointer.save_checkpoint(iteration, data)
+
   def _initialize_checkpointer_and_maybe_resume(self, checkpoint_file_prefix):
     """Resumes base_dir's own run, or continues the agent's init run.
 
@@ -290,6 +310,12 @@ class FixedReplayRunner(run_experiment.Runner):
       ValueError: if the init directory holds no complete checkpoint.
     """
     super()._initialize_checkpointer_and_maybe_resume(checkpoint_file_prefix)
+    self._stream_resumed = False
+    if self._start_iteration:  # base_dir's own run: its replay stream too.
+      data = self._checkpointer.load_checkpoint(self._start_iteration - 1)
+      if data and REPLAY_STREAM in data:
+        agent_contract.load_replay_state(self._agent, data[REPLAY_STREAM])
+        self._stream_resumed = True
     init_dir = getattr(self._agent, '_init_checkpoint_dir', None)
     if not init_dir or self._start_iteration != 0:
       return

@@ -135,10 +135,14 @@ class JaxOfflineAgent:
         prefetch_batches,
       )
     elif prefetch_batches:
+      # The buffer's stream after the last minibatch trained on (the
+      # prefetcher runs ahead of it): what a checkpoint saves, and where a
+      # reload rewinds the buffer to.
+      self._trained_place = self._replay.state_dict()
       self._prefetcher = prefetch.BatchPrefetcher(
-        self._sample_batch,
+        self._sample_batch_and_place,
         depth=prefetch_batches,
-        transform=jax.device_put,
+        transform=lambda drawn: (jax.device_put(drawn[0]), drawn[1]),
         name=f'{type(self).__name__}_prefetch',
       )
 
@@ -178,10 +182,13 @@ class JaxOfflineAgent:
       terminal=element.is_terminal,
     )
 
+  def _sample_batch_and_place(self):
+    return self._sample_batch(), self._replay.state_dict()
+
   def _sample_from_replay_buffer(self):
     """Sets self.replay_elements to the next (on-device) minibatch."""
     if self._prefetcher is not None:
-      self.replay_elements = self._prefetcher.get()
+      self.replay_elements, self._trained_place = self._prefetcher.get()
       return
     began = time.perf_counter()
     self.replay_elements = jax.device_put(self._sample_batch())
@@ -218,7 +225,25 @@ class JaxOfflineAgent:
       self._replay.reload_data()
       return
     with self._prefetcher.paused():
+      # Drawn ahead and dropped: the stream goes on from the last trained.
+      self._replay.load_state_dict(self._trained_place)
       self._replay.reload_data()
+
+  def replay_state(self) -> dict:
+    """The buffer's stream after the last minibatch trained on (plain
+    numbers; FixedReplayBuffer.state_dict), for the runner's checkpoints."""
+    if self._prefetcher is None:
+      return self._replay.state_dict()
+    return self._trained_place
+
+  def load_replay_state(self, state: dict) -> None:
+    """Trains from here on on what the run that saved `state` would have."""
+    if self._prefetcher is None:
+      self._replay.load_state_dict(state)
+      return
+    with self._prefetcher.paused():
+      self._replay.load_state_dict(state)
+      self._trained_place = state
 
   @property
   def replay(self) -> Any:
