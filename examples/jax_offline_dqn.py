@@ -27,10 +27,19 @@ Process 0 evaluates and prints. On CPUs, here two processes:
   for i in 0 1; do python examples/jax_offline_dqn.py \
       --replay_dir=/tmp/cartpole --num_processes=2 --process_id=$i \
       --coordinator_address=127.0.0.1:1234 & done; wait
+
+With `--checkpoint_dir`, every process saves its parameters, optimizer
+state and its replay stream's place (ReplayBatches.state_dict(): plain
+ints, which an Orbax checkpoint holds as well) every `--save_every`
+updates; `--resume` goes on from the latest, drawing exactly what the run
+would have drawn had it not stopped.
 """
 
 import dataclasses
 import functools
+import glob
+import os
+import pickle
 import time
 
 from absl import app
@@ -76,6 +85,13 @@ _PROCESS_ID = flags.DEFINE_integer(
 _COORDINATOR_ADDRESS = flags.DEFINE_string(
   'coordinator_address', None, "Process 0's host:port, with num_processes."
 )
+_CHECKPOINT_DIR = flags.DEFINE_string(
+  'checkpoint_dir', None, 'Where to save update_N.process_P.pkl.'
+)
+_SAVE_EVERY = flags.DEFINE_integer('save_every', 1000, 'Updates between saves.')
+_RESUME = flags.DEFINE_bool(
+  'resume', False, "Go on from --checkpoint_dir's latest update."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +110,9 @@ class Config:
   eval_episodes: int
   eval_every: int  # 0: only after training.
   max_steps_per_episode: int
+  checkpoint_dir: str | None
+  save_every: int
+  resume: bool
 
   @property
   def is_cartpole(self) -> bool:
@@ -122,6 +141,9 @@ def make_config() -> Config:
     eval_every=_EVAL_EVERY.value,
     max_steps_per_episode=_MAX_STEPS_PER_EPISODE.value
     or (200 if cartpole else environments.ATARI_MAX_STEPS_PER_EPISODE),
+    checkpoint_dir=_CHECKPOINT_DIR.value,
+    save_every=_SAVE_EVERY.value,
+    resume=_RESUME.value,
   )
 
 
@@ -225,6 +247,17 @@ def global_batches(buffer, num_batches, mesh):
     }
 
 
+def checkpoint_path(checkpoint_dir: str, update: int | None = None) -> str:
+  """This process's file of `update` (None: the latest saved)."""
+  if update is None:
+    found = glob.glob(os.path.join(checkpoint_dir, 'update_*.process_0.pkl'))
+    if not found:
+      raise FileNotFoundError(f'--resume: nothing saved in {checkpoint_dir}')
+    update = max(int(os.path.basename(p).split('.')[0][7:]) for p in found)
+  name = f'update_{update}.process_{jax.process_index()}.pkl'
+  return os.path.join(checkpoint_dir, name)
+
+
 def main(argv):
   del argv
   if _NUM_PROCESSES.value > 1:
@@ -258,23 +291,33 @@ def main(argv):
     network = NatureQNetwork(num_actions)
   dummy = np.zeros((1,) + spec.observation_shape + (spec.stack_size,))
   params = network.init(jax.random.PRNGKey(config.seed), dummy)
+  optimizer = optax.adam(config.learning_rate, eps=config.adam_eps)
+  learned = (params, params, optimizer.init(params))  # + target, optimizer.
+  done = 0
+  if config.resume:
+    path = checkpoint_path(config.checkpoint_dir)
+    with open(path, 'rb') as f:
+      saved = pickle.load(f)
+    learned = jax.tree.map(jnp.asarray, saved['learned'])
+    done = saved['update']
+    replay.load_state_dict(saved['replay'])
+    logging.info('Resumed from %s at update %d', path, done)
+  replay.num_batches = config.num_updates - done
   stream = replay  # One process: batches placed on its device ahead.
   if jax.process_count() > 1:
     # The same parameters on every device of every process.
-    params = jax.tree.map(
+    learned = jax.tree.map(
       lambda x: jax.make_array_from_process_local_data(
         NamedSharding(mesh, PartitionSpec()), np.asarray(x)
       ),
-      params,
+      learned,
     )
-    stream = global_batches(replay.buffer, config.num_updates, mesh)
-  target_params = params
-  optimizer = optax.adam(config.learning_rate, eps=config.adam_eps)
-  opt_state = optimizer.init(params)
+    stream = global_batches(replay.buffer, replay.num_batches, mesh)
+  params, target_params, opt_state = learned
 
   began = time.perf_counter()
   first_rows = None
-  for update, batch in enumerate(stream, start=1):
+  for update, batch in enumerate(stream, start=done + 1):
     if first_rows is None:  # This process's own rows: its stream's.
       first_rows = np.asarray(batch['indices'].addressable_data(0))[:4]
     params, opt_state, loss = train_step(
@@ -282,6 +325,13 @@ def main(argv):
     )
     if update % config.target_update_period == 0:
       target_params = params
+    if config.checkpoint_dir and update % config.save_every == 0:
+      # Each process its own stream's place; the parameters are the same.
+      os.makedirs(config.checkpoint_dir, exist_ok=True)
+      learned = local((params, target_params, opt_state))
+      place = (replay if stream is replay else replay.buffer).state_dict()
+      with open(checkpoint_path(config.checkpoint_dir, update), 'wb') as f:
+        pickle.dump({'learned': learned, 'update': update, 'replay': place}, f)
     if jax.process_index() != 0:
       continue  # Process 0 evaluates and logs.
     if config.eval_every and update % config.eval_every == 0:
@@ -296,7 +346,7 @@ def main(argv):
         update,
         config.num_updates,
         float(local(loss)),
-        update / (time.perf_counter() - began),
+        (update - done) / (time.perf_counter() - began),
       )
   replay.close()
 

@@ -33,9 +33,16 @@ random checkpoints at a time, a new set every `--reload_every` updates
 (loaded in the background meanwhile), as Dopamine's runner reloads once an
 iteration. On a 2-core CPU it runs at about 1.8 updates/s: the default
 10,000 updates take about 95 minutes.
+
+With `--checkpoint_dir`, each rank saves the networks, the optimizer and
+its loader's state (torchdata's StatefulDataLoader: where its stream, and
+each of its workers', is) every `--save_every` updates; `--resume`, under
+the same torchrun command, goes on from the latest, and every rank draws
+exactly what it would have drawn had the run not stopped.
 """
 
 import copy
+import glob
 import os
 import tempfile
 import time
@@ -48,7 +55,7 @@ from torch import distributed
 from torch import nn
 from torch.nn import functional
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from fixed_replay import ranks
 from fixed_replay.torch import MixtureDataset
@@ -69,6 +76,13 @@ _RAY_ADDRESS = flags.DEFINE_string(
 )
 _RAY_STORAGE = flags.DEFINE_string(
   'ray_storage', None, "Where Ray Train keeps its runs (default: Ray's)."
+)
+_CHECKPOINT_DIR = flags.DEFINE_string(
+  'checkpoint_dir', None, 'Where each rank saves update_N.rank_R.pt.'
+)
+_SAVE_EVERY = flags.DEFINE_integer('save_every', 1000, 'Updates between saves.')
+_RESUME = flags.DEFINE_bool(
+  'resume', False, "Go on from --checkpoint_dir's latest update."
 )
 _RELOAD_EVERY = flags.DEFINE_integer(
   'reload_every',
@@ -123,6 +137,16 @@ def td_losses(q_network, target_network, batch, legal, gamma):
   return functional.smooth_l1_loss(chosen, target, reduction='none')
 
 
+def checkpoint_path(checkpoint_dir: str, rank: int, update=None) -> str:
+  """Rank `rank`'s file of `update` (None: the latest rank 0 saved)."""
+  if update is None:
+    found = glob.glob(os.path.join(checkpoint_dir, 'update_*.rank_0.pt'))
+    if not found:
+      raise FileNotFoundError(f'--resume: nothing saved in {checkpoint_dir}')
+    update = max(int(os.path.basename(p).split('.')[0][7:]) for p in found)
+  return os.path.join(checkpoint_dir, f'update_{update}.rank_{rank}.pt')
+
+
 def train(config: dict) -> list[str]:
   """Trains in this process: alone, as a torchrun rank, or as a Ray Train
   worker (whose process group Ray has initialised). Returns the lines to
@@ -163,7 +187,7 @@ def train(config: dict) -> list[str]:
   # Each game's legal actions in the full set, looked up per transition.
   legal_actions = torch.from_numpy(mixture.legal_actions).to(device)
   stack_size = mixture.get_transition_elements(1)[0].shape[-1]
-  loader = DataLoader(
+  loader = StatefulDataLoader(
     dataset,
     batch_size=None,
     num_workers=config['num_workers'],
@@ -179,13 +203,29 @@ def train(config: dict) -> list[str]:
     q_network.parameters(), lr=LEARNING_RATE, eps=ADAM_EPS
   )
 
+  # What a rank saves: the networks are every rank's, the loader its own.
+  parts = {
+    'q_network': q_network,
+    'target_network': target_network,
+    'optimizer': optimizer,
+    'loader': loader,
+  }
+  done = 0
+  if config['resume']:
+    path = checkpoint_path(config['checkpoint_dir'], rank)
+    saved = torch.load(path, map_location=device)
+    for name, part in parts.items():
+      part.load_state_dict(saved[name])
+    done = saved['update']
+    logging.info('Rank %d resumed from %s at update %d', rank, path, done)
+
   # Sums and counts of each game's losses since the last log.
   loss_sums = torch.zeros(len(games), device=device)
   loss_counts = torch.zeros(len(games), device=device)
   last_means = {}
   began = time.perf_counter()
   first_rows = None
-  for update, batch in enumerate(loader, start=1):
+  for update, batch in enumerate(loader, start=done + 1):
     if first_rows is None:
       first_rows = batch['indices'][:4].tolist()
     batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
@@ -198,6 +238,13 @@ def train(config: dict) -> list[str]:
     optimizer.step()
     if update % TARGET_UPDATE_PERIOD == 0:
       target_network.load_state_dict(q_network.state_dict())
+    if config['checkpoint_dir'] and update % config['save_every'] == 0:
+      os.makedirs(config['checkpoint_dir'], exist_ok=True)
+      saved = {name: part.state_dict() for name, part in parts.items()}
+      torch.save(
+        dict(saved, update=update),
+        checkpoint_path(config['checkpoint_dir'], rank, update),
+      )
     loss_sums.index_add_(0, game_id, losses.detach())
     loss_counts.index_add_(0, game_id, torch.ones_like(losses))
     last = update == config['num_updates']
@@ -212,7 +259,7 @@ def train(config: dict) -> list[str]:
         'update %d/%d  %.1f updates/s  loss %s',
         update,
         config['num_updates'],
-        update / (time.perf_counter() - began),
+        (update - done) / (time.perf_counter() - began),
         '  '.join(f'{g} {m:.4f}' for g, m in last_means.items()),
       )
       loss_sums.zero_()
@@ -244,6 +291,9 @@ def main(argv):
     'log_every': _LOG_EVERY.value,
     'num_workers': _NUM_WORKERS.value,
     'reload_every': _RELOAD_EVERY.value,
+    'checkpoint_dir': _CHECKPOINT_DIR.value,
+    'save_every': _SAVE_EVERY.value,
+    'resume': _RESUME.value,
   }
   if not _RAY_WORKERS.value:  # One process, or torchrun's.
     lines = train(config)

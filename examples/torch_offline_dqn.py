@@ -15,10 +15,17 @@ environment and prints `eval return: <float>` last.
 An Atari game name (`--environment=Pong`) trains Dopamine's Nature DQN
 network on its (84, 84) x 4 frames instead; the defaults then follow
 Dopamine's JAX DQN Atari config (Adam 6.25e-5, batch 32).
+
+With `--checkpoint_dir`, the networks, the optimizer and the loader's
+state (torchdata's StatefulDataLoader: where each worker's stream is) are
+saved every `--save_every` updates; `--resume` goes on from the latest, and
+draws exactly the batches the run would have drawn had it not stopped.
 """
 
 import copy
 import dataclasses
+import glob
+import os
 import time
 
 from absl import app
@@ -28,7 +35,7 @@ import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional
-from torch.utils.data import DataLoader
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 from fixed_replay.sources.dopamine import environments
 from fixed_replay.torch import ReplayDataset
@@ -54,6 +61,13 @@ _NUM_WORKERS = flags.DEFINE_integer('num_workers', 0, 'DataLoader workers.')
 _TORCH_THREADS = flags.DEFINE_integer(
   'torch_threads', 1, 'Intra-op threads (small networks run best on one).'
 )
+_CHECKPOINT_DIR = flags.DEFINE_string(
+  'checkpoint_dir', None, 'Where to save update_N.pt (None: nothing saved).'
+)
+_SAVE_EVERY = flags.DEFINE_integer('save_every', 1000, 'Updates between saves.')
+_RESUME = flags.DEFINE_bool(
+  'resume', False, "Go on from --checkpoint_dir's latest update_N.pt."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +88,9 @@ class Config:
   max_steps_per_episode: int
   num_workers: int
   torch_threads: int
+  checkpoint_dir: str | None
+  save_every: int
+  resume: bool
 
   @property
   def is_cartpole(self) -> bool:
@@ -103,6 +120,9 @@ def make_config() -> Config:
     or (200 if cartpole else environments.ATARI_MAX_STEPS_PER_EPISODE),
     num_workers=_NUM_WORKERS.value,
     torch_threads=_TORCH_THREADS.value,
+    checkpoint_dir=_CHECKPOINT_DIR.value,
+    save_every=_SAVE_EVERY.value,
+    resume=_RESUME.value,
   )
 
 
@@ -195,6 +215,14 @@ def evaluate(config: Config, q_network, spec, device) -> float:
   return float(np.mean(returns))
 
 
+def latest_checkpoint(checkpoint_dir: str) -> str:
+  """The path of the highest update_N.pt in `checkpoint_dir`."""
+  paths = glob.glob(os.path.join(checkpoint_dir, 'update_*.pt'))
+  if not paths:
+    raise FileNotFoundError(f'--resume: no update_N.pt in {checkpoint_dir}')
+  return max(paths, key=lambda p: int(p.rsplit('_', 1)[1][:-3]))
+
+
 def main(argv):
   del argv
   config = make_config()
@@ -220,7 +248,7 @@ def main(argv):
     gamma=config.gamma,
     seed=config.seed,
   )
-  loader = DataLoader(
+  loader = StatefulDataLoader(
     dataset,
     batch_size=None,
     num_workers=config.num_workers,
@@ -237,8 +265,24 @@ def main(argv):
     q_network.parameters(), lr=config.learning_rate, eps=config.adam_eps
   )
 
+  # What a checkpoint holds: the loader's state is each stream's place.
+  parts = {
+    'q_network': q_network,
+    'target_network': target_network,
+    'optimizer': optimizer,
+    'loader': loader,
+  }
+  done = 0
+  if config.resume:
+    path = latest_checkpoint(config.checkpoint_dir)
+    saved = torch.load(path, map_location=device)
+    for name, part in parts.items():
+      part.load_state_dict(saved[name])
+    done = saved['update']
+    logging.info('Resumed from %s at update %d', path, done)
+
   began = time.perf_counter()
-  for update, batch in enumerate(loader, start=1):
+  for update, batch in enumerate(loader, start=done + 1):
     batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
     loss = td_loss(q_network, target_network, batch, config.gamma)
     optimizer.zero_grad()
@@ -252,13 +296,20 @@ def main(argv):
         update,
         evaluate(config, q_network, spec, device),
       )
+    if config.checkpoint_dir and update % config.save_every == 0:
+      os.makedirs(config.checkpoint_dir, exist_ok=True)
+      saved = {name: part.state_dict() for name, part in parts.items()}
+      torch.save(
+        dict(saved, update=update),
+        os.path.join(config.checkpoint_dir, f'update_{update}.pt'),
+      )
     if update % 500 == 0 or update == config.num_updates:
       logging.info(
         'update %d/%d  loss %.4f  %.0f updates/s',
         update,
         config.num_updates,
         loss.item(),
-        update / (time.perf_counter() - began),
+        (update - done) / (time.perf_counter() - began),
       )
   dataset.close()
 

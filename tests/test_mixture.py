@@ -581,9 +581,9 @@ def _assert_one_model_from_each_ranks_stream(store, places):
     mixture.close()
 
 
-def test_the_multi_game_example_trains_one_network_under_torchrun(roots):
-  """examples/multi_game_dqn.py under torchrun: 2 CPU processes (gloo, on
-  127.0.0.1), each drawing its rank's stream into one DDP network."""
+def _torchrun_multi_game(*flags):
+  """examples/multi_game_dqn.py under torchrun, 2 CPU processes (gloo, on
+  127.0.0.1); its standard output's lines."""
   pytest.importorskip('torch')
   import socket
   import subprocess
@@ -602,10 +602,7 @@ def test_the_multi_game_example_trains_one_network_under_torchrun(roots):
       '--master_addr=127.0.0.1',
       f'--master_port={port}',
       os.path.join(ROOT, 'examples', 'multi_game_dqn.py'),
-      f'--data={roots["store"]}',
-      '--num_updates=20',
-      '--log_every=10',
-      '--batch_size=8',
+      *flags,
     ],
     capture_output=True,
     text=True,
@@ -613,7 +610,17 @@ def test_the_multi_game_example_trains_one_network_under_torchrun(roots):
     env=dict(os.environ, GLOO_SOCKET_IFNAME='lo', OMP_NUM_THREADS='1'),
   )
   assert completed.returncode == 0, completed.stderr[-3000:]
-  lines = completed.stdout.splitlines()
+  return completed.stdout.splitlines(), completed.stderr
+
+
+def test_the_multi_game_example_trains_one_network_under_torchrun(roots):
+  """Each rank draws its rank's stream into one DDP network."""
+  lines, _ = _torchrun_multi_game(
+    f'--data={roots["store"]}',
+    '--num_updates=20',
+    '--log_every=10',
+    '--batch_size=8',
+  )
   places = sorted(line for line in lines if line.startswith('rank '))
   _assert_one_model_from_each_ranks_stream(roots['store'], places)
   assert [line.split(':')[0] for line in lines if line.startswith('loss')] == [
@@ -621,6 +628,39 @@ def test_the_multi_game_example_trains_one_network_under_torchrun(roots):
     'loss MsPacman',
     'loss Pong',
   ]
+
+
+def test_the_multi_game_example_resumes_exactly_under_torchrun(roots, tmp_path):
+  """Saved at update 6 and resumed under torchrun (2 ranks, a DataLoader
+  worker each), every rank ends (update 12) with the uninterrupted run's
+  network and loader state: it drew the same batches."""
+  torch = pytest.importorskip('torch')
+  flags = [
+    f'--data={roots["store"]}',
+    '--num_updates=12',
+    '--log_every=6',
+    '--batch_size=8',
+    '--num_workers=1',
+    '--save_every=6',
+  ]
+  whole, resumed = tmp_path / 'whole', tmp_path / 'resumed'
+  _torchrun_multi_game(*flags, f'--checkpoint_dir={whole}')
+  resumed.mkdir()
+  for rank in (0, 1):
+    shutil.copy(whole / f'update_6.rank_{rank}.pt', resumed)
+  _, log = _torchrun_multi_game(
+    *flags, f'--checkpoint_dir={resumed}', '--resume'
+  )
+  assert 'Rank 1 resumed from' in log
+  for rank in (0, 1):
+    want, got = (
+      torch.load(run / f'update_12.rank_{rank}.pt') for run in (whole, resumed)
+    )
+    assert str(got['loader']) == str(want['loader'])
+    for key, value in want['q_network'].items():
+      assert torch.equal(got['q_network'][key], value), key
+  start = torch.load(whole / 'update_6.rank_0.pt')['q_network']
+  assert any(not torch.equal(start[k], v) for k, v in want['q_network'].items())
 
 
 @pytest.mark.slow
