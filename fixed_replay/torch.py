@@ -48,6 +48,7 @@ from fixed_replay import batches
 from fixed_replay import mixture
 from fixed_replay import ranks
 from fixed_replay import segments
+from fixed_replay.replay import fixed_replay_buffer
 from fixed_replay.replay import transitions
 
 # Where worker batches travel; DataLoader's own path is taken where it is
@@ -499,6 +500,12 @@ class ReplayDataset(data.IterableDataset):
     self._passes = _PassCounts()
     self._closed = False
     self._source = _Source(self._open(self.buffer_arguments), None)
+    buffer = getattr(self._source.sampler, 'buffer', self._source.sampler)
+    if getattr(buffer, 'kind', None) == fixed_replay_buffer.DOPAMINE:
+      # Checked; its checkpoints, in RAM, go: workers load their own, and
+      # this process loads them again only if it samples itself.
+      buffer.close()
+      self._source = None
 
   def _seed_for_place(self):
     self.buffer_arguments = ranks.seeded(

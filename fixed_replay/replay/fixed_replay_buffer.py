@@ -209,6 +209,7 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
     arguments = dict(locals())
     arguments_lib.check_arguments(arguments)
     kind, data_dir = locate_dataset(data_dir)
+    self.kind = kind  # STORE or DOPAMINE.
     logging.info('FixedReplayBuffer over %s: %s', kind, data_dir)
     if kind == STORE:
       found = manifest_lib.find_stored_checkpoints(data_dir)
