@@ -12,32 +12,18 @@ they are (a 128-bit Python int fits none of Orbax's array types).
 
 import numpy as np
 
-_WORDS = 4  # 32-bit words of a 128-bit integer.
 _MASK = (1 << 32) - 1
-
-
-def _words(value: int) -> list[int]:
-  return [(value >> (32 * i)) & _MASK for i in range(_WORDS)]
-
-
-def _integer(words) -> int:
-  return sum(int(w) << (32 * i) for i, w in enumerate(words))
+_SHIFTS = range(0, 128, 32)  # A 128-bit integer's 32-bit words.
 
 
 def place(rng: np.random.Generator | dict) -> list[int]:
   """The place of `rng` (or of its `bit_generator.state`), as 10 words."""
   state = rng if isinstance(rng, dict) else rng.bit_generator.state
   if state['bit_generator'] != 'PCG64':
-    raise ValueError(
-      f'a {state["bit_generator"]} generator: only PCG64 (numpy default_rng) '
-      'streams can be saved'
-    )
-  return [
-    *_words(state['state']['state']),
-    *_words(state['state']['inc']),
-    int(state['has_uint32']),
-    int(state['uinteger']),
-  ]
+    raise ValueError(f'only PCG64 streams can be saved, not {state}')
+  numbers = state['state']['state'], state['state']['inc']
+  words = [(number >> shift) & _MASK for number in numbers for shift in _SHIFTS]
+  return words + [int(state['has_uint32']), int(state['uinteger'])]
 
 
 def generator_state(words) -> dict:
@@ -47,16 +33,16 @@ def generator_state(words) -> dict:
     ValueError: if `words` is not such a place.
   """
   words = [int(w) for w in words]
-  if len(words) != 2 * _WORDS + 2 or not all(0 <= w <= _MASK for w in words):
+  if len(words) != 10 or not all(0 <= w <= _MASK for w in words):
     raise ValueError(f'not a saved stream place: {words!r}')
+  state, inc = (
+    sum(w << shift for w, shift in zip(words[at:], _SHIFTS)) for at in (0, 4)
+  )
   return {
     'bit_generator': 'PCG64',
-    'state': {
-      'state': _integer(words[:_WORDS]),
-      'inc': _integer(words[_WORDS : 2 * _WORDS]),
-    },
-    'has_uint32': words[-2],
-    'uinteger': words[-1],
+    'state': {'state': state, 'inc': inc},
+    'has_uint32': words[8],
+    'uinteger': words[9],
   }
 
 

@@ -289,40 +289,23 @@ class _PassCounts:
   anywhere); the process that made it removes it.
   """
 
-  _WORKERS = 1024
-
   def __init__(self):
     directory = _SHARED_DIR if os.path.isdir(_SHARED_DIR) else None
     descriptor, self.path = tempfile.mkstemp(
-      prefix='fixed_replay_passes_', dir=directory
+      '_passes', 'fixed_replay_', directory
     )
-    try:
-      os.ftruncate(descriptor, 8 * self._WORKERS)
-    finally:
-      os.close(descriptor)
+    os.close(descriptor)
     weakref.finalize(self, _remove_made_here, os.getpid(), self.path)
 
-  def begin(self, worker: int) -> int:
-    """The number of the pass `worker` begins now (counted)."""
-    number = self._at(worker)
-    self.resume(worker, number + 1)
-    return number
-
-  def resume(self, worker: int, passes: int) -> None:
-    """Sets the passes `worker` has begun (a resumed run's)."""
-    with contextlib.suppress(FileNotFoundError):  # Another host's dataset.
-      descriptor = os.open(self.path, os.O_WRONLY)
-      try:
+  def count(self, worker: int, passes: int | None = None) -> int:
+    """The passes `worker` has begun; with `passes`, sets them first."""
+    try:
+      descriptor = os.open(self.path, os.O_RDWR)
+    except FileNotFoundError:  # Another host's copy of the dataset.
+      return passes or 0
+    try:  # Past the end of the file, a count reads as 0.
+      if passes is not None:
         os.pwrite(descriptor, int(passes).to_bytes(8, 'little'), 8 * worker)
-      finally:
-        os.close(descriptor)
-
-  def _at(self, worker):
-    try:
-      descriptor = os.open(self.path, os.O_RDONLY)
-    except FileNotFoundError:
-      return 0
-    try:
       return int.from_bytes(os.pread(descriptor, 8, 8 * worker), 'little')
     finally:
       os.close(descriptor)
@@ -336,7 +319,6 @@ class _Source:
   worker: int | None  # None: the training process's own.
   pass_number: int = 0
   drawn: int = 0  # Batches drawn, every pass.
-  pid: int = dataclasses.field(default_factory=os.getpid)
 
 
 class _Stream:
@@ -406,7 +388,8 @@ class _Stream:
     source.drawn = int(state['drawn'])
     self._yielded = int(state['yielded'])
     if source.worker is not None:
-      self._dataset._passes.resume(source.worker, source.pass_number + 1)  # noqa: SLF001
+      passes = self._dataset._passes  # noqa: SLF001
+      passes.count(source.worker, source.pass_number + 1)
 
 
 class ReplayDataset(data.IterableDataset):
@@ -547,16 +530,24 @@ class ReplayDataset(data.IterableDataset):
     return self._own_source().sampler
 
   def _own_source(self, moved=False):
-    """The training process's stream (its buffer reopened where the place
-    moved, or where it was released)."""
+    """The training process's stream (its buffer built again where the
+    place moved, or where it was let go)."""
     if self._closed:
       raise RuntimeError(f'ReplayDataset of {self.data_dir} is closed')
-    source = self._source
-    if source is None or source.pid != os.getpid() or moved:
-      if source is not None and source.pid == os.getpid():
-        source.sampler.close()
-      source = self._source = _Source(self._open(self.buffer_arguments), None)
-    return source
+    if self._source is None or moved:
+      return self._new_source()
+    return self._source
+
+  def _new_source(self, worker=None, pass_number=0):
+    """This process's new stream, in place of its last (a forked worker
+    leaves its parent's, worker None, alone)."""
+    if self._source is not None and self._source.worker == worker:
+      self._source.sampler.close()
+    arguments = self.buffer_arguments
+    if worker is not None:
+      arguments = self.worker_arguments(worker, pass_number)
+    self._source = _Source(self._open(arguments), worker, pass_number)
+    return self._source
 
   def worker_arguments(
     self, worker_id: int, pass_number: int = 0
@@ -576,17 +567,13 @@ class ReplayDataset(data.IterableDataset):
     moved = self._take_place()
     info = data.get_worker_info()
     if info is None:
-      source = self._own_source(moved)
-      source.pass_number += bool(source.drawn)
-      return _Stream(self, source, 1, to_tensors)
+      return _Stream(self, self._own_source(moved), 1, to_tensors)
+    pass_number = self._passes.count(info.id)
+    self._passes.count(info.id, pass_number + 1)
     source = self._source
-    pass_number = self._passes.begin(info.id)
-    if source is None or source.pid != os.getpid() or moved:
+    if source is None or source.worker is None or moved:
       # A new worker (every pass, unless persistent): its own buffer.
-      if source is not None and source.pid == os.getpid():
-        source.sampler.close()
-      sampler = self._open(self.worker_arguments(info.id, pass_number))
-      source = self._source = _Source(sampler, info.id, pass_number)
+      source = self._new_source(info.id, pass_number)
     source.pass_number = pass_number
     send = to_tensors
     if os.path.isdir(_SHARED_DIR):
@@ -596,9 +583,9 @@ class ReplayDataset(data.IterableDataset):
   def close(self) -> None:
     """Releases the buffer built in this process (and its threads)."""
     self._closed = True
-    source, self._source = self._source, None
-    if source is not None and source.pid == os.getpid():
-      source.sampler.close()
+    if self._source is not None:
+      self._source.sampler.close()
+      self._source = None
 
   def __getstate__(self):
     # A spawned worker builds its own buffer; this one does not travel. The
