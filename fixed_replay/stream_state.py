@@ -36,7 +36,8 @@ def generator_state(words) -> dict:
   if len(words) != 10 or not all(0 <= w <= _MASK for w in words):
     raise ValueError(f'not a saved stream place: {words!r}')
   state, inc = (
-    sum(w << shift for w, shift in zip(words[at:], _SHIFTS)) for at in (0, 4)
+    sum(w << s for w, s in zip(words[at : at + 4], _SHIFTS, strict=True))
+    for at in (0, 4)
   )
   return {
     'bit_generator': 'PCG64',
