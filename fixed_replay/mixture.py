@@ -309,10 +309,7 @@ class ReplayMixture:
     """
     self._staged = None
     self._staged_from = self._place(), b
-    elements = self.get_transition_elements(1)
-    row_bytes = sum(
-      np.dtype(e.type).itemsize * np.prod(e.shape) for e in elements
-    )
+    row_bytes = transitions.batch_bytes(self.get_transition_elements(1))
     ahead = -(-ELEMENTS_A_CALL * len(self.runs) // b)
     ahead = max(1, min(ahead, STAGED_BYTES // int(row_bytes * b)))
     run = self._rng.choice(

@@ -317,79 +317,10 @@ class _Source:
 
   sampler: Any
   worker: int | None  # None: the training process's own.
+  num_workers: int = 1
   pass_number: int = 0
+  yielded: int = 0  # Batches of this pass.
   drawn: int = 0  # Batches drawn, every pass.
-
-
-class _Stream:
-  """One pass over a dataset: its batches, and the stream's place.
-
-  torchdata's StatefulDataLoader saves an iterator's `state_dict()` (each
-  worker's, with every batch) and hands it back to `load_state_dict` on
-  resume: the pass then goes on from the batch after the saved one, exactly.
-  """
-
-  def __init__(self, dataset, source, num_workers, send):
-    self._dataset = dataset
-    self._source = source
-    self._num_workers = num_workers
-    worker = source.worker or 0
-    self._share = batches.stream_share(dataset.num_batches, worker, num_workers)
-    self._send = send
-    self._yielded = 0
-
-  def __iter__(self):
-    return self
-
-  def __next__(self) -> Minibatch:
-    if self._share is not None and self._yielded >= self._share:
-      raise StopIteration
-    try:
-      return self._next()
-    except Exception as error:
-      if self._source.worker is None:
-        raise
-      # DataLoader re-raises this in the training process, where the user
-      # needs to know which data failed and why, not only the traceback.
-      raise RuntimeError(
-        f'DataLoader worker {self._source.worker} of {self._num_workers} '
-        f'reading {self._dataset.data_dir} failed: {type(error).__name__}: '
-        f'{error}'
-      ) from error
-
-  def _next(self):
-    source, every = self._source, self._dataset.reload_every
-    # Every `reload_every` batches of the loader: its workers take turns,
-    # so worker w's j-th batch is about the loader's j * workers + w-th.
-    if every and source.drawn:
-      at = source.drawn * self._num_workers + (source.worker or 0)
-      if at // every > (at - self._num_workers) // every:
-        source.sampler.reload_buffer()
-    named = self._dataset._sample(source.sampler)  # noqa: SLF001
-    source.drawn += 1
-    self._yielded += 1
-    return self._send(named, self._dataset.channels_first)
-
-  def state_dict(self) -> dict:
-    """The place after the last batch (plain numbers)."""
-    source = self._source
-    return {
-      'pass': source.pass_number,
-      'yielded': self._yielded,
-      'drawn': source.drawn,
-      'sampler': source.sampler.state_dict(),
-    }
-
-  def load_state_dict(self, state: dict) -> None:
-    """Goes on from the place `state_dict()` gave."""
-    source = self._source
-    source.sampler.load_state_dict(state['sampler'])
-    source.pass_number = int(state['pass'])
-    source.drawn = int(state['drawn'])
-    self._yielded = int(state['yielded'])
-    if source.worker is not None:
-      passes = self._dataset._passes  # noqa: SLF001
-      passes.count(source.worker, source.pass_number + 1)
 
 
 class ReplayDataset(data.IterableDataset):
@@ -482,6 +413,7 @@ class ReplayDataset(data.IterableDataset):
     self._seed_for_place()
     self._passes = _PassCounts()
     self._closed = False
+    self._resumed = None  # A state to go on from (load_state_dict).
     self._source = _Source(self._open(self.buffer_arguments), None)
     buffer = getattr(self._source.sampler, 'buffer', self._source.sampler)
     if getattr(buffer, 'kind', None) == fixed_replay_buffer.DOPAMINE:
@@ -546,7 +478,9 @@ class ReplayDataset(data.IterableDataset):
     arguments = self.buffer_arguments
     if worker is not None:
       arguments = self.worker_arguments(worker, pass_number)
-    self._source = _Source(self._open(arguments), worker, pass_number)
+    self._source = _Source(
+      self._open(arguments), worker, pass_number=pass_number
+    )
     return self._source
 
   def worker_arguments(
@@ -567,18 +501,71 @@ class ReplayDataset(data.IterableDataset):
     moved = self._take_place()
     info = data.get_worker_info()
     if info is None:
-      return _Stream(self, self._own_source(moved), 1, to_tensors)
-    pass_number = self._passes.count(info.id)
-    self._passes.count(info.id, pass_number + 1)
-    source = self._source
-    if source is None or source.worker is None or moved:
-      # A new worker (every pass, unless persistent): its own buffer.
-      source = self._new_source(info.id, pass_number)
-    source.pass_number = pass_number
-    send = to_tensors
-    if os.path.isdir(_SHARED_DIR):
-      send = _ring_for(source.sampler, self.channels_first).send
-    return _Stream(self, source, info.num_workers, send)
+      source, send = self._own_source(moved), to_tensors
+    else:
+      pass_number = self._passes.count(info.id)
+      self._passes.count(info.id, pass_number + 1)
+      source = self._source
+      if source is None or source.worker is None or moved:
+        # A new worker (every pass, unless persistent): its own buffer.
+        source = self._new_source(info.id, pass_number)
+      source.pass_number, source.num_workers = pass_number, info.num_workers
+      send = to_tensors
+      if os.path.isdir(_SHARED_DIR):
+        send = _ring_for(source.sampler, self.channels_first).send
+    source.yielded = 0
+    if self._resumed is not None:
+      state, self._resumed = self._resumed, None
+      source.sampler.load_state_dict(state['sampler'])
+      source.pass_number = int(state['pass'])
+      source.yielded, source.drawn = int(state['yielded']), int(state['drawn'])
+      if source.worker is not None:
+        self._passes.count(source.worker, source.pass_number + 1)
+    return self._stream(source, send)
+
+  def _stream(self, source, send):
+    """The batches of a pass (set up already: a generator runs late)."""
+    workers, every = source.num_workers, self.reload_every
+    share = batches.stream_share(self.num_batches, source.worker or 0, workers)
+    try:
+      while share is None or source.yielded < share:
+        # Every `reload_every` batches of the loader: its workers take
+        # turns, so worker w's j-th batch is about the loader's j * n + w-th.
+        at = source.drawn * workers + (source.worker or 0)
+        if every and source.drawn and at // every > (at - workers) // every:
+          source.sampler.reload_buffer()
+        named = self._sample(source.sampler)
+        source.drawn += 1
+        source.yielded += 1
+        yield send(named, self.channels_first)
+    except Exception as error:
+      if source.worker is None:
+        raise
+      # DataLoader re-raises this in the training process, where the user
+      # needs to know which data failed and why, not only the traceback.
+      raise RuntimeError(
+        f'DataLoader worker {source.worker} of {workers} reading '
+        f'{self.data_dir} failed: {type(error).__name__}: {error}'
+      ) from error
+
+  def state_dict(self) -> dict:
+    """This process's stream after its last batch, as plain numbers.
+
+    torchdata's Stateful protocol: a StatefulDataLoader saves it (each
+    worker's, with every batch) and gives it back to `load_state_dict`,
+    after which the next pass goes on from the batch after the saved one.
+    """
+    source = self._source if data.get_worker_info() else self._own_source()
+    return {
+      'pass': source.pass_number,
+      'yielded': source.yielded,
+      'drawn': source.drawn,
+      'sampler': source.sampler.state_dict(),
+    }
+
+  def load_state_dict(self, state: dict) -> None:
+    """Makes the next pass go on from the place `state_dict()` gave."""
+    self._resumed = state
 
   def close(self) -> None:
     """Releases the buffer built in this process (and its threads)."""

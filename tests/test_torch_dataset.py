@@ -378,3 +378,34 @@ def test_a_slot_is_free_again_once_its_tensors_are_collected(store):
   assert held() == 2  # ... and it is free once they are gone.
   del iterator
   dataset.close()
+
+
+def test_reload_every_counts_the_loaders_batches_whatever_the_workers(
+  dopamine_dir,
+):
+  """One checkpoint held at a time, a new one every 3 batches of the loader:
+  with 2 workers, each worker's batches in a block of 3 come from one
+  checkpoint, and the checkpoints change at blocks' ends that a reload every
+  3 batches of each worker (every 6 of the loader) would not reach."""
+  arguments = dict(
+    num_batches=18,
+    reload_every=3,
+    num_buffers_to_load=1,
+    replay_capacity=1000,
+    batch_size=4,
+    seed=1,
+  )
+  dataset = ReplayDataset(str(dopamine_dir[0]), **arguments)
+  loader = DataLoader(dataset, batch_size=None, num_workers=2)
+  held = [int(b['suffix'][0]) for b in loader]  # One checkpoint each batch.
+  dataset.close()
+  blocks_changed = set()
+  for worker in (0, 1):
+    mine = list(range(worker, 18, 2))  # The loader's batches of this worker.
+    for before, after in zip(mine, mine[1:], strict=False):
+      if held[before] != held[after]:
+        # Only across a block's end: never inside a block of 3.
+        assert before // 3 != after // 3, (worker, held)
+        blocks_changed.add(after // 3)
+  # Reloads every 6 loader batches would change only at blocks 2 and 4.
+  assert blocks_changed & {1, 3, 5}, held

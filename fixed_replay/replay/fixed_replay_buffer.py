@@ -39,6 +39,7 @@ from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import checkpoint_sets
 from fixed_replay.replay import compact_windows
 from fixed_replay.replay import core
+from fixed_replay.replay import transitions
 from fixed_replay.sources import layout
 from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.store import block_cache
@@ -255,10 +256,7 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
       verify=bool(verify_checksums),
       sampling_threads=sampling_threads,
       ready_batches=ready_batches,
-      batch_bytes=sum(
-        np.dtype(e.type).itemsize * int(np.prod(e.shape))
-        for e in self.get_transition_elements()
-      ),
+      batch_bytes=transitions.batch_bytes(self.get_transition_elements()),
     )
     sets = checkpoint_sets.RandomSets(selected, self._rng, data_dir)
     if kind == STORE:

@@ -138,6 +138,20 @@ class ShardFrames:
     """Nothing to close: the windows are plain arrays."""
 
 
+def _gather(frames, rows, batch, destinations):
+  """Writes the states and next states of a batch from `frames`: `rows`
+  (2 x batch, stack) holds the states' frame rows, then the next states'."""
+  count = len(destinations)
+  batch_kernels.gather_state_pairs(
+    frames,
+    rows[:count],
+    rows[count:],
+    batch['state'],
+    batch['next_state'],
+    destinations,
+  )
+
+
 class BlockFrames:
   """Windows of a compact store: units decoded per batch, or blocks cached."""
 
@@ -262,25 +276,21 @@ class BlockFrames:
 
     For one-frame units whose stacks do not pack (see _write_units).
     """
-    count = len(rows)
+    both, frame_rows = self._frame_rows(batch, which, rows, destinations)
+    frames, where = self.read_frames(
+      np.repeat(both, frame_rows.shape[1]), frame_rows.reshape(-1)
+    )
+    _gather(frames, where.reshape(frame_rows.shape), batch, destinations)
+
+  def _frame_rows(self, batch, which, rows, destinations):
+    """Writes all but the states; (windows, file rows) of both states'
+    frames (the states' rows, then the next states')."""
     state, next_state = self._writer.write_parts(
       which, rows, batch, destinations
     )
     both = np.concatenate([which, which])
-    frame_rows = self._writer.layout.file_rows_of(
+    return both, self._writer.layout.file_rows_of(
       both, np.concatenate([state, next_state])
-    )
-    frames, where = self.read_frames(
-      np.repeat(both, frame_rows.shape[1]), frame_rows.reshape(-1)
-    )
-    where = where.reshape(frame_rows.shape)
-    batch_kernels.gather_state_pairs(
-      frames,
-      where[:count],
-      where[count:],
-      batch['state'],
-      batch['next_state'],
-      destinations,
     )
 
   @staticmethod
@@ -326,16 +336,8 @@ class BlockFrames:
       self._stored[i].frames.read_block(block, arena[slot])
 
   def _write_chunk(self, batch, which, rows, destinations):
-    count = len(rows)
-    state, next_state = self._writer.write_parts(
-      which, rows, batch, destinations
-    )
-    # File rows of the frames of both states, and the blocks holding them.
-    both = np.concatenate([which, which])
-    frame_rows = self._writer.layout.file_rows_of(
-      both, np.concatenate([state, next_state])
-    )
-    blocks = frame_rows // self._block_rows
+    both, frame_rows = self._frame_rows(batch, which, rows, destinations)
+    blocks = frame_rows // self._block_rows  # The blocks holding them.
     keys = both[:, None] * self._key_stride + blocks
     unique, inverse = np.unique(keys, return_inverse=True)
     slots = self.cache.acquire(unique, self._load_blocks)
@@ -343,14 +345,7 @@ class BlockFrames:
       arena_rows = slots[inverse.reshape(keys.shape)] * self._block_rows + (
         frame_rows - blocks * self._block_rows
       )
-      batch_kernels.gather_state_pairs(
-        self.cache.frames(),
-        arena_rows[:count],
-        arena_rows[count:],
-        batch['state'],
-        batch['next_state'],
-        destinations,
-      )
+      _gather(self.cache.frames(), arena_rows, batch, destinations)
     finally:
       self.cache.release(slots)
 

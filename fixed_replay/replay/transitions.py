@@ -81,6 +81,11 @@ def empty_batch(elements) -> dict:
   return {e.name: np.empty(e.shape, dtype=e.type) for e in elements}
 
 
+def batch_bytes(elements) -> int:
+  """Bytes of a batch of these elements (each element's whole shape)."""
+  return sum(np.dtype(e.type).itemsize * math.prod(e.shape) for e in elements)
+
+
 def is_circular(window) -> bool:
   """Whether a window is a full file read whole (wraps, as in Dopamine)."""
   return window.is_full and window.num_rows == window.num_file_rows
