@@ -212,9 +212,6 @@ class WindowLoader:
     """
     self.files = files
     self._settings = settings
-    self._data_dir = settings.arguments.data_dir
-    self._start = settings.start
-    self._arguments = settings.arguments
     self._extra_names = list(settings.extra_names)
     self._verify = settings.verify
     self._headers = {}
@@ -238,7 +235,8 @@ class WindowLoader:
     """
     if suffix in self._plans:
       return self._plans[suffix]
-    s, files, start = self._arguments, self.files[suffix], self._start
+    s, start = self._settings.arguments, self._settings.start
+    files = self.files[suffix]
     num_file_rows = self._headers_of(suffix)['observation'].num_rows
     capacity = s.replay_capacity
     _, count = plan_rows(self._settings, num_file_rows, suffix)
@@ -284,7 +282,7 @@ class WindowLoader:
 
   def load_shard(self, suffix: int) -> transitions.ReplayShard:
     """Reads one checkpoint window and wraps it as a ReplayShard."""
-    s = self._arguments
+    s = self._settings.arguments
     start, count, kept = self._plan(suffix)
     began = time.perf_counter()
     window = checkpoints.read_checkpoint(
@@ -309,7 +307,7 @@ class WindowLoader:
       'Loaded checkpoint %d of %s rows [%d, %d): %d valid transitions, %s '
       'in %.1f s (%s)',
       suffix,
-      self._data_dir,
+      self._settings.arguments.data_dir,
       start,
       start + count,
       shard.num_valid,
@@ -331,7 +329,7 @@ class WindowLoader:
     logging.info(
       'Loading checkpoints %s from %s (reusing %s)',
       to_load,
-      self._data_dir,
+      self._settings.arguments.data_dir,
       sorted(set(suffixes) & set(reusable)),
     )
     workers = min(len(to_load), os.cpu_count() or 1) if parallel else 1

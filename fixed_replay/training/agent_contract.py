@@ -101,7 +101,9 @@ def replay_state(agent: Any) -> dict | None:
   try:
     return own() if callable(own) else memory.state_dict()
   except ValueError as error:  # Several sampling threads: no fixed order.
-    logging.warning('The replay stream is not saved: %s', error)
+    logging.log_first_n(
+      logging.WARNING, 'The replay stream is not saved: %s', 1, error
+    )
     return None
 
 
