@@ -199,8 +199,7 @@ def main(argv=None):
 def user_message(error):
   """An error's message without the call stack gin appends to it."""
   lines = str(error).splitlines()
-  kept = [line for line in lines if not _GIN_CALL.match(line)]
-  return '\n'.join(kept).rstrip()
+  return '\n'.join(x for x in lines if not _GIN_CALL.match(x)).rstrip()
 
 
 def run_command(command, command_main, argv):

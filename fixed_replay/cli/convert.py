@@ -208,8 +208,9 @@ def _game():
 
 def _ray():
   """What --ray and --ray_address ask for (convert.convert's `ray`)."""
-  if _RAY_ADDRESS.value or _RAY.value:
-    compat.require('ray', 'ray', 'convert --ray', extra='ray')  # Fail now.
+  if not (_RAY_ADDRESS.value or _RAY.value):
+    return None
+  compat.require('ray', 'ray', 'convert --ray', extra='ray')  # Fail now.
   if _RAY_ADDRESS.value:
     if _WORKERS.value is not None:
       raise app.UsageError(
@@ -217,11 +218,9 @@ def _ray():
         "--ray_address the cluster's CPUs decide"
       )
     return _RAY_ADDRESS.value
-  if _RAY.value:
-    if _WORKERS.value == 0:
-      raise app.UsageError('--workers=0 converts in this process: not --ray')
-    return True
-  return None
+  if _WORKERS.value == 0:
+    raise app.UsageError('--workers=0 converts in this process: not --ray')
+  return True
 
 
 def _check_dopamine_flags(options):
@@ -268,7 +267,10 @@ def several_runs(sources, destination):
       f'{destination}: convert them with separate commands'
     )
   return [
-    (_checkpoint_dir(source), os.path.join(destination, name))
+    (
+      source if _SOURCE.value else layout.run_checkpoint_dir(source) or source,
+      os.path.join(destination, name),
+    )
     for source, name in zip(sources, names, strict=True)
   ]
 
@@ -294,13 +296,6 @@ def _root_runs(root, destination):
   ]
 
 
-def _checkpoint_dir(source):
-  """A listed run's checkpoints: in SRC, or in SRC/replay_logs."""
-  if _SOURCE.value:
-    return source
-  return layout.run_checkpoint_dir(source) or source
-
-
 def _convert_runs(runs, options):
   for source, _ in runs:
     kind, _ = _source(source)
@@ -311,7 +306,7 @@ def _convert_runs(runs, options):
       )
   _check_dopamine_flags(options)
   results = convert.convert_runs(runs, options, _WORKERS.value, _ray())
-  return 'dopamine', results
+  return [(store, r) for (_, store), r in zip(runs, results, strict=True)]
 
 
 def _run():
@@ -414,17 +409,14 @@ def main(argv: list[str]) -> int:
     if _run() == 'all':
       if len(sources) != 1:
         raise app.UsageError('--run=all takes one SRC: a directory of shards')
-      _print_results('rlu', _convert_all_runs(sources[0], destination, options))
-      return 0
-    runs = several_runs(sources, destination)
-    if runs is None:
+      kind, stored = 'rlu', _convert_all_runs(sources[0], destination, options)
+    elif (runs := several_runs(sources, destination)) is None:
       kind, result = _convert(sources[0], destination, options)
-      _print_results(kind, [(destination, result)])
-      return 0
-    kind, results = _convert_runs(runs, options)
+      stored = [(destination, result)]
+    else:
+      kind, stored = 'dopamine', _convert_runs(runs, options)
   except CheckpointError as error:
     print(f'fixed-replay convert: {error}', file=sys.stderr)
     return 1
-  stores = [store for _, store in runs]
-  _print_results(kind, list(zip(stores, results, strict=True)))
+  _print_results(kind, stored)
   return 0

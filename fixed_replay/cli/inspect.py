@@ -87,14 +87,18 @@ _USAGE = (
 
 
 def _report(summary, table):
-  if _JSON.value:
-    print(json.dumps(summary.to_dict(), indent=2))
-  else:
-    print(table(summary))
+  print(
+    json.dumps(summary.to_dict(), indent=2) if _JSON.value else table(summary)
+  )
+  return _exit_status([] if summary.ok else [tables.format_problems(summary)])
+
+
+def _exit_status(problems):
+  """0, or 1 once the problems are printed to stderr (after stdout's lines)."""
   sys.stdout.flush()
-  if summary.ok:
+  if not problems:
     return 0
-  print(tables.format_problems(summary), file=sys.stderr)
+  print('\n'.join(problems), file=sys.stderr)
   return 1
 
 
@@ -165,11 +169,7 @@ def _inspect_root(directory):
     ]
   if notes:
     print('\n'.join(notes))
-  if not damaged:
-    return 0
-  sys.stdout.flush()
-  print('\n'.join(damaged), file=sys.stderr)
-  return 1
+  return _exit_status(damaged)
 
 
 def main(argv: list[str]) -> int:

@@ -24,6 +24,8 @@ _DIRECTORY_COLUMNS = (
   'disk',
   'data',
 )
+# What the columns rows .. valid show of a checkpoint.
+_CHECKPOINT_VALUES = ('rows', 'add_count', 'cursor', 'is_full', 'num_valid')
 _RUN_COLUMNS = (
   'checkpoint',
   'episodes',
@@ -76,11 +78,7 @@ def _checkpoint_row(summary):
   return (
     str(summary.suffix),
     summary.status,
-    _value(summary.rows),
-    _value(summary.add_count),
-    _value(summary.cursor),
-    _value(summary.is_full),
-    _value(summary.num_valid),
+    *(_value(getattr(summary, name)) for name in _CHECKPOINT_VALUES),
     _value(episodes.count if episodes else None),
     _returns(episodes),
     _observation(summary),
@@ -164,24 +162,21 @@ def format_table(summary):
 
 def format_run_table(summary):
   """An RL Unplugged RunSummary: one line per checkpoint, then the totals."""
+  checkpoints = summary.checkpoints
+  counts = ('episodes', 'steps', 'terminal')
   rows = [
     (
-      str(entry.checkpoint),
-      str(entry.episodes),
-      str(entry.steps),
-      str(entry.terminal),
-      _returns(entry.returns),
-      ', '.join(entry.parts),
+      str(e.checkpoint),
+      *(str(getattr(e, name)) for name in counts),
+      _returns(e.returns),
+      ', '.join(e.parts),
     )
-    for entry in summary.checkpoints
+    for e in checkpoints
   ]
-  checkpoints = summary.checkpoints
   rows.append(
     (
       'total',
-      str(sum(e.episodes for e in checkpoints)),
-      str(sum(e.steps for e in checkpoints)),
-      str(sum(e.terminal for e in checkpoints)),
+      *(str(sum(getattr(e, name) for e in checkpoints)) for name in counts),
       _returns(summaries.EpisodeStats.combine(e.returns for e in checkpoints)),
       f'{len(summary.parts)} read, '
       f'{sum(not p.ok for p in summary.parts)} damaged',

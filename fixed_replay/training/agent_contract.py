@@ -74,9 +74,7 @@ def warn_if_no_training(agent: Any) -> None:
 def train_step_of(agent: Any) -> Callable[[], Any]:
   """The agent's one-training-step callable (`train_step` or `_train_step`)."""
   step = getattr(agent, 'train_step', None)
-  if callable(step):
-    return step
-  return agent._train_step  # noqa: SLF001  (batch_rl's contract)
+  return step if callable(step) else agent._train_step  # batch_rl's contract
 
 
 def reload_data(agent: Any) -> None:

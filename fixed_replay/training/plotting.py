@@ -154,14 +154,8 @@ def make_figure(
     references: optional list, per curve, of (label, return) drawn as a
       dashed horizontal line (e.g. the dataset's own average), or None.
   """
-  compat.require('matplotlib', purpose='fixed-replay plot')
-  from matplotlib.figure import Figure
-  from matplotlib.ticker import MaxNLocator
-
   groups = [[c] for c in curves] if panels else [curves]
-  figure = Figure(
-    figsize=(5 * len(groups) if panels else 8, 5), dpi=100, layout='constrained'
-  )
+  figure = new_figure('fixed-replay plot', 5 * len(groups) if panels else 8)
   references = references or [None] * len(curves)
   lines = dict(zip([c.label for c in curves], references, strict=True))
   for index, group in enumerate(groups):
@@ -179,14 +173,41 @@ def make_figure(
         axes.axhline(
           value, linestyle='--', color=drawn.get_color(), label=label
         )
-    axes.set_xlabel('Iteration')
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_ylabel('Average evaluation return')
-    axes.grid(alpha=0.3)
-    axes.legend()
+    finish_axes(axes)
   if title:
     figure.suptitle(title)
   return figure
+
+
+def new_figure(purpose: str, width: float) -> Any:
+  """A matplotlib Figure, width x 5 inches, once matplotlib is installed."""
+  compat.require('matplotlib', purpose=purpose)
+  from matplotlib.figure import Figure
+
+  return Figure(figsize=(width, 5), dpi=100, layout='constrained')
+
+
+def finish_axes(axes: Any) -> None:
+  """Axes of evaluation return per iteration: labels, grid and legend."""
+  from matplotlib.ticker import MaxNLocator
+
+  axes.set_xlabel('Iteration')
+  axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+  axes.set_ylabel('Average evaluation return')
+  axes.grid(alpha=0.3)
+  axes.legend()
+
+
+def write_file(path: str, content: Any) -> None:
+  """Writes a str (as UTF-8) or a matplotlib Figure (as PNG) to path."""
+  if isinstance(content, str):
+    data = content.encode('utf-8')
+  else:
+    buffer = io.BytesIO()
+    content.savefig(buffer, format='png')
+    data = buffer.getvalue()
+  with storage.open_write(path) as f:
+    f.write(data)
 
 
 def plot_eval_returns(
@@ -225,9 +246,6 @@ def plot_eval_returns(
       '--output'
     )
   curves = load_curves(run_dirs, labels)
-  buffer = io.BytesIO()
-  make_figure(curves, title, panels, references).savefig(buffer, format='png')
-  with storage.open_write(output) as f:
-    f.write(buffer.getvalue())
+  write_file(output, make_figure(curves, title, panels, references))
   logging.info('Wrote %s (%d runs)', output, len(curves))
   return curves

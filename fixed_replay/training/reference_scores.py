@@ -123,9 +123,7 @@ _BY_KEY = {_key(name): name for name in _SCORES}
 def references(game: str) -> 'References | None':
   """Returns the References of a game, or None if it has no entry."""
   name = _BY_KEY.get(_key(game))
-  if name is None:
-    return None
-  return References(name, *_SCORES[name])
+  return None if name is None else References(name, *_SCORES[name])
 
 
 # What a normalized score divides by, the name it has in messages, and why

@@ -26,7 +26,6 @@ from typing import Any
 from absl import logging
 import numpy as np
 
-from fixed_replay import compat
 from fixed_replay import progress
 from fixed_replay.io import files as storage
 from fixed_replay.store import store_inspection
@@ -147,9 +146,7 @@ def summarize(curves: Sequence[Any]) -> list['Row']:
     lengths = [int(c.iterations[-1]) + 1 for c in group]
     dqn, dqn_reason = reference_scores.dqn_normalized(game, final_mean)
     human, human_reason = reference_scores.human_normalized(game, final_mean)
-    notes = [dqn_reason] + (
-      [human_reason] if human_reason != dqn_reason else []
-    )
+    notes = list(dict.fromkeys([dqn_reason, human_reason]))
     if min(lengths) != max(lengths):
       notes.append('trials reached different iterations')
     rows.append(
@@ -173,23 +170,21 @@ def summarize(curves: Sequence[Any]) -> list['Row']:
 
 def medians(rows: Sequence['Row']) -> list[tuple]:
   """Per agent: (agent, games, median DQN-normalized, median human-norm.)."""
-  result = []
-  for agent, group in _grouped(rows, lambda r: r.agent):
-    dqn = [r.dqn_normalized for r in group if r.dqn_normalized is not None]
-    human = [
-      r.human_normalized for r in group if r.human_normalized is not None
-    ]
-    result.append(
-      (
-        agent,
-        len(group),
-        float(np.median(dqn)) if dqn else None,
-        len(dqn),
-        float(np.median(human)) if human else None,
-        len(human),
-      )
+  return [
+    (
+      agent,
+      len(group),
+      *_median(r.dqn_normalized for r in group),
+      *_median(r.human_normalized for r in group),
     )
-  return result
+    for agent, group in _grouped(rows, lambda r: r.agent)
+  ]
+
+
+def _median(values):
+  """(median of the values that are not None, or None; how many there are)."""
+  kept = [v for v in values if v is not None]
+  return (float(np.median(kept)) if kept else None), len(kept)
 
 
 def _number(value, digits: int = 1) -> str:
@@ -314,11 +309,7 @@ def mean_curve(
 
 def make_game_figure(game: str, curves: Sequence[Any]) -> Any:
   """One game's learning curves: per agent the mean over trials, ± 1 std."""
-  compat.require('matplotlib', purpose='fixed-replay report')
-  from matplotlib.figure import Figure
-  from matplotlib.ticker import MaxNLocator
-
-  figure = Figure(figsize=(8, 5), dpi=100, layout='constrained')
+  figure = plotting.new_figure('fixed-replay report', 8)
   axes = figure.add_subplot()
   for agent, group in _grouped(curves, lambda c: c.agent):
     iterations, mean, std, _ = mean_curve(group)
@@ -328,12 +319,8 @@ def make_game_figure(game: str, curves: Sequence[Any]) -> Any:
     axes.fill_between(
       iterations, mean - std, mean + std, color=line.get_color(), alpha=0.2
     )
-  axes.set_xlabel('Iteration')
-  axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-  axes.set_ylabel('Average evaluation return')
   axes.set_title(f'{game}: mean over trials, shaded ± 1 standard deviation')
-  axes.grid(alpha=0.3)
-  axes.legend()
+  plotting.finish_axes(axes)
   return figure
 
 
@@ -374,9 +361,9 @@ def write_report(
   markdown = format_markdown(rows, skipped) + scores
   if not output:
     return markdown, []
-  games = sorted({c.game for c in curves})
   paths = {f'{output}.md': markdown, f'{output}.csv': format_csv(rows)}
-  paths.update({f'{output}_{game}.png': game for game in games})
+  for game, group in _grouped(curves, lambda c: c.game):
+    paths[f'{output}_{game}.png'] = (game, group)
   existing = [p for p in paths if storage.exists(p)]
   if existing and not overwrite:
     raise FileExistsError(
@@ -384,14 +371,8 @@ def write_report(
       'choose another --output'
     )
   for path, content in paths.items():
-    if path.endswith('.png'):
-      buffer = io.BytesIO()
-      game_curves = [c for c in curves if c.game == content]
-      make_game_figure(content, game_curves).savefig(buffer, format='png')
-      data = buffer.getvalue()
-    else:
-      data = content.encode('utf-8')
-    with storage.open_write(path) as f:
-      f.write(data)
+    if isinstance(content, tuple):  # A game's (name, curves): drawn now.
+      content = make_game_figure(*content)
+    plotting.write_file(path, content)
     logging.info('Wrote %s', path)
   return markdown, list(paths)

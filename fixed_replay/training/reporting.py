@@ -39,6 +39,10 @@ class LossTap:
 class _Forwarding:
   """Passes every attribute it lacks on to the object it wraps."""
 
+  def __init__(self, wrapped: Any, tap: 'LossTap') -> None:
+    self._wrapped = wrapped
+    self._tap = tap
+
   def __getattr__(self, name):
     if name.startswith('__'):
       raise AttributeError(name)
@@ -47,10 +51,6 @@ class _Forwarding:
 
 class TappedFileWriter(_Forwarding):
   """A tf.compat.v1 FileWriter that also shows summaries to a LossTap."""
-
-  def __init__(self, writer: Any, tap: 'LossTap') -> None:
-    self._wrapped = writer
-    self._tap = tap
 
   def add_summary(self, summary: Any, global_step: int | None = None) -> None:
     proto = summary
@@ -64,10 +64,6 @@ class TappedFileWriter(_Forwarding):
 
 class TappedDispatcher(_Forwarding):
   """A Dopamine CollectorDispatcher that also shows losses to a LossTap."""
-
-  def __init__(self, dispatcher: Any, tap: 'LossTap') -> None:
-    self._wrapped = dispatcher
-    self._tap = tap
 
   def write(self, statistics: Any, *args: Any, **kwargs: Any) -> None:
     for statistic in statistics:

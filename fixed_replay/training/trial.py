@@ -148,10 +148,7 @@ def record_failure(trial: 'Trial', error_text: str, will_retry: bool) -> None:
   The attempt's process may have died before writing anything, so a record
   is added when the last one is already closed.
   """
-  state = read_state(trial.base_dir) or {
-    'config': trial.config(),
-    'attempts': [],
-  }
+  state = read_state(trial.base_dir) or {'config': trial.config()}
   attempts = state.setdefault('attempts', [])
   if not attempts or 'outcome' in attempts[-1]:
     attempts.append({'started': None})
@@ -236,7 +233,7 @@ def _limit_resources(num_cpus, num_gpus) -> None:
 
 def _start_attempt(trial):
   """Records a new attempt; an unfinished earlier one was interrupted."""
-  state = read_state(trial.base_dir) or {'attempts': []}
+  state = read_state(trial.base_dir) or {}
   state['config'] = trial.config()
   state['trial'] = trial.key
   attempts = state.setdefault('attempts', [])
