@@ -262,14 +262,12 @@ class _GzipReader:
       raise CheckpointError(
         self._path, 'more data after the rows its header lists'
       )
-    arrays = _read_small_arrays(self._files, num_rows)
-    add_count, invalid_range, episode_end_indices = self._bookkeeping
+    # Positional, in SourceRows' field order: (add_count, invalid_range,
+    # episode_end_indices) is read_bookkeeping's tuple.
     return SourceRows(
-      arrays=arrays,
-      add_count=add_count,
-      invalid_range=invalid_range,
-      episode_end_indices=episode_end_indices,
-      description=GzipSource(self._files).description(),
+      _read_small_arrays(self._files, num_rows),
+      *self._bookkeeping,
+      GzipSource(self._files).description(),
     )
 
 

@@ -341,10 +341,8 @@ def _verify_written(directory: str, arrays, valid):
       # Bytes, not values: NaN rewards must round-trip too.
       if opened.arrays[name].tobytes() != array.tobytes():
         raise CheckpointError(directory, f'{name}.npy differs from the source')
-    table = opened.valid_rows_table(
-      opened.manifest['valid_rows']['stack_size'],
-      opened.manifest['valid_rows']['update_horizon'],
-    )
+    spec = opened.manifest['valid_rows']
+    table = opened.valid_rows_table(spec['stack_size'], spec['update_horizon'])
     if not np.array_equal(table, valid):
       raise CheckpointError(directory, 'valid_mask.npy differs when read back')
   finally:
@@ -365,11 +363,10 @@ class CompactOutput:
 
   def stored_source(self, store_dir: str, suffix: int) -> dict | None:
     """manifest['source'] of a stored checkpoint, or None if absent."""
-    if not self.exists(store_dir, suffix):
+    path = self.final_path(store_dir, suffix)
+    if not os.path.exists(path):
       return None
-    return manifest_lib.read_manifest(self.final_path(store_dir, suffix))[
-      'source'
-    ]
+    return manifest_lib.read_manifest(path)['source']
 
   def check_existing(
     self, store_dir: str, source: CheckpointSource, options: ConvertOptions

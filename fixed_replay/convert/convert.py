@@ -140,9 +140,6 @@ class _Store:
       )
     return pending
 
-  def done(self, pending) -> None:
-    self.converted += [item.source.suffix for item in pending]
-
   def result(self, seconds: float):
     output, store_dir = self._output, self.store_dir
     converted = sorted(set(self.converted))
@@ -298,18 +295,17 @@ def convert_source_runs(
         for store, (_, _, rounds) in zip(held, runs, strict=True)
       ]
       while active:
-        planned, still = [], []
+        planned = []
         for store, rounds in active:
           sources = next(rounds, None)
           if sources is not None:
-            planned.append((store, store.plan(sources)))
-            still.append((store, rounds))
-        pending = [item for _, items in planned for item in items]
+            planned.append((store, rounds, store.plan(sources)))
+        pending = [item for _, _, items in planned for item in items]
         if pending:
           run.run(pending)
-        for store, items in planned:
-          store.done(items)
-        active = still
+        for store, _, items in planned:
+          store.converted += [item.source.suffix for item in items]
+        active = [(store, rounds) for store, rounds, _ in planned]
     except OSError as error:
       raise destination.error(runs[0][1], error) from error
     seconds = time.perf_counter() - began

@@ -176,8 +176,7 @@ class ProcessPool(_NothingToRelease):
         f'{sum(item.rows for item in pending):,}',
       )
       return InProcess().run(pending)
-    count = self._workers or min(len(pending), os.cpu_count() or 1)
-    count = min(count, len(pending))
+    count = min(self._workers or os.cpu_count() or 1, len(pending))
     threads = max(1, (os.cpu_count() or 1) // count)
     bar = FrameProgress(sum(item.rows for item in pending))
     stores = sorted({item.store_dir for item in pending})
@@ -201,11 +200,9 @@ class ProcessPool(_NothingToRelease):
         bar.update(counter.value)
         for future in done:
           log_result(future.result(), futures[future].store_dir)
-    except CheckpointError:
-      pool.shutdown(wait=True, cancel_futures=True)
-      raise
-    except BaseException:
-      worker_processes.kill(pool)
+    except BaseException as error:
+      if not isinstance(error, CheckpointError):
+        worker_processes.kill(pool)
       pool.shutdown(wait=True, cancel_futures=True)
       raise
     finally:
@@ -247,13 +244,10 @@ def convert_task(
 
 
 def _write_job_file(store_dir: str, token):
-  path = os.path.join(store_dir, JOB_FILE)
   try:
-    with open(path, 'w') as stream:
-      stream.write(token)
-      stream.flush()
-      os.fsync(stream.fileno())
+    destination.write_bytes(store_dir, JOB_FILE, token.encode())
   except OSError as error:
+    path = os.path.join(store_dir, JOB_FILE)
     raise destination.error(path, error) from error
 
 
@@ -292,7 +286,7 @@ class RayRunner:
     self._ray = ray
     self._workers = workers
     self._stack = contextlib.ExitStack()
-    self._info = None
+    self._info = ray if isinstance(ray, distributed.ClusterInfo) else None
 
   def __enter__(self) -> 'RayRunner':
     return self
@@ -302,13 +296,10 @@ class RayRunner:
 
   def _cluster(self):
     if self._info is None:
-      if isinstance(self._ray, distributed.ClusterInfo):
-        self._info = self._ray
-      else:
-        address = None if self._ray is True else self._ray
-        self._info = self._stack.enter_context(
-          distributed.cluster(address, num_cpus=self._workers)
-        )
+      address = None if self._ray is True else self._ray
+      self._info = self._stack.enter_context(
+        distributed.cluster(address, num_cpus=self._workers)
+      )
     return self._info
 
   def run(self, pending: list[Pending]) -> None:

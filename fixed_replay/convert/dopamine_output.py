@@ -177,16 +177,12 @@ class DopamineOutput:
       finally:
         writer.abort()
       rows = reader.finish(writer.num_rows)
-    level = options.gzip_level
-    for element, array in sorted(rows.arrays.items()):
-      dopamine_writer.write_array(
-        name(file_names.STORE_PREFIX + element), array, level
-      )
-    add_count = np.array(rows.add_count, dtype=np.int64)
-    dopamine_writer.write_array(name('add_count'), add_count, level)
-    dopamine_writer.write_array(
-      name('invalid_range'), rows.invalid_range.astype(np.int64), level
-    )
+    level, prefix = options.gzip_level, file_names.STORE_PREFIX
+    arrays = {prefix + e: a for e, a in sorted(rows.arrays.items())}
+    arrays['add_count'] = np.array(rows.add_count, dtype=np.int64)
+    arrays['invalid_range'] = rows.invalid_range.astype(np.int64)
+    for element, array in arrays.items():
+      dopamine_writer.write_array(name(element), array, level)
     if rows.episode_end_indices is not None:
       dopamine_writer.write_episode_end_indices(
         name(file_names.EPISODE_END_INDICES), rows.episode_end_indices, level
@@ -230,10 +226,7 @@ class DopamineOutput:
     if (
       back.add_count != rows.add_count
       or not np.array_equal(back.invalid_range, rows.invalid_range)
-      or (ends is None) != (back.episode_end_indices is None)
-      or (
-        ends is not None and not np.array_equal(back.episode_end_indices, ends)
-      )
+      or not np.array_equal(back.episode_end_indices, ends)  # None == None.
     ):
       raise CheckpointError(partial, 'bookkeeping differs when read back')
     manifest_lib.verify_files(partial, manifest)

@@ -74,16 +74,22 @@ class EpisodeRows:
     self.steps = 0
     self.episode_ids = []
 
-  def _zeros(self, count):
-    """Yields full slices while appending `count` all-zero frames."""
-    while count:
-      take = min(count, len(self._frames) - self._filled)
-      self._frames[self._filled : self._filled + take] = 0
+  def _fill(self, count, write):
+    """Yields full slices while appending `count` frames: write(i, out)
+    fills `out` with frames i, i + 1, ... of them."""
+    done = 0
+    while done < count:
+      take = min(count - done, len(self._frames) - self._filled)
+      write(done, self._frames[self._filled : self._filled + take])
       self._filled += take
-      count -= take
+      done += take
       if self._filled == len(self._frames):
         yield self._frames
         self._filled = 0
+
+  def _zeros(self, count):
+    """Yields full slices while appending `count` all-zero frames."""
+    return self._fill(count, lambda _, out: out.fill(0))
 
   def _decode(self, episode, start, out) -> None:
     parts = min(self._threads, len(out) // _MIN_FRAMES_PER_THREAD)
@@ -111,15 +117,7 @@ class EpisodeRows:
     pad = self._stack_size - 1
     steps = episode.num_steps
     yield from self._zeros(pad)
-    step = 0
-    while step < steps:
-      take = min(steps - step, len(self._frames) - self._filled)
-      self._decode(episode, step, self._frames[self._filled :][:take])
-      self._filled += take
-      step += take
-      if self._filled == len(self._frames):
-        yield self._frames
-        self._filled = 0
+    yield from self._fill(steps, lambda i, out: self._decode(episode, i, out))
     terminals = np.zeros(steps, np.uint8)
     terminals[-1] = episode.terminal
     self._actions += [np.zeros(pad, np.int32), episode.actions]

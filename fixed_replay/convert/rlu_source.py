@@ -53,9 +53,7 @@ def first_episode(
   kind: str, location: str, part: rlu_plan.Part
 ) -> rlu_episodes.Episode | None:
   """The first episode of a part, or None if it has none."""
-  for episode in open_part(kind, location, part, wanted={0}):
-    return episode
-  return None
+  return next(open_part(kind, location, part, wanted={0}), None)
 
 
 @dataclasses.dataclass(frozen=True)

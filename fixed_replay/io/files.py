@@ -50,17 +50,18 @@ def _children_lister():
   return get_children
 
 
-def _remote_isdir(gfile, not_found, path: str):
+def _remote_isdir(tf, path: str):
   # Not gfile.isdir first: it says False for any failure, after spending its
   # whole retry budget. stat raises the failure's cause instead.
   try:
-    return gfile.stat(path).is_directory
-  except not_found:
+    return tf.io.gfile.stat(path).is_directory
+  except tf.errors.NotFoundError:
     return False
   except Exception as error:
     if remote.classify(str(error)):
       raise
-    return gfile.isdir(path)  # A file system whose stat skips directories.
+    # A file system whose stat skips directories.
+    return tf.io.gfile.isdir(path)
 
 
 def join(directory: str, name: str) -> str:
@@ -76,14 +77,7 @@ def isdir(path: str) -> bool:
   if is_remote(path):
     import tensorflow as tf
 
-    return remote.call(
-      'checking the directory',
-      path,
-      _remote_isdir,
-      tf.io.gfile,
-      tf.errors.NotFoundError,
-      path,
-    )
+    return remote.call('checking the directory', path, _remote_isdir, tf, path)
   return os.path.isdir(path)
 
 

@@ -90,12 +90,10 @@ def read_header(stream):
   if stream.read(len(_MAGIC)) != _MAGIC:
     raise CheckpointError(path, 'not a .npy array (bad magic bytes)')
   major, _ = stream.read(2)
-  if major == 1:
-    (header_length,) = struct.unpack('<H', stream.read(2))
-  elif major in (2, 3):
-    (header_length,) = struct.unpack('<I', stream.read(4))
-  else:
+  fmt = {1: '<H', 2: '<I', 3: '<I'}.get(major)  # The header length's.
+  if fmt is None:
     raise CheckpointError(path, f'unsupported .npy format version {major}')
+  (header_length,) = struct.unpack(fmt, stream.read(struct.calcsize(fmt)))
   if header_length > _MAX_HEADER_BYTES:
     raise CheckpointError(path, f'.npy header of {header_length} bytes')
   raw = stream.read(header_length)

@@ -137,10 +137,7 @@ _CAUSES = (
 
 def classify(message: str) -> str:
   """Returns the cause named in a TensorFlow / libcurl error message."""
-  for cause, pattern in _CAUSES:
-    if pattern.search(message):
-      return cause
-  return None
+  return next((cause for cause, rule in _CAUSES if rule.search(message)), None)
 
 
 def remote_error(path: str, what: str, error: BaseException) -> RemoteError:
@@ -209,7 +206,8 @@ def call(what: str, path: str, function: Callable[..., Any], *args: Any) -> Any:
     RemoteError: on a timeout or any other failure, naming the cause.
   """
   limit = timeout()
-  stuck = _stuck_call(path)
+  where = _storage(path)
+  stuck = next((c for c in _still_running() if c.where == where), None)
   if stuck is not None:
     # The same storage has not answered an earlier call: waiting the whole
     # limit again for each later one would multiply the user's wait.
@@ -228,7 +226,7 @@ def call(what: str, path: str, function: Callable[..., Any], *args: Any) -> Any:
     waited = time.monotonic() - began
     if waited >= limit:
       running.limit = limit
-      running.where = _storage(path)
+      running.where = where
       _abandon(running)
       raise RemoteError(
         str(path),
@@ -265,27 +263,10 @@ def _storage(path):
   return match.group(1) if match else str(path)
 
 
-def _stuck_call(path):
-  """An abandoned call to the same storage as `path` still running, or None."""
-  where = _storage(path)
-  for running in _still_running():
-    if running.where == where:
-      return running
-  return None
-
-
 def _still_running():
   with _abandoned_lock:
     _abandoned[:] = [c for c in _abandoned if not c.done.is_set()]
     return list(_abandoned)
-
-
-def _flush() -> None:
-  """Before os._exit: writes out what the streams (and quiet's filter) hold."""
-  from fixed_replay import quiet
-
-  quiet.flush_streams()
-  quiet.stop()
 
 
 def _wait_for_abandoned() -> None:
@@ -302,9 +283,7 @@ def _wait_for_abandoned() -> None:
   deadline = time.monotonic() + EXIT_WAIT_S
   for running_call in running:
     running_call.done.wait(max(deadline - time.monotonic(), 0))
-  if _still_running():
-    _flush()
-    os._exit(1)  # Exiting normally now would abort in TensorFlow's teardown.
+  exit_now(1)  # Exiting normally now would abort in TensorFlow's teardown.
 
 
 def hanging() -> bool:
@@ -318,5 +297,9 @@ def exit_now(code: int) -> None:
   Otherwise returns, and the caller exits as usual.
   """
   if _still_running():
-    _flush()
+    # Before os._exit: writes out what the streams (and quiet's filter) hold.
+    from fixed_replay import quiet
+
+    quiet.flush_streams()
+    quiet.stop()
     os._exit(code)

@@ -217,16 +217,12 @@ def find_runs(game_dir: str) -> dict[str, str]:
   (as `gs://atari-replay-datasets/dqn/Pong/1/replay_logs`) is a run; sorted
   by name; empty if there is none.
   """
-  runs = {}
   try:
     names = sorted(storage.listdir(game_dir))
   except (CheckpointError, OSError):
-    return runs
-  for name in names:
-    found = run_checkpoint_dir(storage.join(game_dir, name))
-    if found is not None:
-      runs[name] = found
-  return runs
+    return {}
+  runs = {n: run_checkpoint_dir(storage.join(game_dir, n)) for n in names}
+  return {name: found for name, found in runs.items() if found is not None}
 
 
 def run_name(path: str) -> str:
@@ -345,15 +341,12 @@ def detect(path: str) -> Layout:
     if storage.exists(path):
       problem = 'a file, not a directory: expected one of ' + accepted_layouts()
     return Layout(path, Kind.MISSING, path, problem=problem)
-  for find in (_dopamine_layout, _rlu_layout):
-    found = find(path)
-    if found is not None:
-      return found
-  names = sorted(storage.listdir(path))
-  found = _store_layout(path, names)
+  # A Layout is always true: `or` moves on only from None.
+  found = _dopamine_layout(path) or _rlu_layout(path)
   if found is not None:
     return found
-  found = _tfds_layout(path)
+  names = sorted(storage.listdir(path))
+  found = _store_layout(path, names) or _tfds_layout(path)
   if found is not None:
     return found
   runs = find_runs(path)

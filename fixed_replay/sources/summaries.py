@@ -193,6 +193,7 @@ class DirectorySummary:
 
   def to_dict(self) -> dict:
     """Returns plain JSON-serialisable data."""
+    game = self.game_episodes  # An EpisodeStats is always true.
     return {
       'directory': self.directory,
       'stack_size': self.stack_size,
@@ -206,11 +207,7 @@ class DirectorySummary:
         'rows': self.total('rows'),
         'num_valid': self.total('num_valid'),
         'episodes': dataclasses.asdict(self.episodes),
-        'game_episodes': (
-          None
-          if self.game_episodes is None
-          else dataclasses.asdict(self.game_episodes)
-        ),
+        'game_episodes': game and dataclasses.asdict(game),
         'disk_bytes': self.total('disk_bytes'),
         'data_bytes': self.total('data_bytes'),
       },

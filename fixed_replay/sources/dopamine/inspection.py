@@ -119,18 +119,14 @@ def _fill_summary(summary, files, collector, sampling, other_paths, progress):
         update_horizon,
       )
     )
-  for name in ('reward', file_names.UNCLIPPED_REWARD):
+  fields = {'reward': 'episodes', file_names.UNCLIPPED_REWARD: 'game_episodes'}
+  for name, field in fields.items():
     if name not in files.store_paths:  # No game score recorded.
       continue
     reward = audit.column(files, name, rows, collector)
     if reward is not None:
-      stats = EpisodeStats.from_returns(
-        episode_returns(terminal, reward, add_count, episode_ends)
-      )
-      if name == 'reward':
-        summary.episodes = stats
-      else:
-        summary.game_episodes = stats
+      returns = episode_returns(terminal, reward, add_count, episode_ends)
+      setattr(summary, field, EpisodeStats.from_returns(returns))
   return headers
 
 

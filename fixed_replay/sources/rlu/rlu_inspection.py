@@ -92,8 +92,7 @@ def _read_part(open_part, part, verify, scratch, found, summary):
   for episode in open_part(part):
     if verify:
       _decode_all(episode, scratch)
-    part_summary = summary.parts[-1]
-    part_summary.records += 1
+    summary.parts[-1].records += 1
     if episode.episode_idx in found:
       other = found[episode.episode_idx]
       raise CheckpointError(

@@ -187,11 +187,9 @@ def episode_from_example(
   Raises:
     CheckpointError: as rlu_episodes.parse_episode does.
   """
-  checkpoint_idx = int(
-    _flat(example, 'checkpoint_id', 'int64_list', label, record)[0]
-  )
-  episode_idx = int(
-    _flat(example, 'episode_id', 'int64_list', label, record)[0]
+  checkpoint_idx, episode_idx = (
+    int(_flat(example, key, 'int64_list', label, record)[0])
+    for key in ('checkpoint_id', 'episode_id')
   )
   rlu_episodes.check_checkpoint_idx(label, record, checkpoint_idx, episode_idx)
   kinds = {
