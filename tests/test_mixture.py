@@ -487,6 +487,43 @@ def test_dataloader_workers_stream_the_mixtures_of_their_seeds(roots):
   dataset.close()
 
 
+def test_every_pass_over_a_mixture_is_new_and_repeats_under_its_seed(roots):
+  """MixtureDataset (2 workers, new ones each pass) and ReplayBatches:
+  a second pass draws other batches, and the same seed both passes again."""
+  torch = pytest.importorskip('torch')
+  from fixed_replay.jax_batches import ReplayBatches
+  from fixed_replay.torch import MixtureDataset
+
+  def passes(make, passes=2):
+    dataset = make()
+    if isinstance(dataset, MixtureDataset):
+      loader = torch.utils.data.DataLoader(
+        dataset, batch_size=None, num_workers=2
+      )
+    else:
+      loader = dataset
+    drawn = [
+      np.stack([np.asarray(b['indices']) for b in loader])
+      for _ in range(passes)
+    ]
+    dataset.close()
+    return drawn
+
+  for make in (
+    lambda: MixtureDataset(
+      str(roots['store']), num_batches=4, batch_size=8, seed=2
+    ),
+    lambda: ReplayBatches(
+      str(roots['store'] / 'Pong' / '1'), num_batches=3, batch_size=8, seed=2
+    ),
+  ):
+    first, second = passes(make)
+    assert not np.array_equal(first, second)
+    again = passes(make)
+    np.testing.assert_array_equal(again[0], first)
+    np.testing.assert_array_equal(again[1], second)
+
+
 @pytest.mark.parametrize('segment_length', [None, 5])
 def test_torchrl_tensordicts_carry_the_game(roots, segment_length):
   pytest.importorskip('torchrl')
