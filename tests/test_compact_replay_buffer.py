@@ -600,6 +600,22 @@ print(len(os.listdir('/proc/self/fd')), soft)
 """
 
 
+def _hard_linked_checkpoints(store, many, count):
+  """A store of `count` checkpoints, each hard links of store's 7th."""
+  origin = store / manifest_lib.checkpoint_dirname(7)
+  manifest = manifest_lib.read_manifest(origin)
+  for suffix in range(count):
+    target = many / manifest_lib.checkpoint_dirname(suffix)
+    target.mkdir(parents=True)
+    for name in os.listdir(origin):
+      if name != manifest_lib.MANIFEST:
+        os.link(origin / name, target / name)
+    manifest_lib.write_manifest(target, dict(manifest, suffix=suffix))
+  dictionary = manifest_lib.RUN_DICTIONARY_FILE
+  os.link(store / dictionary, many / dictionary)
+  return many
+
+
 @pytest.mark.parametrize(
   'checkpoints_held, raised', [(100, False), (400, True)]
 )
@@ -613,18 +629,7 @@ def test_many_checkpoints_open_under_a_low_limit_on_open_files(
   import subprocess
   import sys
 
-  many = tmp_path / 'many'
-  origin = store / manifest_lib.checkpoint_dirname(7)
-  manifest = manifest_lib.read_manifest(origin)
-  for suffix in range(checkpoints_held):
-    target = many / manifest_lib.checkpoint_dirname(suffix)
-    target.mkdir(parents=True)
-    for name in os.listdir(origin):
-      if name != manifest_lib.MANIFEST:
-        os.link(origin / name, target / name)
-    manifest_lib.write_manifest(target, dict(manifest, suffix=suffix))
-  dictionary = manifest_lib.RUN_DICTIONARY_FILE
-  os.link(store / dictionary, many / dictionary)
+  many = _hard_linked_checkpoints(store, tmp_path / 'many', checkpoints_held)
   hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
   completed = subprocess.run(
     [sys.executable, '-c', _OPEN_FILES, str(many)],
@@ -639,3 +644,55 @@ def test_many_checkpoints_open_under_a_low_limit_on_open_files(
   message = 'Raised the soft limit on open files from 256 to '
   assert (message in completed.stderr) == raised
   assert (soft > checkpoints_held) if raised else soft == 256
+
+
+_MAPS_TO_THE_LIMIT = """
+import sys
+
+from fixed_replay import batches
+from fixed_replay.io import mapped
+
+# Once first: what opening loads for good (modules, libraries) is loaded.
+batches.open_buffer(sys.argv[1], {'sampling_threads': 0}).close()
+with open(sys.argv[2], 'wb') as page:
+  page.write(bytes(4096))
+held = []
+try:
+  while True:  # A map each: a process's maps up to Linux's limit.
+    held.append(mapped.map_file(sys.argv[2]))
+except mapped.LimitError as error:
+  print('mapping:', error)
+del held[-100:]  # Room for a few checkpoints' tables, not for all of them.
+try:
+  batches.open_buffer(sys.argv[1], {'sampling_threads': 0})
+except mapped.LimitError as error:
+  print('opening:', error)
+del held
+"""
+
+
+def test_a_process_out_of_maps_is_told_the_limit_and_its_fix(store, tmp_path):
+  """Linux says "Cannot allocate memory" when a process holds
+  vm.max_map_count maps; opening a store then names the limit and the
+  fix instead."""
+  import subprocess
+  import sys
+
+  with open('/proc/sys/vm/max_map_count') as limit_file:
+    limit = int(limit_file.read())
+  if limit > 300_000:
+    pytest.skip(f'vm.max_map_count = {limit}: too many maps to fill here')
+  many = _hard_linked_checkpoints(store, tmp_path / 'many', 100)
+  completed = subprocess.run(
+    [sys.executable, '-c', _MAPS_TO_THE_LIMIT, str(many), tmp_path / 'page'],
+    capture_output=True,
+    text=True,
+    timeout=120,
+  )
+  assert completed.returncode == 0, completed.stderr[-2000:]
+  lines = completed.stdout.splitlines()
+  assert [line.split(':')[0] for line in lines] == ['mapping', 'opening']
+  for line in lines:
+    assert f'vm.max_map_count = {limit:,}' in line, line
+    assert 'sudo sysctl -w vm.max_map_count=' in line
+    assert 'Cannot allocate memory' not in line

@@ -8,9 +8,14 @@ Linux keeps a mapping valid once its descriptor is closed, so here a file is
 mapped with the C library's mmap and closed at once: a checkpoint holds one
 descriptor, its units'. When even those outnumber the soft limit,
 `reserve_descriptors` raises it towards the hard limit, and says so.
+
+Where a limit is reached anyway, the error names it and its fix: Linux
+reports a process out of maps (`vm.max_map_count`) as "Cannot allocate
+memory", which points at RAM.
 """
 
 import ctypes
+import errno
 import functools
 import io
 import mmap
@@ -35,6 +40,39 @@ _LIBC.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
 _MAP_FAILED = ctypes.c_void_p(-1).value
 # Descriptors left free beyond those reserved: imports, logs, sockets.
 _SPARE = 64
+# Maps short of vm.max_map_count at which a failed mmap is the limit's
+# doing: the C library and numpy take a few of their own meanwhile.
+_MAPS_SPARE = 64
+
+
+class LimitError(OSError):
+  """A limit of the system reached (maps, open files): names it and its fix."""
+
+
+def _limit_error(code: int, name: str) -> OSError:
+  """The error of a failed mmap or open: a LimitError at Linux's limits."""
+  if code == errno.ENOMEM:
+    with open('/proc/self/maps') as maps:
+      held = sum(1 for _ in maps)
+    with open('/proc/sys/vm/max_map_count') as limit_file:
+      limit = int(limit_file.read())
+    if held + _MAPS_SPARE >= limit:
+      return LimitError(
+        code,
+        f"this process holds {held:,} memory maps, at Linux's limit "
+        f'(vm.max_map_count = {limit:,}), not out of memory: raise it, e.g. '
+        f'`sudo sysctl -w vm.max_map_count={4 * limit}`',
+        name,
+      )
+  if code == errno.EMFILE:
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return LimitError(
+      code,
+      f'{soft:,} files open, the soft limit on open files: raise it, e.g. '
+      f'`ulimit -n {4 * soft}` in the shell that starts the run',
+      name,
+    )
+  return OSError(code, os.strerror(code), name)
 
 
 def map_descriptor(descriptor: int, name: str) -> np.ndarray:
@@ -48,8 +86,7 @@ def map_descriptor(descriptor: int, name: str) -> np.ndarray:
       None, size, mmap.PROT_READ, mmap.MAP_SHARED, descriptor, 0
     )
     if address in (None, _MAP_FAILED):
-      error = ctypes.get_errno()
-      raise OSError(error, os.strerror(error), name)
+      raise _limit_error(ctypes.get_errno(), name)
     memory = (ctypes.c_ubyte * size).from_address(address)
     weakref.finalize(memory, _LIBC.munmap, address, size)
     array = np.frombuffer(memory, np.uint8)
@@ -59,7 +96,12 @@ def map_descriptor(descriptor: int, name: str) -> np.ndarray:
 
 def map_file(path: str) -> np.ndarray:
   """map_descriptor of the file at `path`; no descriptor stays open."""
-  descriptor = os.open(path, os.O_RDONLY)
+  try:
+    descriptor = os.open(path, os.O_RDONLY)
+  except OSError as error:
+    if error.errno != errno.EMFILE:
+      raise
+    raise _limit_error(error.errno, path) from error
   try:
     return map_descriptor(descriptor, path)
   finally:

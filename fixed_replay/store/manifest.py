@@ -165,6 +165,8 @@ def load_npy(path: str, mmap: bool = False) -> np.ndarray:
     if mmap:
       return mapped.map_npy(path)
     return np.load(path, allow_pickle=False)
+  except mapped.LimitError:
+    raise  # The system's limit, not the file: its own message says which.
   except (OSError, ValueError, EOFError) as error:
     raise CheckpointError(path, f'unreadable array: {error}') from error
 
