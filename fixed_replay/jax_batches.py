@@ -113,9 +113,11 @@ class ReplayBatches:
     # after the batch handed out, not after the last one drawn.
     places = collections.deque()
 
+    ordered = self.buffer.sampling_threads <= 1  # Else it has no place.
+
     def drawn():
       for named in batches.sample(self.buffer, self.num_batches):
-        places.append(self.buffer.state_dict())
+        places.append(self.buffer.state_dict() if ordered else None)
         yield named
 
     for batch in prefetch_to_device(drawn(), self.depth, self.device):

@@ -68,6 +68,8 @@ _EXITED = _HEADER - 1
 _STACK_AXIS = {'state': 1, 'next_state': 1, 'observation': 2}
 
 _names = itertools.count()
+# Pass-count slots a rank (DataLoader workers of one process at most).
+_WORKERS = 4096
 # This process's worker ring, made with its first batch (one per worker
 # process, so persistent workers reuse it across passes).
 _worker_ring = None
@@ -290,10 +292,12 @@ class _PassCounts:
   """
 
   def __init__(self):
-    directory = _SHARED_DIR if os.path.isdir(_SHARED_DIR) else None
-    descriptor, self.path = tempfile.mkstemp(
-      '_passes', 'fixed_replay_', directory
-    )
+    try:
+      descriptor, self.path = tempfile.mkstemp(
+        '_passes', 'fixed_replay_', _SHARED_DIR
+      )
+    except OSError:  # No /dev/shm to write in: the temporary directory.
+      descriptor, self.path = tempfile.mkstemp('_passes', 'fixed_replay_')
     os.close(descriptor)
     weakref.finalize(self, _remove_made_here, os.getpid(), self.path)
 
@@ -302,6 +306,13 @@ class _PassCounts:
     try:
       descriptor = os.open(self.path, os.O_RDWR)
     except FileNotFoundError:  # Another host's copy of the dataset.
+      logging.log_first_n(
+        logging.WARNING,
+        'No pass count at %s (a dataset from another host, or its maker is '
+        'gone): new workers draw their first pass again',
+        1,
+        self.path,
+      )
       return passes or 0
     try:  # Past the end of the file, a count reads as 0.
       if passes is not None:
@@ -403,6 +414,7 @@ class ReplayDataset(data.IterableDataset):
     self.num_batches = num_batches
     self.reload_every = reload_every
     self._given_place = None if rank is None else (rank, world_size)
+    self._found_place = None  # Where the loader started a spawned worker.
     self.rank, self.world_size = ranks.current(rank, world_size)
     self._seed_given = buffer_arguments.get('seed') is not None
     if not self._seed_given:
@@ -439,7 +451,8 @@ class ReplayDataset(data.IterableDataset):
   def _take_place(self) -> bool:
     """Takes the place found now; whether it moved since the last."""
     given = self._given_place or (None, None)
-    place = ranks.current(*given, otherwise=(self.rank, self.world_size))
+    built = self._found_place or (self.rank, self.world_size)
+    place = ranks.current(*given, otherwise=built)
     if place == (self.rank, self.world_size):
       return False
     logging.warning(
@@ -503,8 +516,9 @@ class ReplayDataset(data.IterableDataset):
     if info is None:
       source, send = self._own_source(moved), to_tensors
     else:
-      pass_number = self._passes.count(info.id)
-      self._passes.count(info.id, pass_number + 1)
+      slot = self.rank * _WORKERS + info.id
+      pass_number = self._passes.count(slot)
+      self._passes.count(slot, pass_number + 1)
       source = self._source
       if source is None or source.worker is None or moved:
         # A new worker (every pass, unless persistent): its own buffer.
@@ -520,7 +534,8 @@ class ReplayDataset(data.IterableDataset):
       source.pass_number = int(state['pass'])
       source.yielded, source.drawn = int(state['yielded']), int(state['drawn'])
       if source.worker is not None:
-        self._passes.count(source.worker, source.pass_number + 1)
+        slot = self.rank * _WORKERS + source.worker
+        self._passes.count(slot, source.pass_number + 1)
     return self._stream(source, send)
 
   def _stream(self, source, send):
@@ -579,8 +594,8 @@ class ReplayDataset(data.IterableDataset):
     # place travels as found now, when the loader starts its workers.
     state = self.__dict__.copy()
     state['_source'], state['_closed'] = None, False
-    if self._given_place is None:
-      state['rank'], state['world_size'] = ranks.current(
+    if self._given_place is None:  # A spawned worker finds no place itself.
+      state['_found_place'] = ranks.current(
         otherwise=(self.rank, self.world_size)
       )
     return state

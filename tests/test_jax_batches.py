@@ -87,3 +87,13 @@ def test_the_state_is_plain_numbers_after_the_batch_handed_out(store):
       np.asarray(b['indices']) for _, b in zip(range(3), resumed, strict=False)
     ]
   np.testing.assert_array_equal(np.stack(got), np.stack(expected[4:]))
+
+
+def test_several_sampling_threads_sample_but_have_no_place(store):
+  """Batches in no fixed order still flow; only asking for a place fails."""
+  with contextlib.closing(
+    ReplayBatches(str(store), batch_size=8, seed=0, sampling_threads=2)
+  ) as replay:
+    assert len(next(iter(replay))['indices']) == 8
+    with pytest.raises(ValueError, match='2 sampling threads'):
+      replay.buffer.state_dict()

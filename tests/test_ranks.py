@@ -150,7 +150,8 @@ def test_without_a_seed_the_workers_keep_one_subsample(store, subsample_seed):
 
 
 def _built_before_the_group(rank, store, port, out):
-  """A spawned rank: its dataset is built before init_process_group."""
+  """A spawned rank: its dataset is built before init_process_group, then
+  a spawned DataLoader worker's first batch, then its own."""
   import torch
 
   from fixed_replay.torch import ReplayDataset
@@ -159,9 +160,15 @@ def _built_before_the_group(rank, store, port, out):
   torch.distributed.init_process_group(
     'gloo', init_method=f'tcp://127.0.0.1:{port}', rank=rank, world_size=2
   )
+  loader = torch.utils.data.DataLoader(
+    dataset, batch_size=None, num_workers=1, multiprocessing_context='spawn'
+  )
   try:
+    batch = next(iter(loader))['indices'].numpy()
+    np.save(f'{out}/{rank}_worker.npy', batch)
     np.save(f'{out}/{rank}.npy', next(iter(dataset))['indices'].numpy())
   finally:
+    del loader
     torch.distributed.destroy_process_group()
     dataset.close()
 
@@ -170,7 +177,8 @@ def test_a_dataset_built_before_the_process_group_takes_its_rank(
   store, tmp_path
 ):
   """torch.multiprocessing.spawn sets no RANK: each rank's dataset, built
-  before init_process_group, samples as its rank once a pass starts."""
+  before init_process_group, samples as its rank once a pass starts, and
+  so do its DataLoader workers, spawned too."""
   torch = pytest.importorskip('torch')
   with socket.socket() as s:
     s.bind(('127.0.0.1', 0))
@@ -181,11 +189,25 @@ def test_a_dataset_built_before_the_process_group_takes_its_rank(
     nprocs=2,
     join=True,
   )
+  from fixed_replay.torch import ReplayDataset
+
   for rank in (0, 1):
     np.testing.assert_array_equal(
       np.load(tmp_path / f'{rank}.npy'),
       _first_indices('torch', store, rank=rank, world_size=2),
     )
-  assert not np.array_equal(
-    np.load(tmp_path / '0.npy'), np.load(tmp_path / '1.npy')
-  )
+    # The worker, spawned where nothing says the rank, draws its rank's too.
+    dataset = ReplayDataset(
+      str(store), batch_size=8, seed=5, rank=rank, world_size=2
+    )
+    worker = batches.open_buffer(str(store), dataset.worker_arguments(0))
+    np.testing.assert_array_equal(
+      np.load(tmp_path / f'{rank}_worker.npy'),
+      batches.named(worker, worker.sample_transition_batch())['indices'],
+    )
+    worker.close()
+    dataset.close()
+  for name in ('{}.npy', '{}_worker.npy'):
+    assert not np.array_equal(
+      np.load(tmp_path / name.format(0)), np.load(tmp_path / name.format(1))
+    )

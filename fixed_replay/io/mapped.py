@@ -14,6 +14,7 @@ reports a process out of maps (`vm.max_map_count`) as "Cannot allocate
 memory", which points at RAM.
 """
 
+import contextlib
 import ctypes
 import errno
 import functools
@@ -51,12 +52,14 @@ class LimitError(OSError):
 
 def _limit_error(code: int, name: str) -> OSError:
   """The error of a failed mmap or open: a LimitError at Linux's limits."""
+  held = limit = 0
   if code == errno.ENOMEM:
-    with open('/proc/self/maps') as maps:
-      held = sum(1 for _ in maps)
-    with open('/proc/sys/vm/max_map_count') as limit_file:
-      limit = int(limit_file.read())
-    if held + _MAPS_SPARE >= limit:
+    with contextlib.suppress(OSError, ValueError):  # Not Linux's /proc.
+      with open('/proc/self/maps') as maps:
+        held = sum(1 for _ in maps)
+      with open('/proc/sys/vm/max_map_count') as limit_file:
+        limit = int(limit_file.read())
+    if limit and held + _MAPS_SPARE >= limit:
       return LimitError(
         code,
         f"this process holds {held:,} memory maps, at Linux's limit "

@@ -237,6 +237,8 @@ class ReplayCore:
       ValueError: if `state` is not a state of a buffer built like this one.
     """
     threaded = self._batch_threads is not None
+    if threaded and len(self._batch_threads[0]) > 1:
+      self.state_dict()  # Raises: several threads have no place.
     if ('sampler' in state) != threaded:
       raise ValueError(
         f'a stream state {"with" if "sampler" in state else "without"} a '

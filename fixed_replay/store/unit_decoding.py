@@ -286,9 +286,10 @@ def _read_and_decode(
     k = 0
     while k < count:
       end, first, size = _run(table, which, units, k)
-      _call_fadvise(
-        functions[READ_AHEAD], table[which[k], FD], first, size, _WILLNEED
-      )
+      if size:  # A length of 0 would mean the whole rest of the file.
+        _call_fadvise(
+          functions[READ_AHEAD], table[which[k], FD], first, size, _WILLNEED
+        )
       k = end
   k = 0
   read = 0  # Bytes of scratch filled.

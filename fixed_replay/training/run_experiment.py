@@ -313,9 +313,12 @@ class FixedReplayRunner(run_experiment.Runner):
     self._stream_resumed = False
     if self._start_iteration:  # base_dir's own run: its replay stream too.
       data = self._checkpointer.load_checkpoint(self._start_iteration - 1)
-      if data and REPLAY_STREAM in data:
-        agent_contract.load_replay_state(self._agent, data[REPLAY_STREAM])
-        self._stream_resumed = True
+      try:
+        if data and REPLAY_STREAM in data:
+          agent_contract.load_replay_state(self._agent, data[REPLAY_STREAM])
+          self._stream_resumed = True
+      except ValueError as error:  # Saved over other data or arguments.
+        logging.warning('The replay stream starts anew: %s', error)
     init_dir = getattr(self._agent, '_init_checkpoint_dir', None)
     if not init_dir or self._start_iteration != 0:
       return

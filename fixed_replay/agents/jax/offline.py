@@ -138,7 +138,7 @@ class JaxOfflineAgent:
       # The buffer's stream after the last minibatch trained on (the
       # prefetcher runs ahead of it): what a checkpoint saves, and where a
       # reload rewinds the buffer to.
-      self._trained_place = self._replay.state_dict()
+      self._trained_place = self._place()  # None: a replay with no place.
       self._prefetcher = prefetch.BatchPrefetcher(
         self._sample_batch_and_place,
         depth=prefetch_batches,
@@ -182,8 +182,13 @@ class JaxOfflineAgent:
       terminal=element.is_terminal,
     )
 
+  def _place(self):
+    """The replay's stream place, where it has one (FixedReplayBuffer's)."""
+    state_dict = getattr(self._replay, 'state_dict', None)
+    return state_dict() if callable(state_dict) else None
+
   def _sample_batch_and_place(self):
-    return self._sample_batch(), self._replay.state_dict()
+    return self._sample_batch(), self._place()
 
   def _sample_from_replay_buffer(self):
     """Sets self.replay_elements to the next (on-device) minibatch."""
@@ -226,7 +231,8 @@ class JaxOfflineAgent:
       return
     with self._prefetcher.paused():
       # Drawn ahead and dropped: the stream goes on from the last trained.
-      self._replay.load_state_dict(self._trained_place)
+      if self._trained_place is not None:
+        self._replay.load_state_dict(self._trained_place)
       self._replay.reload_data()
 
   def replay_state(self) -> dict:
