@@ -294,3 +294,16 @@ def test_cli_exits_soon_after_a_timeout(servers):
   # One limit (4 s), not one per call: the first call's 1 s left, plus slack.
   assert error_at - waiting_at < 4, (error_at - waiting_at, stderr[-3000:])
   assert exited_at - error_at < 5, (exited_at - error_at, stderr[-3000:])
+
+
+def test_a_remote_reader_closes_as_a_with_block_ends(tmp_path):
+  """Six callers read `with storage.open_read(path)`: a gs:// path's
+  reader (TensorFlow's gfile, here on a local file) is a context manager."""
+  from fixed_replay.io import files
+
+  path = tmp_path / 'data'
+  path.write_bytes(b'0123456789')
+  with files._RemoteReader(str(path)) as reader:  # noqa: SLF001
+    assert reader.read(4) == b'0123'
+    assert reader._file._read_buf is not None  # noqa: SLF001  (gfile's own)
+  assert reader._file._read_buf is None  # noqa: SLF001  Closed: no buffer.

@@ -134,6 +134,12 @@ class _RemoteReader:
   def close(self) -> None:
     self._file.close()
 
+  def __enter__(self):  # `with storage.open_read(path)`, as for a local file.
+    return self
+
+  def __exit__(self, *exc_info):
+    self.close()
+
 
 def open_read(path: str) -> BinaryIO:
   """Opens a file for binary reading (remote reads are time-bounded)."""
