@@ -45,7 +45,7 @@ from fixed_replay import batches
 from fixed_replay import mixture
 from fixed_replay import ranks
 from fixed_replay import segments
-from fixed_replay import torch as fixed_replay_torch
+from fixed_replay import torch_batches
 
 
 def _read_only(data_dir):
@@ -59,7 +59,7 @@ def transitions_tensordict(
   named: dict[str, np.ndarray], channels_first: bool
 ) -> TensorDict:
   """A buffer's named batch under TorchRL's transition keys."""
-  tensors = fixed_replay_torch.to_tensors(named, channels_first)
+  tensors = torch_batches.to_tensors(named, channels_first)
   size = len(named['indices'])
   terminal = tensors['terminal'].bool().reshape(size, 1)
   return TensorDict(
@@ -269,7 +269,7 @@ def segments_tensordict(
   TorchRL's split_trajectories puts its mask), and `indices` and `suffix`,
   where each step came from (and a mixture's `game_id` and `run`).
   """
-  tensors = fixed_replay_torch.to_tensors(named, channels_first)
+  tensors = torch_batches.to_tensors(named, channels_first)
   size = tuple(tensors['mask'].shape)
   terminal = tensors['terminal'].bool().unsqueeze(-1)
   return TensorDict(

@@ -17,7 +17,7 @@ torch = pytest.importorskip('torch')
 from torch.utils.data import DataLoader  # noqa: E402
 
 from fixed_replay import batches  # noqa: E402
-from fixed_replay import torch as fixed_replay_torch  # noqa: E402
+from fixed_replay import torch_batches  # noqa: E402
 from fixed_replay.errors import CheckpointError  # noqa: E402
 from fixed_replay.torch import ReplayDataset  # noqa: E402
 
@@ -331,29 +331,29 @@ def test_worker_batches_travel_in_shared_slots_exactly(store, channels_first):
   arguments = dict(replay_capacity=1000, batch_size=8, seed=6)
   # More batches than a worker has slots, all held: the later ones find
   # every slot taken and travel DataLoader's own way, with the same data.
-  count = 3 * fixed_replay_torch._SLOTS  # noqa: SLF001
+  count = 3 * torch_batches._SLOTS  # noqa: SLF001
   dataset = ReplayDataset(
     str(store), num_batches=count, channels_first=channels_first, **arguments
   )
-  mapped_before = set(fixed_replay_torch._mapped_rings)
+  mapped_before = set(torch_batches._mapped_rings)
   held = list(DataLoader(dataset, batch_size=None, num_workers=1))
   assert len(held) == count
   # The first batches are views of the worker's ring, mapped here once and
   # already unlinked: nothing of it is left in /dev/shm. (Only this test's
   # ring is looked for: other test processes make and remove their own.)
   assert held[0]['state'].numpy().base is not None
-  mapped = set(fixed_replay_torch._mapped_rings) - mapped_before
+  mapped = set(torch_batches._mapped_rings) - mapped_before
   assert len(mapped) == 1
   assert not [r for r in mapped if os.path.exists(os.path.join('/dev/shm', r))]
   expected = _expected_worker_stream(str(store), dataset, 1, count)
   for item, want in zip(held, expected, strict=True):
-    want = fixed_replay_torch.to_tensors(want, channels_first)
+    want = torch_batches.to_tensors(want, channels_first)
     _assert_same(_numpy(item), _numpy(want))
   dataset.close()
 
 
 def test_a_slot_is_free_again_once_its_tensors_are_collected(store):
-  slots = fixed_replay_torch._SLOTS  # noqa: SLF001
+  slots = torch_batches._SLOTS  # noqa: SLF001
   dataset = ReplayDataset(
     str(store), replay_capacity=1000, batch_size=8, seed=6
   )
@@ -361,7 +361,7 @@ def test_a_slot_is_free_again_once_its_tensors_are_collected(store):
   for _ in range(3 * slots):  # Slots are reused: more batches than slots.
     batch = next(iterator)
   time.sleep(1)  # The worker fills the batches it was asked for, then waits.
-  rings = fixed_replay_torch._mapped_rings  # noqa: SLF001
+  rings = torch_batches._mapped_rings  # noqa: SLF001
   ring = rings[list(rings)[-1]]
 
   def held():
