@@ -115,6 +115,18 @@ def rank_seed(seed: int | None, rank: int, world_size: int) -> int | None:
   return int(sequence.generate_state(1, np.uint64)[0])
 
 
+def require_seed(seed: int | None, rank: int, world_size: int) -> None:
+  """Raises a ValueError for no seed on one of several ranks: each would
+  draw its own, and keep other episodes of a subsample."""
+  if seed is None and world_size > 1:
+    raise ValueError(
+      f'seed=None on rank {rank} of {world_size}: every rank would draw a '
+      'seed of its own (streams that may repeat each other, and other '
+      'episodes of a subsample). Pass the same seed on every rank, e.g. '
+      "seed=0, or one agreed over the process group (rank 0's, broadcast)"
+    )
+
+
 def seeded(
   arguments: dict, rank: int | None = None, world_size: int | None = None
 ) -> dict:
@@ -130,13 +142,7 @@ def seeded(
   """
   rank, world_size = current(rank, world_size)
   seed = arguments.get('seed')
-  if seed is None and world_size > 1:
-    raise ValueError(
-      f'seed=None on rank {rank} of {world_size}: every rank would draw a '
-      'seed of its own (streams that may repeat each other, and other '
-      'episodes of a subsample). Pass the same seed on every rank, e.g. '
-      "seed=0, or one agreed over the process group (rank 0's, broadcast)"
-    )
+  require_seed(seed, rank, world_size)
   if seed is None:
     return dict(arguments)
   subsample_seed = arguments.get('subsample_seed')

@@ -194,7 +194,7 @@ class ReplayDataset(data.IterableDataset):
     self.rank, self.world_size = ranks.current(rank, world_size)
     self._seed_given = buffer_arguments.get('seed') is not None
     if not self._seed_given:
-      ranks.seeded(buffer_arguments, self.rank, self.world_size)  # Refuses.
+      ranks.require_seed(None, self.rank, self.world_size)
       seed = int(torch.randint(2**62, ()).item())
       buffer_arguments = {**buffer_arguments, 'seed': seed}
     self._arguments = buffer_arguments
@@ -241,7 +241,7 @@ class ReplayDataset(data.IterableDataset):
     )
     self.rank, self.world_size = place
     if not self._seed_given and self.world_size > 1:
-      ranks.seeded({}, *place)  # Refuses: each rank drew its own seed.
+      ranks.require_seed(None, *place)  # Each rank drew a seed of its own.
     self._seed_for_place()
     return True
 
