@@ -150,8 +150,8 @@ def checkpoint_path(checkpoint_dir: str, rank: int, update=None) -> str:
 def train(config: dict) -> list[str]:
   """Trains in this process: alone, as a torchrun rank, or as a Ray Train
   worker (whose process group Ray has initialised). Returns the lines to
-  print: each game's last mean loss, and under several processes each
-  rank's first rows and parameter checksum."""
+  print: under several processes this rank's first rows and parameter
+  checksum first, then each game's last mean loss."""
   # torchrun starts one process a GPU and tells each its place (RANK and
   # WORLD_SIZE); Ray Train has initialised the process group (and chosen
   # the GPU) already. ranks.current() reads either.
@@ -269,13 +269,11 @@ def train(config: dict) -> list[str]:
   lines = [f'loss {g}: {last_means.get(g, float("nan")):.6f}' for g in games]
   if world_size > 1:  # Each rank drew its own batches into one network.
     checksum = sum(p.double().sum().item() for p in q_network.parameters())
-    place = (
+    lines.insert(
+      0,
       f'rank {rank} of {world_size}: first rows {first_rows}, parameter '
-      f'checksum {checksum!r}'
+      f'checksum {checksum!r}',
     )
-    places = [None] * world_size
-    distributed.all_gather_object(places, place)
-    lines = places + lines
   return lines
 
 
@@ -298,11 +296,13 @@ def main(argv):
   if not _RAY_WORKERS.value:  # One process, or torchrun's.
     lines = train(config)
     if distributed.is_initialized():
-      rank = distributed.get_rank()
+      # Each rank prints its own place (no collective on tensors made here
+      # runs last: PyTorch's gloo threads may free one after Python exits,
+      # and abort); rank 0 the losses.
+      if distributed.get_rank():
+        lines = lines[:1]
       distributed.destroy_process_group()
-      if rank:
-        return
-    print('\n'.join(lines))
+    print('\n'.join(lines), flush=True)
     return
   # Ray Train: the same training in --ray_workers processes of a Ray
   # cluster (--ray_address; a private local one by default).
@@ -313,6 +313,10 @@ def main(argv):
 
   def on_worker(config):
     lines = train(config)
+    # Rank 0 reports every rank's place, and its own losses.
+    places = [None] * distributed.get_world_size()
+    distributed.all_gather_object(places, lines[0])
+    lines = places + lines[1:]
     # Ray Train keeps what rank 0 reports with a checkpoint (a directory).
     with tempfile.TemporaryDirectory() as directory:
       checkpoint = None

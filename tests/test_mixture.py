@@ -646,7 +646,10 @@ def _torchrun_multi_game(*flags):
     timeout=300,
     env=dict(os.environ, GLOO_SOCKET_IFNAME='lo', OMP_NUM_THREADS='1'),
   )
-  assert completed.returncode == 0, completed.stderr[-3000:]
+  # Where a rank crashed, Python's report of it, not only the launcher's.
+  fatal = completed.stderr.find('Fatal Python error')
+  failure = completed.stderr[max(fatal, 0) :][:3000] + completed.stderr[-2000:]
+  assert completed.returncode == 0, failure
   return completed.stdout.splitlines(), completed.stderr
 
 
