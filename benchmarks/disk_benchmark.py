@@ -9,25 +9,35 @@ before each hot one. Measured, one after the other in this process:
 
 * the disk's own limit: random 4 KiB `pread`s over the copies' units
   files, from 1 and from 16 threads (reads a second, cold);
-* one run (`FixedReplayBuffer`, sampled in the calling thread) and the
-  mixture of every run (`fixed_replay.ReplayMixture`), each with the
-  decoder's read-ahead (every run of a batch asked for before the first is
-  read; `unit_decoding.READ_AHEAD`) and without it (one read at a time,
-  the baseline), cold and hot, in turns.
+* the mixture's open, cold: seconds and bytes read from the disk;
+* one run (`FixedReplayBuffer`) and the mixture of every run
+  (`fixed_replay.ReplayMixture`), cold and hot, three ways in turns: in
+  one thread without the decoder's read-ahead (one read at a time: the
+  baseline), in one thread with it (every run of a batch asked for before
+  the first is read; `unit_decoding.READ_AHEAD`), and with 2 sampling
+  threads (the default);
+* a DataLoader of `--workers` workers over the mixture
+  (`fixed_replay.torch.MixtureDataset`), cold, without and with
+  read-ahead, timed from when every worker has given two batches.
 
-Printed: transitions a wall-second and a CPU-second, read-ahead's ratio to
-the baseline of the same run, and the cold rates against the disk's
-16-thread rate (a transition is about one 4 KiB read), with the load
-average. The copies are removed at the end unless `--keep`.
+Printed: transitions a wall-second against the first way's and the disk's
+16-thread rate (a transition is about one 4 KiB read), transitions a
+CPU-second (for the DataLoader, the whole machine's busy CPU), 4 KiB pages
+read from the disk a transition (the machine's, /proc/vmstat) and minor
+page faults a transition (this process's), with the load average. The
+copies are removed at the end unless `--keep`.
 
 Usage: python benchmarks/disk_benchmark.py --store=STORE [--runs=4]
-  [--checkpoints=25] [--batches=200] [--batch_size=32] [--keep]
+  [--checkpoints=25] [--batches=200] [--batch_size=32] [--workers=4]
+  [--keep]
 """
 
 import concurrent.futures
+import functools
 import itertools
 import os
 import random
+import resource
 import shutil
 import tempfile
 import time
@@ -48,11 +58,14 @@ _RUNS = flags.DEFINE_integer('runs', 4, 'Runs of the mixture.')
 _CHECKPOINTS = flags.DEFINE_integer('checkpoints', 25, 'Checkpoints a run.')
 _BATCHES = flags.DEFINE_integer('batches', 200, 'Batches a measurement.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'Transitions a batch.')
+_WORKERS = flags.DEFINE_integer('workers', 4, "The DataLoader's workers.")
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the copies.')
 _DIRECTORY = flags.DEFINE_string(
   'directory', None, 'Where to copy (default: a temporary directory).'
 )
 PAGE = 4096
+# Batches taken before a timing: those sampling threads drew ahead.
+_SKIPPED = 64
 
 
 def copy_runs(store, root, runs, checkpoints):
@@ -135,14 +148,90 @@ def disk_reads_a_second(paths, threads, seconds=3.0):
   return rate
 
 
+def pages_read():
+  """4 KiB pages the machine has read from its disks (/proc/vmstat)."""
+  with open('/proc/vmstat') as vmstat:
+    counters = dict(line.split() for line in vmstat)
+  return int(counters['pgpgin']) // 4  # Counted in KiB.
+
+
+def busy_cpu_seconds():
+  """CPU-seconds the whole machine has spent busy (/proc/stat)."""
+  with open('/proc/stat') as stat:
+    ticks = [int(t) for t in stat.readline().split()[1:]]
+  idle = ticks[3] + ticks[4]  # idle, iowait
+  return (sum(ticks[:8]) - idle) / os.sysconf('SC_CLK_TCK')
+
+
+def costs(transitions, pages, faults):
+  """', P pages read, F minor faults a transition' of counters' deltas."""
+  return (
+    f', {pages / transitions:.2f} pages read and '
+    f'{faults / transitions:.2f} minor faults a transition'
+  )
+
+
 def sample_rate(sample, batches_count, batch_size):
-  """(transitions a wall-second, a CPU-second) of `batches_count` samples."""
+  """(transitions a wall-second, a CPU-second, costs) of `batches_count`
+  samples in this process."""
+  for _ in range(_SKIPPED):  # Batches its threads drew ahead, before.
+    sample()
+  pages, faults = pages_read(), resource.getrusage(resource.RUSAGE_SELF)
   began, cpu = time.perf_counter(), time.process_time()
   for _ in range(batches_count):
     sample()
   wall, cpu = time.perf_counter() - began, time.process_time() - cpu
   transitions = batches_count * batch_size
-  return transitions / wall, transitions / max(cpu, 1e-9)
+  faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults.ru_minflt
+  spent = costs(transitions, pages_read() - pages, faults)
+  return transitions / wall, transitions / max(cpu, 1e-9), spent
+
+
+def loader_rate(root, workers, batches_count, batch_size):
+  """(transitions a wall-second, a busy CPU-second of the machine, costs)
+  of a DataLoader of `workers` over the mixture of `root`'s runs, from when
+  each worker has given two batches (they open the mixture first)."""
+  import torch
+
+  from fixed_replay.torch import MixtureDataset
+
+  dataset = MixtureDataset(
+    root,
+    batch_size=batch_size,
+    seed=0,
+    reload_every=None,
+    num_batches=batches_count + 2 * workers,
+  )
+  loader = torch.utils.data.DataLoader(
+    dataset, batch_size=None, num_workers=workers
+  )
+  for taken, _ in enumerate(loader, 1):
+    if taken == 2 * workers:
+      began, busy, pages = time.perf_counter(), busy_cpu_seconds(), pages_read()
+  wall = time.perf_counter() - began
+  busy = busy_cpu_seconds() - busy
+  transitions = batches_count * batch_size
+  dataset.close()
+  # The workers' faults are theirs: only the machine's reads are counted.
+  spent = (
+    f', {(pages_read() - pages) / transitions:.2f} pages read a transition'
+  )
+  return transitions / wall, transitions / max(busy, 1e-9), spent
+
+
+def open_cost(root, paths, batch_size):
+  """'the mixture opens, cold: S s, B read' (a ReplayMixture of root)."""
+  drop_from_cache(paths)
+  pages, began = pages_read(), time.perf_counter()
+  mixture = ReplayMixture(
+    root, batch_size=batch_size, seed=0, reload_every=None
+  )
+  seconds = time.perf_counter() - began
+  read = (pages_read() - pages) * PAGE
+  return mixture, (
+    f'the mixture opens, cold: {seconds:.2f} s, '
+    f'{common.format_bytes(read)} read from the disk'
+  )
 
 
 def main(argv):
@@ -162,48 +251,74 @@ def main(argv):
     f'{disk[16]:,.0f} from 16'
   )
   size = _BATCH_SIZE.value
-  one = batches.open_buffer(
-    runs[0], {'sampling_threads': 0, 'batch_size': size, 'seed': 0}
-  )
-  mixture = ReplayMixture(root, batch_size=size, seed=0, reload_every=None)
-  samplers = {
-    'one run': one.sample_transition_batch,
-    f'mixture of {len(runs)}': mixture.sample,
-  }
-  every = unit_decoding.FUNCTIONS
-  for sampler in samplers.values():
-    sampler()  # Compiled and warm before any timing.
-  for name, sample in samplers.items():
-    for temperature, prepare in (
-      ('cold', drop_from_cache),
-      ('hot', read_whole),
-    ):
-      rates = {'baseline': [], 'read-ahead': []}
-      for _ in range(2):  # In turns: a drift in the machine hits both.
-        for mode in rates:
-          read_ahead = mode == 'read-ahead'
-          unit_decoding.FUNCTIONS = (
-            every if read_ahead else every[: unit_decoding.READ_AHEAD]
-          )
-          prepare(paths)
-          rates[mode].append(sample_rate(sample, _BATCHES.value, size))
-      for mode, measured in rates.items():
-        wall = max(r[0] for r in measured)
-        cpu = max(r[1] for r in measured)
-        extra = (
-          f', {wall / disk[16]:.2f}x the disk' if temperature == 'cold' else ''
-        )
-        print(
-          f'{name}, {temperature}, {mode}: {wall:,.0f} transitions/wall-s, '
-          f'{cpu:,.0f} /CPU-s{extra}'
-        )
-      ratio = max(r[0] for r in rates['read-ahead']) / max(
-        r[0] for r in rates['baseline']
-      )
-      print(f'{name}, {temperature}: read-ahead {ratio:.2f}x the baseline')
-  unit_decoding.FUNCTIONS = every
-  one.close()
+  mixture, opened = open_cost(root, paths, size)
+  print(opened)
   mixture.close()
+  every = unit_decoding.FUNCTIONS
+  one_by_one = every[: unit_decoding.READ_AHEAD]  # No read-ahead.
+  sampled = []  # What to close at the end.
+
+  def one_run(threads):
+    buffer = batches.open_buffer(
+      runs[0], {'sampling_threads': threads, 'batch_size': size, 'seed': 0}
+    )
+    sampled.append(buffer)
+    return functools.partial(sample_rate, buffer.sample_transition_batch)
+
+  def mixture_of(threads):
+    opened = ReplayMixture(
+      root,
+      batch_size=size,
+      seed=0,
+      reload_every=None,
+      sampling_threads=threads,
+    )
+    sampled.append(opened)
+    return functools.partial(sample_rate, opened.sample)
+
+  # {measurement: {variant: (decoder functions, measure)}}: the first
+  # variant is the baseline of the others.
+  loader = functools.partial(loader_rate, root, _WORKERS.value)
+  measured = {
+    'one run': {
+      'one thread, no read-ahead': (one_by_one, one_run(0)),
+      'one thread': (every, one_run(0)),
+      '2 sampling threads': (every, one_run(2)),
+    },
+    f'mixture of {len(runs)}': {
+      'one thread, no read-ahead': (one_by_one, mixture_of(1)),
+      'one thread': (every, mixture_of(1)),
+      '2 sampling threads': (every, mixture_of(2)),
+    },
+    f'DataLoader of {_WORKERS.value} workers over the mixture': {
+      'no read-ahead': (one_by_one, loader),
+      'read-ahead': (every, loader),
+    },
+  }
+  for temperature, prepare in (('cold', drop_from_cache), ('hot', read_whole)):
+    for name, variants in measured.items():
+      if temperature == 'hot' and name.startswith('DataLoader'):
+        continue  # Its workers reopen the mixture each pass: cold only.
+      rates = {variant: [] for variant in variants}
+      for _ in range(2):  # In turns: a drift in the machine hits all.
+        for variant, (functions, measure) in variants.items():
+          unit_decoding.FUNCTIONS = functions  # Forked workers inherit it.
+          prepare(paths)
+          rates[variant].append(measure(_BATCHES.value, size))
+      baseline = max(next(iter(rates.values())))[0]
+      for variant, results in rates.items():
+        best = max(results)  # The faster turn, with its costs.
+        against = f'{best[0] / baseline:.2f}x the first'
+        if temperature == 'cold':
+          against += f', {best[0] / disk[16]:.2f}x the disk'
+        print(
+          f'{name}, {temperature}, {variant}: {best[0]:,.0f} transitions/'
+          f'wall-s ({against}), {max(r[1] for r in results):,.0f} /CPU-s'
+          f'{best[2]}'
+        )
+  unit_decoding.FUNCTIONS = every
+  for opened in sampled:
+    opened.close()
   print(common.load_average())
   if not _KEEP.value:
     shutil.rmtree(root)

@@ -15,7 +15,11 @@ from one categorical distribution:
 
 The runs of several batches' elements are drawn at once, and each run is
 then asked once for all of its elements: the Python loop is per run and per
-few batches, never per transition.
+few batches, never per transition. Those calls run on `sampling_threads`
+threads side by side: the decoders release the GIL (from disk, one thread
+keeps one core busy and the disk at half its depth), and each run draws from
+its own generator into its own rows, so the batches are the same however
+many threads there are.
 
 Actions: the data stores each game's indices into its *minimal* action set.
 `action_space='full'` maps them to ALE's 18 actions through ale-py's own
@@ -25,6 +29,8 @@ game's (18,) mask.
 
 from collections.abc import Mapping
 from collections.abc import Sequence
+import concurrent.futures
+import os
 from typing import Any
 
 from absl import logging
@@ -41,9 +47,11 @@ from fixed_replay.sources import game_roots
 
 ACTION_SPACES = ('minimal', 'full')
 # Most bytes of batches drawn ahead (see ReplayMixture._stage), and the
-# elements each run should get a call, on average, when that allows.
+# elements each run should get a call, on average, when that allows: a
+# call's reads are asked of the disk together (unit_decoding's read-ahead),
+# so the more a call, the deeper the disk's queue and the fewer calls.
 STAGED_BYTES = 64 << 20
-ELEMENTS_A_CALL = 32
+ELEMENTS_A_CALL = 128
 # Batches between reloads of runs that hold some of their checkpoints at a
 # time: an iteration of Dopamine's runner (Runner.training_steps).
 RELOAD_EVERY = 250_000
@@ -105,6 +113,7 @@ class ReplayMixture:
     batch_size: int = 32,
     seed: int | None = None,
     reload_every: int | None = RELOAD_EVERY,
+    sampling_threads: int | None = None,
     **buffer_arguments: Any,
   ):
     """Finds the runs and opens each (so a bad path or argument fails here).
@@ -128,6 +137,9 @@ class ReplayMixture:
         files hold `num_buffers_to_load`, 5 when unbound), as Dopamine's
         runner reloads once an iteration; None: only at reload_buffer().
         A store's runs hold every checkpoint, and never reload.
+      sampling_threads: int or None, threads that sample the runs of the
+        batches drawn ahead (None: 2, or 1 on one core). The batches do not
+        depend on it.
       **buffer_arguments: FixedReplayBuffer's arguments (and with
         segment_length, SegmentSampler's options), with their meanings, for
         every run.
@@ -161,6 +173,12 @@ class ReplayMixture:
     # The stream's place before the staged batches were drawn, and their
     # batch size: with _next, where the stream is (state_dict).
     self._staged_from = None
+    self._sampling_threads = (
+      min(2, os.cpu_count() or 1)
+      if sampling_threads is None
+      else max(1, int(sampling_threads))
+    )
+    self._pool = None  # Made by the process that samples (_sample_runs).
     self._samplers = []
     # Each run's subsample (subsample='random_episodes') is a stream of one
     # seed: the mixture's own, or the one that DataLoader workers and ranks
@@ -318,9 +336,7 @@ class ReplayMixture:
     staged = self._staging(self.get_transition_elements(ahead * b))
     by_run = np.argsort(run, kind='stable')
     ends = np.cumsum(np.bincount(run, minlength=len(self.runs)))
-    for r, rows in enumerate(np.split(by_run, ends[:-1])):
-      if len(rows):
-        self._samplers[r].sample_into(staged, rows)
+    self._sample_runs(staged, np.split(by_run, ends[:-1]))
     game_id = self._run_game[run]
     if self.action_space == 'full':
       for name in ('action', 'next_action'):
@@ -329,6 +345,30 @@ class ReplayMixture:
     staged[RUN][:] = run
     staged[GAME_ID][:] = game_id
     self._staged, self._next = staged, 0
+
+  def _sample_runs(self, staged, rows_of_runs):
+    """Each run samples into its rows of `staged`, on the pool's threads."""
+    calls = [
+      (self._samplers[r].sample_into, rows)
+      for r, rows in enumerate(rows_of_runs)
+      if len(rows)
+    ]
+    if self._sampling_threads == 1 or len(calls) == 1:
+      for sample_into, rows in calls:
+        sample_into(staged, rows)
+      return
+    # A pool's threads do not survive a fork (a DataLoader worker's).
+    if self._pool is None or self._pool[0] != os.getpid():
+      self._pool = (
+        os.getpid(),
+        concurrent.futures.ThreadPoolExecutor(
+          self._sampling_threads, thread_name_prefix='ReplayMixture_sampling'
+        ),
+      )
+    done = [self._pool[1].submit(call, staged, rows) for call, rows in calls]
+    concurrent.futures.wait(done)  # No thread writes rows once this returns.
+    for future in done:
+      future.result()  # The first run's error, if any.
 
   def _full_actions(self, actions, game_id, run):
     """Minimal-set indices to ALE's full set, for every element at once."""
@@ -402,7 +442,10 @@ class ReplayMixture:
       sampler.reload_buffer()
 
   def close(self) -> None:
-    """Closes every run's sampler."""
+    """Closes every run's sampler (and the sampling threads)."""
+    if self._pool is not None and self._pool[0] == os.getpid():
+      self._pool[1].shutdown()
+    self._pool = None
     for sampler in self._samplers:
       sampler.close()
 

@@ -270,11 +270,17 @@ def test_weights_by_transitions_or_given(roots):
     ReplayMixture(str(roots['store']), weights={'Pong': 1, 'Breakout': 1})
 
 
-def test_seeded_mixtures_repeat_their_batches(roots):
+@pytest.mark.parametrize('kind', ['files', 'store'])
+def test_seeded_mixtures_repeat_their_batches_on_any_threads(roots, kind):
+  """The runs sampled side by side on 3 threads give what one thread
+  gives, over several stages of batches drawn ahead."""
   first, second = (
-    ReplayMixture(str(roots['store']), seed=5, batch_size=16) for _ in range(2)
+    ReplayMixture(
+      str(roots[kind]), seed=5, batch_size=16, sampling_threads=threads
+    )
+    for threads in (1, 3)
   )
-  for a, b in zip(first.batches(3), second.batches(3), strict=True):
+  for a, b in zip(first.batches(20), second.batches(20), strict=True):
     assert a.keys() == b.keys()
     for name in a:
       np.testing.assert_array_equal(a[name], b[name], err_msg=name)
