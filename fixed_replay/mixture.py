@@ -138,8 +138,9 @@ class ReplayMixture:
         runner reloads once an iteration; None: only at reload_buffer().
         A store's runs hold every checkpoint, and never reload.
       sampling_threads: int or None, threads that sample the runs of the
-        batches drawn ahead (None: 2, or 1 on one core). The batches do not
-        depend on it.
+        batches drawn ahead (0 or 1: the calling thread, as in a DataLoader
+        worker; None: 2, or 1 on one core). The batches do not depend on
+        it.
       **buffer_arguments: FixedReplayBuffer's arguments (and with
         segment_length, SegmentSampler's options), with their meanings, for
         every run.

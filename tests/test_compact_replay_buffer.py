@@ -25,6 +25,7 @@ from fixed_replay.convert import checkpoint_commit
 from fixed_replay.convert import checkpoint_source
 from fixed_replay.convert import convert
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import mapped
 from fixed_replay.io import spill
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
@@ -696,3 +697,45 @@ def test_a_process_out_of_maps_is_told_the_limit_and_its_fix(store, tmp_path):
     assert f'vm.max_map_count = {limit:,}' in line, line
     assert 'sudo sysctl -w vm.max_map_count=' in line
     assert 'Cannot allocate memory' not in line
+
+
+def _mapped_pages(directory):
+  """{path: (size kB, resident kB)} of this process's maps of files under
+  `directory` (/proc/self/smaps)."""
+  found, path = {}, None
+  with open('/proc/self/smaps') as smaps:
+    for line in smaps:
+      fields = line.split()
+      if '-' in fields[0] and len(fields) >= 5:  # A mapping's first line.
+        name = fields[5] if len(fields) > 5 else ''
+        path = name if name.startswith(str(directory)) else None
+      elif path and fields[0] in ('Size:', 'Rss:'):
+        size, resident = found.get(path, (0, 0))
+        kilobytes = int(fields[1])
+        found[path] = (
+          (size + kilobytes, resident)
+          if fields[0] == 'Size:'
+          else (size, resident + kilobytes)
+        )
+  return found
+
+
+def test_a_mapped_table_is_in_the_page_table_at_once(store, tmp_path):
+  """A file mapped for its rows (mapped.map_file: every table of a store)
+  is entered in the page table when mapped, from the page cache its CRC-32
+  check filled: sampling takes no minor fault on it (a 40-run mixture took
+  one on most transitions). A buffer's maps of its store are whole too."""
+  from fixed_replay import batches
+
+  table = tmp_path / 'table.npy'
+  np.save(table, np.arange(1 << 18, dtype=np.int32))  # 1 MiB.
+  table.read_bytes()  # In the page cache, as a checked table is.
+  rows = mapped.map_npy(str(table))
+  assert _mapped_pages(tmp_path) == {str(table): (1028, 1028)}
+  assert rows[-1] == (1 << 18) - 1
+  buffer = batches.open_buffer(str(store), {'sampling_threads': 0})
+  tables = _mapped_pages(store)
+  assert {os.path.basename(p) for p in tables} >= {'action.npy', 'reward.npy'}
+  for path, (size, resident) in tables.items():
+    assert resident == size, (path, size, resident)
+  buffer.close()
