@@ -29,7 +29,7 @@ copies are removed at the end unless `--keep`.
 
 Usage: python benchmarks/disk_benchmark.py --store=STORE [--runs=4]
   [--checkpoints=25] [--batches=200] [--batch_size=32] [--workers=4]
-  [--keep]
+  [--nohot] [--keep]
 """
 
 import concurrent.futures
@@ -59,6 +59,12 @@ _CHECKPOINTS = flags.DEFINE_integer('checkpoints', 25, 'Checkpoints a run.')
 _BATCHES = flags.DEFINE_integer('batches', 200, 'Batches a measurement.')
 _BATCH_SIZE = flags.DEFINE_integer('batch_size', 32, 'Transitions a batch.')
 _WORKERS = flags.DEFINE_integer('workers', 4, "The DataLoader's workers.")
+_HOT = flags.DEFINE_bool(
+  'hot',
+  True,
+  'Also measure hot (each file read whole first: not for data '
+  'larger than RAM).',
+)
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the copies.')
 _DIRECTORY = flags.DEFINE_string(
   'directory', None, 'Where to copy (default: a temporary directory).'
@@ -295,7 +301,8 @@ def main(argv):
       'read-ahead': (every, loader),
     },
   }
-  for temperature, prepare in (('cold', drop_from_cache), ('hot', read_whole)):
+  temperatures = [('cold', drop_from_cache), ('hot', read_whole)]
+  for temperature, prepare in temperatures[: 2 if _HOT.value else 1]:
     for name, variants in measured.items():
       if temperature == 'hot' and name.startswith('DataLoader'):
         continue  # Its workers reopen the mixture each pass: cold only.
