@@ -367,7 +367,12 @@ class ReplayMixture:
         ),
       )
     done = [self._pool[1].submit(call, staged, rows) for call, rows in calls]
-    concurrent.futures.wait(done)  # No thread writes rows once this returns.
+    try:
+      concurrent.futures.wait(done)
+    finally:  # Interrupted too: no thread writes rows once this returns.
+      for future in done:
+        future.cancel()
+      concurrent.futures.wait(done)
     for future in done:
       future.result()  # The first run's error, if any.
 

@@ -439,6 +439,26 @@ def test_legal_actions_and_a_mapping_of_runs(roots):
   mixture.close()
 
 
+def test_a_damaged_run_fails_the_batch_from_a_sampling_thread(roots, tmp_path):
+  """A unit damaged in one run of a store: the run's sampling thread finds
+  it, and the caller gets its CheckpointError naming the file."""
+  shutil.copytree(roots['store'], tmp_path / 'store')
+  units = tmp_path / 'store' / 'MsPacman' / '1' / 'checkpoint_1'
+  units = units / 'observation.units'
+  data = bytearray(units.read_bytes())
+  for at in range(len(data) // 8, len(data), len(data) // 8):
+    data[at] ^= 0x10  # A bit in every eighth of the file's units.
+  units.write_bytes(bytes(data))
+  mixture = ReplayMixture(
+    str(tmp_path / 'store'), batch_size=64, seed=0, sampling_threads=2
+  )
+  with pytest.raises(CheckpointError) as raised:
+    for _ in range(50):
+      mixture.sample()
+  assert raised.value.path.endswith('MsPacman/1/checkpoint_1/observation.units')
+  mixture.close()
+
+
 def test_bad_mixtures_name_their_directories(roots, tmp_path):
   files = roots['files']
   with pytest.raises(ValueError, match='no runs of Seaquest'):
