@@ -17,7 +17,8 @@ The same file trains one model on many GPUs or hosts under torchrun, one
 process a GPU (NCCL; gloo on CPUs), the gradients averaged by
 DistributedDataParallel. Each rank's MixtureDataset draws its own stream of
 the seed (fixed_replay/ranks.py), `--batch_size` transitions of a global
-batch of `--batch_size` x the number of processes; rank 0 logs and prints.
+batch of `--batch_size` x the number of processes; rank 0 logs and prints
+the losses, each rank its first rows and parameter checksum.
 
   torchrun --nproc_per_node=8 examples/multi_game_dqn.py --data=/data
 

@@ -720,7 +720,9 @@ def _mapped_pages(directory):
   return found
 
 
-def test_a_mapped_table_is_in_the_page_table_at_once(store, tmp_path):
+def test_a_mapped_table_is_in_the_page_table_at_once(
+  store, tmp_path, monkeypatch
+):
   """A file mapped for its rows (mapped.map_file: every table of a store)
   is entered in the page table when mapped, from the page cache its CRC-32
   check filled: sampling takes no minor fault on it (a 40-run mixture took
@@ -733,6 +735,15 @@ def test_a_mapped_table_is_in_the_page_table_at_once(store, tmp_path):
   rows = mapped.map_npy(str(table))
   assert _mapped_pages(tmp_path) == {str(table): (1028, 1028)}
   assert rows[-1] == (1 << 18) - 1
+  # Past the process's cap (half the machine's memory), maps are plain.
+  monkeypatch.setattr(
+    mapped, '_POPULATED_AT_MOST', mapped._populated['bytes'] + (1 << 20)
+  )
+  other = tmp_path / 'other.npy'
+  shutil.copy(table, other)
+  more = mapped.map_npy(str(other))
+  assert _mapped_pages(tmp_path)[str(other)][1] < 1028
+  del rows, more  # Unmapped: their bytes leave the count.
   buffer = batches.open_buffer(str(store), {'sampling_threads': 0})
   tables = _mapped_pages(store)
   assert {os.path.basename(p) for p in tables} >= {'action.npy', 'reward.npy'}

@@ -48,8 +48,32 @@ _MAPS_SPARE = 64
 # pages are in memory then: MAP_POPULATE has the kernel enter them in the
 # process's page table at once, from the cache, instead of one minor fault at
 # a time while sampling (a 40-run mixture spreads its reads over 2,000
-# checkpoints' pages, and faulted on most transitions).
+# checkpoints' pages, and faulted on most transitions). Only up to half the
+# machine's memory a process: beyond, the first tables checked may have left
+# the cache by the time they are mapped, and populating would read them again.
 _POPULATE = getattr(mmap, 'MAP_POPULATE', 0)
+_POPULATED_AT_MOST = (
+  os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2
+)
+_populated = {'bytes': 0, 'pid': os.getpid()}  # This process's, so far.
+
+
+def _populate(size: int) -> int:
+  """The flag that populates a map of `size` bytes, while under the cap."""
+  if _populated['pid'] != os.getpid():  # A forked child's page table is new.
+    _populated.update(bytes=0, pid=os.getpid())
+  if _populated['bytes'] + size > _POPULATED_AT_MOST:
+    return 0
+  _populated['bytes'] += size
+  return _POPULATE
+
+
+def _unmap(address: int | None, size: int, populated: int) -> None:
+  """Unmaps a map of map_descriptor (None: none was made), and counts it."""
+  if address is not None:
+    _LIBC.munmap(address, size)
+  if populated and _populated['pid'] == os.getpid():
+    _populated['bytes'] -= size
 
 
 class LimitError(OSError):
@@ -91,13 +115,15 @@ def map_descriptor(descriptor: int, name: str) -> np.ndarray:
   if not size:  # mmap refuses an empty file.
     array = np.zeros(0, np.uint8)
   else:
+    populate = _populate(size)
     address = _LIBC.mmap(
-      None, size, mmap.PROT_READ, mmap.MAP_SHARED | _POPULATE, descriptor, 0
+      None, size, mmap.PROT_READ, mmap.MAP_SHARED | populate, descriptor, 0
     )
     if address in (None, _MAP_FAILED):
+      _unmap(None, size, populate)
       raise _limit_error(ctypes.get_errno(), name)
     memory = (ctypes.c_ubyte * size).from_address(address)
-    weakref.finalize(memory, _LIBC.munmap, address, size)
+    weakref.finalize(memory, _unmap, address, size, populate)
     array = np.frombuffer(memory, np.uint8)
   array.flags.writeable = False
   return array
