@@ -337,7 +337,16 @@ class ReplayMixture:
     staged = self._staging(self.get_transition_elements(ahead * b))
     by_run = np.argsort(run, kind='stable')
     ends = np.cumsum(np.bincount(run, minlength=len(self.runs)))
-    self._sample_runs(staged, np.split(by_run, ends[:-1]))
+    try:
+      self._sample_runs(staged, np.split(by_run, ends[:-1]))
+    except BaseException:
+      # Back to where the stream stood before this batch, as if it had not
+      # been asked for: a loop that saves its place after the error (or
+      # an interrupt) resumes there.
+      place, _ = self._staged_from
+      since = self._batches_since_reload - 1
+      self.load_state_dict(dict(place, staged=None, since_reload=since))
+      raise
     game_id = self._run_game[run]
     if self.action_space == 'full':
       for name in ('action', 'next_action'):

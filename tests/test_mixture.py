@@ -442,7 +442,8 @@ def test_legal_actions_and_a_mapping_of_runs(roots):
 
 def test_a_damaged_run_fails_the_batch_from_a_sampling_thread(roots, tmp_path):
   """A unit damaged in one run of a store: the run's sampling thread finds
-  it, and the caller gets its CheckpointError naming the file."""
+  it, the caller gets its CheckpointError naming the file, and the stream's
+  place is the one before the failed batch."""
   shutil.copytree(roots['store'], tmp_path / 'store')
   units = tmp_path / 'store' / 'MsPacman' / '1' / 'checkpoint_1'
   units = units / 'observation.units'
@@ -455,8 +456,11 @@ def test_a_damaged_run_fails_the_batch_from_a_sampling_thread(roots, tmp_path):
   )
   with pytest.raises(CheckpointError) as raised:
     for _ in range(50):
+      before = mixture.state_dict()
       mixture.sample()
   assert raised.value.path.endswith('MsPacman/1/checkpoint_1/observation.units')
+  # The stream is back where it stood before the failed batch.
+  assert mixture.state_dict() == before
   mixture.close()
 
 
