@@ -378,10 +378,11 @@ class ReplayMixture:
     done = [self._pool[1].submit(call, staged, rows) for call, rows in calls]
     try:
       concurrent.futures.wait(done)
-    finally:  # Interrupted too: no thread writes rows once this returns.
+    except BaseException:  # Interrupted: no thread writes rows after this.
       for future in done:
         future.cancel()
       concurrent.futures.wait(done)
+      raise
     for future in done:
       future.result()  # The first run's error, if any.
 
