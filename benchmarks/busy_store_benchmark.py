@@ -195,9 +195,7 @@ class _BareDecoder:
     from fixed_replay.store import compact_store
 
     self._stored = [
-      compact_store.StoredCheckpoint(
-        os.path.join(store, f'checkpoint_{i}'), verify=False
-      )
+      compact_store.StoredCheckpoint(os.path.join(store, f'checkpoint_{i}'))
       for i in range(num_checkpoints)
     ]
     frames = self._stored[0].frames
@@ -496,9 +494,7 @@ def _check_indices(store):
   from fixed_replay.store import compact_store
 
   rng = np.random.default_rng(7)
-  stored = compact_store.StoredCheckpoint(
-    os.path.join(store, 'checkpoint_0'), verify=False
-  )
+  stored = compact_store.StoredCheckpoint(os.path.join(store, 'checkpoint_0'))
   valid = stored.valid_rows_table(4, 1)
   stored.close()
   return (
@@ -560,13 +556,8 @@ def zstd_alone(source, store, num_frames=ZSTD_ALONE_FRAMES):
 
   checkpoint = os.path.join(store, 'checkpoint_0')
   spec = manifest_lib.read_manifest(checkpoint)['observation']
-  dictionary = b''
-  if 'run_dictionary' in spec:  # Format 4: the run's, beside it.
-    with open(run_dictionary.checkpoint_path(checkpoint), 'rb') as stream:
-      dictionary = stream.read()
-  elif spec['dictionary']:
-    path = os.path.join(checkpoint, spec['dictionary'])
-    dictionary = manifest_lib.read_small(path)
+  with open(run_dictionary.checkpoint_path(checkpoint), 'rb') as stream:
+    dictionary = stream.read()
   compressor = frame_units.UnitCompressor(
     dictionary, frame_units.zstd_level(spec['clevel'])
   )

@@ -357,7 +357,7 @@ def _check_indices(store, suffixes):
   rows = []
   for suffix in chosen:
     stored = compact_store.StoredCheckpoint(
-      store / manifest_lib.checkpoint_dirname(int(suffix)), verify=False
+      store / manifest_lib.checkpoint_dirname(int(suffix))
     )
     table = stored.valid_rows_table(4, 1)
     rows.append(int(table[rng.integers(len(table))]))

@@ -264,7 +264,8 @@ def blocks_store(tmp_path_factory):
   """Format version 1: blosc2 blocks of 16 frames (zstd, clevel 5).
 
   Written by `convert.convert(dopamine_dir, ConvertOptions(layout='blocks',
-  block_rows=16))` at commit c9aed51, the last to write it; still read.
+  block_rows=16))` at commit c9aed51, the last to write it; upgraded by
+  `fixed-replay convert`.
   """
   return _written_by_an_earlier_version('compact_store_v1', tmp_path_factory)
 
@@ -273,7 +274,7 @@ def blocks_store(tmp_path_factory):
 def units_v2_store(tmp_path_factory):
   """Format version 2: units as now, the rest unpacked.
 
-  Written by `convert.convert(dopamine_dir)` at commit 502fd75; still read.
+  Written by `convert.convert(dopamine_dir)` at commit 502fd75.
   """
   return _written_by_an_earlier_version('compact_store_v2', tmp_path_factory)
 
@@ -282,7 +283,7 @@ def units_v2_store(tmp_path_factory):
 def packed_v3_store(tmp_path_factory):
   """Format version 3: a dictionary a checkpoint, the rest as now.
 
-  Written by `convert.convert(dopamine_dir)` at commit adc5a91; still read.
+  Written by `convert.convert(dopamine_dir)` at commit adc5a91.
   """
   return _written_by_an_earlier_version('compact_store_v3', tmp_path_factory)
 
@@ -291,24 +292,9 @@ def packed_v3_store(tmp_path_factory):
 def run_dictionary_v4_store(tmp_path_factory):
   """Format version 4: the run's dictionary, the other files packed.
 
-  Written by `convert.convert(dopamine_dir)` at commit 7b7a8de; still read.
+  Written by `convert.convert(dopamine_dir)` at commit 7b7a8de.
   """
   return _written_by_an_earlier_version('compact_store_v4', tmp_path_factory)
-
-
-@pytest.fixture(
-  scope='session',
-  params=[
-    'store',
-    'run_dictionary_v4_store',
-    'packed_v3_store',
-    'units_v2_store',
-    'blocks_store',
-  ],
-)
-def any_store(request):
-  """The store in each format version this library reads."""
-  return request.getfixturevalue(request.param)
 
 
 @pytest.fixture(scope='session')

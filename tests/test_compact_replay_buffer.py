@@ -21,15 +21,12 @@ import zstandard
 from fixed_replay.agents.tf.wrapped_fixed_replay_buffer import (
   WrappedFixedReplayBuffer,
 )
-from fixed_replay.convert import checkpoint_commit
-from fixed_replay.convert import checkpoint_source
 from fixed_replay.convert import convert
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import mapped
 from fixed_replay.io import spill
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
-from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.sources.dopamine import validity
 from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
@@ -115,25 +112,7 @@ def test_prefetched_minibatches_mix_checkpoints_uniformly(
   buffer.close()
 
 
-def test_memory_is_bounded_by_the_budget(blocks_store):
-  store = blocks_store
-  # The smallest cache that two threads can share: fewer slots than the
-  # store's 4 x 63 blocks, so sampling has to evict.
-  buffer = _buffer(store, cache_bytes=1, sampling_threads=1)
-  block_bytes = buffer.cache.arena[0].nbytes
-  assert buffer.cache.num_slots < 4 * 63
-  assert buffer.cache.nbytes == buffer.cache.num_slots * block_bytes
-  for _ in range(20):
-    buffer.sample_transition_batch(128)
-  assert buffer.cache.misses > buffer.cache.num_slots
-  # Beyond the cache: 13 bytes a row, the block index, the ready batches.
-  batch_bytes = sum(
-    np.dtype(e.type).itemsize * np.prod(e.shape)
-    for e in buffer.get_transition_elements()
-  )
-  assert buffer.nbytes - buffer.cache.nbytes <= (
-    4 * 1000 * 13 + 4 * 64 * 12 + (4 + 1) * batch_bytes
-  )
+def test_memory_is_bounded_by_the_budget(store):
   with pytest.raises(MemoryError, match='memory_budget'):
     _buffer(store, memory_budget=1 << 20)
 
@@ -158,7 +137,6 @@ def test_units_hold_no_cache(request, layout):
 @pytest.mark.parametrize(
   'layout, damaged_row, match',
   [
-    ('blocks_store', 490, r'checkpoint 1: block 30 \(rows 480-495\)'),
     ('store', 490, r'checkpoint 1: unit 490 \(rows 490-490\)'),
     ('units8_store', 490, r'checkpoint 1: unit 61 \(rows 488-495\)'),
   ],
@@ -189,13 +167,10 @@ def test_damaged_block_error_names_checkpoint_and_rows(
 
 
 def _unit_span(directory, unit):
-  """(start, end) of a unit (block) of a stored checkpoint in its file."""
+  """(start, end) of a unit of a stored checkpoint in its file."""
   stored = compact_store.StoredCheckpoint(directory)
   stored.close()
-  frames = stored.frames
-  if not hasattr(frames, 'unit_spans'):  # Version 1's blocks.
-    return int(frames.offsets[unit]), int(frames.offsets[unit + 1])
-  starts, ends = frames.unit_spans([unit])
+  starts, ends = stored.frames.unit_spans([unit])
   return int(starts[0]), int(ends[0])
 
 
@@ -206,51 +181,6 @@ def _skippable_frame(size):
     + (size - 8).to_bytes(4, 'little')
     + bytes(size - 8)
   )
-
-
-def test_a_store_of_four_format_versions_samples_dopamines_transitions(
-  dopamine_dir,
-  run_dictionary_v4_store,
-  packed_v3_store,
-  units_v2_store,
-  oracles,
-  tmp_path,
-):
-  """Units with (version 2) and without (3-5) zstd's magic, against their
-  checkpoint's dictionary (2, 3) or their run's (4, 5), indexed by offsets
-  (2-4) or mapped sizes (5), in one batch."""
-  # Version 5 compressed against version 4's dictionary, which a checkpoint
-  # converted alone uses. (Trained afresh, it may differ: checkpoint 0 is
-  # not full, and Dopamine's rows past its cursor hold any bytes.)
-  dictionary = manifest_lib.RUN_DICTIONARY_FILE
-  newest = tmp_path / 'newest'
-  newest.mkdir()
-  shutil.copy(run_dictionary_v4_store / dictionary, newest / dictionary)
-  checkpoint_commit.convert_checkpoint(
-    checkpoint_source.GzipSource(
-      checkpoints.find_checkpoints(dopamine_dir[0])[7]
-    ),
-    str(newest),
-    convert.ConvertOptions(stack_size=4),
-  )
-  mixed = tmp_path / 'mixed'
-  for suffix, source in (
-    (0, units_v2_store),
-    (1, packed_v3_store),
-    (3, run_dictionary_v4_store),
-    (7, newest),
-  ):
-    name = manifest_lib.checkpoint_dirname(suffix)
-    shutil.copytree(source / name, mixed / name)
-  shutil.copy(newest / dictionary, mixed / dictionary)
-  buffer = _buffer(mixed, batch_size=256)
-  versions = {s.manifest['version'] for s in buffer._source._stored}
-  assert versions == {2, 3, 4, 5}
-  for _ in range(3):
-    batch = as_dict(buffer, buffer.sample_transition_batch())
-    assert set(np.unique(batch['suffix'])) == {0, 1, 3, 7}
-    assert_equals_oracle(batch, oracles)
-  buffer.close()
 
 
 @pytest.mark.parametrize('threads', [0, 2])
@@ -390,44 +320,32 @@ def test_bound_num_buffers_samples_that_many_per_iteration(
   buffer.close()
 
 
-def test_tables_are_mapped_from_the_store_or_unlinked_spill_files(
-  store, run_dictionary_v4_store, oracles, tmp_path, monkeypatch
+def test_tables_are_mapped_from_the_store(
+  store, oracles, tmp_path, monkeypatch
 ):
-  """Format 5 spills nothing: the run's dictionary and each checkpoint's
-  unit sizes, anchors, valid-row mask, actions, rewards and terminals are
-  mapped from the store itself. Version 4's packed arrays live in unlinked
-  files of FIXED_REPLAY_SPILL_DIR; where it cannot be written, in memory.
-  Either way the transitions are Dopamine's."""
+  """Nothing is spilled: the run's dictionary and each checkpoint's unit
+  sizes, anchors, valid-row mask, actions, rewards and terminals are mapped
+  from the store itself, and the transitions are Dopamine's."""
   monkeypatch.setattr(spill, 'SMALLEST_BYTES', 0)  # This store's are small.
-  for data, spill_dir, spilled in (
-    (store, tmp_path, 0),
-    (run_dictionary_v4_store, tmp_path, 3),
-    (run_dictionary_v4_store, tmp_path / 'no', 0),
-  ):
-    monkeypatch.setenv(spill.DIRECTORY_VARIABLE, str(spill_dir))
-    buffer = _buffer(data, seed=3)
-    with open('/proc/self/maps') as maps:
-      lines = list(maps)
-    mapped = [line for line in lines if f' {spill_dir}/' in line]
-    assert len(mapped) >= spilled
-    if not spilled:
-      assert not mapped
-    dictionary = f'{data}/{manifest_lib.RUN_DICTIONARY_FILE}\n'
-    assert sum(line.endswith(dictionary) for line in lines) == 1
-    assert all(line.rstrip().endswith('(deleted)') for line in mapped)
-    paths = {line.split()[-1] for line in lines}
-    if data == store:
-      names = ['action', 'reward', 'terminal']
-      names = [manifest_lib.SIZES_FILE, manifest_lib.ANCHORS_FILE] + [
-        f'{name}.npy' for name in names
-      ]
-      for name in names + [manifest_lib.VALID_MASK_FILE]:
-        for suffix in (0, 1, 3, 7):
-          assert f'{store}/checkpoint_{suffix}/{name}' in paths
-    for _ in range(3):
-      batch = as_dict(buffer, buffer.sample_transition_batch())
-      assert_equals_oracle(batch, oracles)
-    buffer.close()
+  monkeypatch.setenv(spill.DIRECTORY_VARIABLE, str(tmp_path))
+  buffer = _buffer(store, seed=3)
+  with open('/proc/self/maps') as maps:
+    lines = list(maps)
+  assert not [line for line in lines if f' {tmp_path}/' in line]
+  dictionary = f'{store}/{manifest_lib.RUN_DICTIONARY_FILE}\n'
+  assert sum(line.endswith(dictionary) for line in lines) == 1
+  paths = {line.split()[-1] for line in lines}
+  names = ['action', 'reward', 'terminal']
+  names = [manifest_lib.SIZES_FILE, manifest_lib.ANCHORS_FILE] + [
+    f'{name}.npy' for name in names
+  ]
+  for name in names + [manifest_lib.VALID_MASK_FILE]:
+    for suffix in (0, 1, 3, 7):
+      assert f'{store}/checkpoint_{suffix}/{name}' in paths
+  for _ in range(3):
+    batch = as_dict(buffer, buffer.sample_transition_batch())
+    assert_equals_oracle(batch, oracles)
+  buffer.close()
   assert not list(tmp_path.iterdir())
 
 

@@ -1,6 +1,7 @@
 """The compact store's format: what convert writes and how it is read."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from replay_oracle import as_dict
 from replay_oracle import assert_equals_oracle
 
 from fixed_replay.convert import compact_output
+from fixed_replay.convert import legacy_store
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
@@ -90,7 +92,9 @@ def test_store_describes_itself(dopamine_dir, store):
 
 def test_old_layout_describes_itself(blocks_store, dopamine_dir):
   capacity = dopamine_dir[1]
-  manifest = manifest_lib.read_manifest(blocks_store / 'checkpoint_7')
+  manifest = manifest_lib.read_manifest(
+    blocks_store / 'checkpoint_7', manifest_lib.LEGACY_VERSIONS
+  )
   assert manifest['version'] == 1
   observation = manifest['observation']
   assert observation['file'] == 'observation.blocks'
@@ -99,16 +103,15 @@ def test_old_layout_describes_itself(blocks_store, dopamine_dir):
 
 
 @pytest.mark.parametrize('suffix', [0, 3, 7])
-def test_arrays_equal_the_source(dopamine_dir, any_store, suffix):
-  store = any_store
+def test_arrays_equal_the_source(dopamine_dir, store, suffix):
   source = checkpoints.find_checkpoints(dopamine_dir[0])[suffix]
   window = checkpoints.read_checkpoint(source)
   stored = compact_store.StoredCheckpoint(
     store / manifest_lib.checkpoint_dirname(suffix)
   )
   # Rows Dopamine's writer never filled hold np.empty's leftovers, which
-  # differ between processes: units_v2_store's were written by another.
-  # (A conversion checks every byte of them against its source.)
+  # may differ between processes. (A conversion checks every byte of them
+  # against its source.)
   filled = min(stored.add_count, stored.num_rows)
   frames = stored.frames
   everything = frames.read_rows(0, frames.num_rows)
@@ -143,8 +146,7 @@ def test_arrays_equal_the_source(dopamine_dir, any_store, suffix):
   stored.close()
 
 
-def test_full_verification_decodes_every_block(dopamine_dir, any_store):
-  store = any_store
+def test_full_verification_decodes_every_block(dopamine_dir, store):
   source = checkpoints.find_checkpoints(dopamine_dir[0])[1]
   frames = npy_stream.read_rows(source.store_paths['observation'])
   verified = compact_store.verify_checkpoint(
@@ -162,24 +164,23 @@ def _flip_byte(path, position):
     stream.write(bytes([byte[0] ^ 0xFF]))
 
 
-def test_damaged_block_names_checkpoint_and_rows(blocks_store, tmp_path):
+def test_damaged_block_of_an_old_store_names_checkpoint_and_rows(
+  blocks_store, tmp_path
+):
   directory = _copy_checkpoint(blocks_store, 3, tmp_path)
-  stored = compact_store.StoredCheckpoint(directory)
-  offsets = stored.frames.offsets
+  stored = legacy_store.LegacyCheckpoint(directory)
+  offsets = np.load(directory / legacy_store.OFFSETS_FILE)
   block = 20
   _flip_byte(
-    directory / manifest_lib.BLOCKS_FILE,
+    directory / 'observation.blocks',
     int(offsets[block] + offsets[block + 1]) // 2,
   )
-  scratch = np.empty((16, 84, 84), np.uint8)
-  stored.frames.read_block(block - 1, scratch)  # Its neighbours still read.
+  stored.frames.read_rows(319, 1)  # Its neighbours still read.
   with pytest.raises(
-    CheckpointError, match=r'checkpoint 3: block 20 \(rows 320-335\)'
+    CheckpointError, match=r'checkpoint 3: unit 20 \(rows 320-335\)'
   ) as raised:
     stored.frames.read_rows(330, 2)
-  assert raised.value.path.endswith(manifest_lib.BLOCKS_FILE)
-  with pytest.raises(CheckpointError, match='observation.blocks: damaged'):
-    compact_store.verify_checkpoint(directory)
+  assert raised.value.path.endswith('observation.blocks')
   stored.close()
 
 
@@ -210,7 +211,7 @@ def test_a_damaged_or_missing_run_dictionary_is_refused(store, tmp_path):
   with pytest.raises(
     CheckpointError, match=rf'but {directory} was compressed against'
   ) as raised:
-    compact_store.StoredCheckpoint(directory, verify=False)
+    compact_store.StoredCheckpoint(directory)
   assert raised.value.path == str(path)
   with pytest.raises(CheckpointError, match='was compressed against'):
     compact_store.verify_checkpoint(directory)
@@ -218,7 +219,7 @@ def test_a_damaged_or_missing_run_dictionary_is_refused(store, tmp_path):
   with pytest.raises(
     CheckpointError, match=f"missing: {directory} decodes against its run's"
   ):
-    compact_store.StoredCheckpoint(directory, verify=False)
+    compact_store.StoredCheckpoint(directory)
 
 
 @pytest.mark.parametrize(
@@ -237,36 +238,34 @@ def test_a_damaged_index_is_refused_before_decoding(store, tmp_path, name):
   with pytest.raises(
     CheckpointError, match=rf'{name}: (checkpoint 7: )?damaged'
   ):
-    compact_store.StoredCheckpoint(directory, verify=False)
+    compact_store.StoredCheckpoint(directory)
 
 
-@pytest.mark.parametrize(
-  ('layout', 'last_rows'), [('blocks_store', '992-999'), ('store', '999-999')]
-)
-def test_truncated_frames_file_is_a_clear_error(
-  request, tmp_path, layout, last_rows
-):
-  directory = _copy_checkpoint(request.getfixturevalue(layout), 0, tmp_path)
-  manifest = manifest_lib.read_manifest(directory)
-  path = directory / manifest['observation']['file']
+def test_truncated_frames_file_is_a_clear_error(store, blocks_store, tmp_path):
+  directory = _copy_checkpoint(store, 0, tmp_path)
+  path = directory / 'observation.units'
   os.truncate(path, os.path.getsize(path) - 10)
   stored = compact_store.StoredCheckpoint(directory)
-  with pytest.raises(CheckpointError, match=rf'rows {last_rows}.*file ends'):
+  with pytest.raises(CheckpointError, match=r'rows 999-999.*file ends'):
     stored.frames.read_rows(999, 1)
   stored.close()
+  directory = _copy_checkpoint(blocks_store, 0, tmp_path / 'old')
+  path = directory / 'observation.blocks'
+  os.truncate(path, os.path.getsize(path) - 10)
+  with pytest.raises(CheckpointError, match='index does not span') as raised:
+    legacy_store.LegacyCheckpoint(directory)
+  assert raised.value.path == str(path)
 
 
-@pytest.mark.parametrize('verify', [True, False])
 @pytest.mark.parametrize('name', ['terminal.npy', 'valid_mask.npy'])
-def test_damaged_small_array_refused_on_opening(store, tmp_path, verify, name):
-  """Even unverified: a version-5 store's per-row files are mapped, with
-  no other check (a packed file had zstd's checksum)."""
+def test_damaged_small_array_refused_on_opening(store, tmp_path, name):
+  """A store's per-row files are mapped, with no other check."""
   directory = _copy_checkpoint(store, 1, tmp_path)
   with open(directory / name, 'r+b') as stream:
     stream.seek(-1, os.SEEK_END)
     stream.write(b'\x07')
   with pytest.raises(CheckpointError, match=rf'{name}: damaged'):
-    compact_store.StoredCheckpoint(directory, verify=verify)
+    compact_store.StoredCheckpoint(directory)
 
 
 def test_a_rerun_into_a_store_of_an_older_version_is_refused(
@@ -283,9 +282,8 @@ def test_a_rerun_into_a_store_of_an_older_version_is_refused(
   manifest_lib.write_manifest(directory, manifest)
   with pytest.raises(
     CheckpointError,
-    match=r"checkpoint_3: converted with .*'version': 2}, now asked for "
-    rf".*'version': {manifest_lib.VERSION}}}: use the same options or a new "
-    'directory',
+    match=r'checkpoint_3/manifest.json: format version 2, written by an '
+    r'earlier fixed_replay, is no longer sampled: `fixed-replay convert ',
   ):
     convert.convert(dopamine_dir[0], old, workers=0)
 
@@ -343,39 +341,54 @@ def _cli(*args):
   )
 
 
-def test_inspect_names_the_format_version_and_settings(any_store):
-  manifest = manifest_lib.read_manifest(any_store / 'checkpoint_0')
+def test_inspect_names_the_format_version_and_settings(store):
+  manifest = manifest_lib.read_manifest(store / 'checkpoint_0')
   spec = manifest['observation']
-  completed = _cli('inspect', any_store)
+  completed = _cli('inspect', store)
   assert completed.returncode == 0, completed.stderr[-2000:]
   # The version and the settings the frames were written with.
-  kind = 'blocks' if manifest['version'] == 1 else 'units'
-  shared = ''
-  if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
-    entry = spec['run_dictionary']  # The run's dictionary, named.
-    shared = (
-      f", the run's dictionary of {entry['bytes']:,} bytes, CRC-32 "
-      f"{entry['crc32']:#010x}"
-    )
+  entry = spec['run_dictionary']  # The run's dictionary, named.
   assert (
     f"compact store format version {manifest['version']} ({spec['codec']} "
-    f"frame {kind} of {spec['block_rows']}, clevel {spec['clevel']}{shared});"
+    f"frame units of {spec['block_rows']}, clevel {spec['clevel']}, the "
+    f"run's dictionary of {entry['bytes']:,} bytes, CRC-32 "
+    f"{entry['crc32']:#010x});"
   ) in completed.stdout
 
 
 @pytest.mark.parametrize(
-  ('old_store', 'old_version'), [('blocks_store', 1), ('units_v2_store', 2)]
+  ('old_store', 'old_version'),
+  [
+    ('blocks_store', 1),
+    ('units_v2_store', 2),
+    ('packed_v3_store', 3),
+    ('run_dictionary_v4_store', 4),
+  ],
 )
-def test_convert_rewrites_an_old_store_without_its_source(
+def test_an_old_store_is_refused_with_the_command_that_upgrades_it(
   request, old_store, old_version, dopamine_dir, oracles, tmp_path
 ):
+  """A buffer and `inspect` name `fixed-replay convert OLD NEW`; run, it
+  rewrites the store without its source, into the same transitions."""
   old_store = request.getfixturevalue(old_store)
+  upgrade = (
+    rf'format version {old_version}, written by an earlier fixed_replay, is '
+    rf'no longer sampled: `fixed-replay convert {old_store} NEW_STORE` '
+    rf'rewrites the store in version {manifest_lib.VERSION}'
+  )
+  with pytest.raises(CheckpointError, match=re.escape(upgrade)):
+    CompactReplayBuffer(str(old_store), seed=0, prefetch=False)
+  completed = _cli('inspect', old_store)
+  assert completed.returncode != 0
+  assert upgrade in ' '.join(completed.stderr.split())
   rewritten = tmp_path / 'rewritten'
   completed = _cli('convert', old_store, rewritten, '--workers=0')
   assert completed.returncode == 0, completed.stderr[-3000:]
   for suffix in dopamine_dir[2]:
     name = manifest_lib.checkpoint_dirname(suffix)
-    old = manifest_lib.read_manifest(old_store / name)
+    old = manifest_lib.read_manifest(
+      old_store / name, manifest_lib.LEGACY_VERSIONS
+    )
     new = manifest_lib.read_manifest(rewritten / name)
     assert (old['version'], new['version']) == (
       old_version,

@@ -11,7 +11,7 @@ import pytest
 
 from fixed_replay import segments
 
-# The `dopamine_dir`, `store`, `any_store` and `oracles` fixtures come from
+# The `dopamine_dir`, `store` and `oracles` fixtures come from
 # conftest.py.
 
 
@@ -123,12 +123,10 @@ CUT = {'keep_cut_episodes': True}
     ('store', {}),
     ('store', PAD),
     ('store', CUT),
-    ('units_v2_store', {}),
-    ('blocks_store', {}),
   ],
 )
 def test_every_step_is_dopamines(request, name, options, oracles):
-  """On files and stores of each format: ends, wraps, cuts and padding."""
+  """On files and stores: ends, wraps, cuts and padding."""
   keep_cut = options.get('keep_cut_episodes', False)
   sampler = segments.SegmentSampler(
     _source(request, name),

@@ -7,8 +7,9 @@ that a new kind of input needs no change to the converter).
 
 Sources must pickle (they travel to worker processes). GzipSource reads a
 Dopamine checkpoint, streaming its observation file; StoredSource a compact
-store's checkpoint (any format version), so an old store can be rewritten in
-the new layout without its original files; RL Unplugged episodes come from
+store's checkpoint (any format version: legacy_store.py reads versions 1-4),
+so an old store can be rewritten in the new layout without its original
+files; RL Unplugged episodes come from
 convert/rlu_source.py.
 """
 
@@ -21,6 +22,7 @@ from typing import runtime_checkable
 
 import numpy as np
 
+from fixed_replay.convert import legacy_store
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import files as storage
 from fixed_replay.io import npy_stream
@@ -151,7 +153,7 @@ class StoredSource:
   suffix: int
 
   def _manifest(self) -> dict:
-    return manifest_lib.read_manifest(self.directory)
+    return manifest_lib.read_manifest(self.directory, manifest_lib.ALL_VERSIONS)
 
   def description(self) -> dict:
     return self._manifest()['source']
@@ -182,7 +184,13 @@ class _StoredReader:
   """Decodes a stored checkpoint's frames slice by slice, checked."""
 
   def __init__(self, directory: str) -> None:
-    self._stored = compact_store.StoredCheckpoint(directory, verify=True)
+    version = manifest_lib.read_manifest(directory, manifest_lib.ALL_VERSIONS)[
+      'version'
+    ]
+    if version in manifest_lib.LEGACY_VERSIONS:
+      self._stored = legacy_store.LegacyCheckpoint(directory)
+    else:
+      self._stored = compact_store.StoredCheckpoint(directory)
     self._frames = self._stored.frames
     self.row_shape = self._frames.row_shape
     self.dtype = self._frames.dtype

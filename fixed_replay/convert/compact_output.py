@@ -335,7 +335,7 @@ def _write_checkpoint(source, directory: str, options, threads):
 def _verify_written(directory: str, arrays, valid):
   """Reads a freshly written checkpoint back; raises on any difference."""
   compact_store.verify_checkpoint(directory, decode=True)
-  opened = compact_store.StoredCheckpoint(directory, verify=False)
+  opened = compact_store.StoredCheckpoint(directory)
   try:
     for name, array in arrays.items():
       # Bytes, not values: NaN rewards must round-trip too.

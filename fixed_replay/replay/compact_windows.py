@@ -146,7 +146,6 @@ def open_store(
       stored.append(
         compact_store.StoredCheckpoint(
           directory,
-          verify=settings.verify,
           elements=settings.extra_names,
           manifest=manifests[directory],
         )
@@ -167,40 +166,21 @@ def open_store(
 
 
 def _window_arrays(stored, windows, names):
-  """Each window's small arrays: views of the store's files, mapped where it
-  keeps them plain (format versions 1, 2 and 5), else of one spilled array
-  a name holding those windows' rows end to end (read and decompressed)."""
-  arrays = [{} for _ in stored]
-  for name in names:
-    packed = []
-    for checkpoint, (start, count), mine in zip(
-      stored, windows, arrays, strict=True
-    ):
-      if checkpoint.arrays.is_plain(name):
-        mine[name] = checkpoint.arrays.stored(name)[start : start + count]
-      else:
-        packed.append((checkpoint, start, count, mine))
-    if packed:
-      dtype, row_shape = stored[0].arrays.row_type(name)
-      joined = np.empty((sum(p[2] for p in packed),) + row_shape, dtype)
-      ends = np.cumsum([p[2] for p in packed])
-      for (checkpoint, start, count, _), end in zip(packed, ends, strict=True):
-        values = checkpoint.arrays.stored(name)
-        joined[end - count : end] = values[start : start + count]
-      joined = spill.copy(joined)
-      for (_, _, count, mine), end in zip(packed, ends, strict=True):
-        mine[name] = joined[end - count : end]
-  return arrays
+  """Each window's small arrays: views of the store's files, mapped."""
+  return [
+    {
+      name: checkpoint.arrays.stored(name)[start : start + count]
+      for name in names
+    }
+    for checkpoint, (start, count) in zip(stored, windows, strict=True)
+  ]
 
 
-def _fixed_bytes(stored, windows, names):
-  """Bytes of everything but the cache: small arrays read, tables, indexes."""
+def _fixed_bytes(stored, windows):
+  """Bytes of everything but the cache: the valid-row tables and indexes."""
   total = 0
   for checkpoint, (_, count) in zip(stored, windows, strict=True):
-    read = [n for n in names if not checkpoint.arrays.is_plain(n)]
-    row_bytes = checkpoint.arrays.row_bytes(read)
-    total += count * (row_bytes + np.dtype(np.int32).itemsize)
-    total += checkpoint.frames.nbytes
+    total += count * np.dtype(np.int32).itemsize + checkpoint.frames.nbytes
   return total
 
 
@@ -243,7 +223,7 @@ def open_windows(
   per_transition = (s.stack_size + s.update_horizon - 2) // block_rows + 3
   min_slots = (workers + 1) * frame_sources.CHUNK * per_transition
   fixed = (
-    _fixed_bytes(stored, windows, names)
+    _fixed_bytes(stored, windows)
     + (settings.ready_batches + workers) * settings.batch_bytes
   )
   what = (

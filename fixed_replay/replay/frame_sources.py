@@ -177,26 +177,22 @@ class BlockFrames:
     self._fixed_bytes = fixed_bytes
     self._block_rows = cache.block_rows
     self._key_stride = max(s.frames.num_blocks for s in stored) + 1
-    units = all(isinstance(s.frames, frame_units.StoredUnits) for s in stored)
-    block_rows = {s.frames.block_rows for s in stored}
-    # Uniform sampling over a run's frames almost never hits a cache: units
-    # of frames (format 2) alike in every checkpoint are decoded for each
-    # batch, cache bypassed; when stacks pack (uint8, stack of 4), in one
-    # compiled call with the batch_kernels.
-    self._unit_rows = block_rows.pop() if units and len(block_rows) == 1 else 0
-    self._compiled = self._unit_rows > 0 and batch_kernels.packable(
+    # Uniform sampling over a run's frames almost never hits a cache: the
+    # distinct units a batch uses are decoded for it, cache bypassed; when
+    # stacks pack (uint8, stack of 4), in one compiled call with the
+    # batch_kernels.
+    self._unit_rows = self._block_rows
+    self._compiled = batch_kernels.packable(
       stored[0].frames.dtype, writer.stack_size
     )
     self._per_frame = self._unit_rows == 1
     self._units_per_transition = units_per_transition(
-      max(self._unit_rows, 1), writer.stack_size, writer.update_horizon
+      self._unit_rows, writer.stack_size, writer.update_horizon
     )
-    # Units (or blocks) decoded so far, for benchmarks; not exact while
-    # several threads sample.
+    # Units decoded so far, for benchmarks; not exact while several threads
+    # sample.
     self.units_decoded = 0
-    self.frame_reader = None
-    if units:  # Format 2: batches decode in compiled code.
-      self.frame_reader = frame_units.FrameReader([s.frames for s in stored])
+    self.frame_reader = frame_units.FrameReader([s.frames for s in stored])
 
   @property
   def num_rows(self) -> int:
@@ -327,13 +323,7 @@ class BlockFrames:
     """Decodes blocks `keys` into arena[slots] (BlockCache's loader)."""
     self.units_decoded += len(keys)
     which, blocks = np.divmod(keys, self._key_stride)
-    if self.frame_reader is not None:  # One compiled call for them all.
-      self.frame_reader.read(which, blocks, arena, slots)
-      return
-    for i, block, slot in zip(
-      which.tolist(), blocks.tolist(), slots.tolist(), strict=True
-    ):
-      self._stored[i].frames.read_block(block, arena[slot])
+    self.frame_reader.read(which, blocks, arena, slots)  # One compiled call.
 
   def _write_chunk(self, batch, which, rows, destinations):
     both, frame_rows = self._frame_rows(batch, which, rows, destinations)
@@ -351,7 +341,6 @@ class BlockFrames:
 
   def close(self) -> None:
     """Closes the store's files."""
-    if self.frame_reader is not None:
-      self.frame_reader.close()
+    self.frame_reader.close()
     for stored in self._stored:
       stored.close()

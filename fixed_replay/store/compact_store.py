@@ -30,14 +30,9 @@
 
 That is format version 5: every file plain, so that a buffer maps what it
 samples from where it lies (replay/compact_windows.py), and units stored
-without the 6 bytes they all begin with (frame_units.py). Version 4 is the
-same with every file but the units and their CRC-32s one zstd frame
-(`.zst`, manifest.py), arrays in their own dtype and uint32 sizes without
-anchors; version 3 is 4 with a dictionary in each checkpoint
-(`observation.dict.zst`); version 2 held them plain, units whole, with int64
-unit offsets (`observation_offsets.npy`) instead of sizes; version 1 holds
-blosc2 blocks in `observation.blocks` instead of units and dictionary
-(frame_blocks.py), and plain files. All five are read.
+without the 6 bytes they all begin with (frame_units.py). Stores of
+versions 1-4 are upgraded by `fixed-replay convert OLD NEW`
+(convert/legacy_store.py).
 
 A checkpoint directory only ever appears by renaming a verified partial one,
 so its presence means it is complete. The manifest records the format and
@@ -58,7 +53,6 @@ import numpy as np
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.sources.dopamine import checkpoints
-from fixed_replay.store import frame_blocks
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import run_dictionary
@@ -67,18 +61,6 @@ from fixed_replay.store import run_dictionary
 _VERIFY_ROWS = 4096
 # The arrays every sampler reads (the frames are opened apart).
 _ALWAYS_OPENED = ('action', 'reward', 'terminal')
-
-
-def open_frames(directory: str, manifest: dict) -> frame_blocks.StoredFrameFile:
-  """The frames of a stored checkpoint, read as its format version says.
-
-  Returns:
-    frame_units.StoredUnits (versions 2 and 3) or frame_blocks.StoredFrames
-    (1).
-  """
-  if manifest['version'] == manifest_lib.BLOCKS_VERSION:
-    return frame_blocks.StoredFrames(directory, manifest)
-  return frame_units.StoredUnits(directory, manifest)
 
 
 def pack_valid_rows(rows: np.ndarray, num_rows: int) -> np.ndarray:
@@ -107,7 +89,7 @@ class StoredCheckpoint:
       not held (the `$store$_` elements but observation: all, or those
       asked for); `arrays.row_type(name)` and `arrays.row_bytes(names)` give
       dtype, row shape and bytes from the manifest without reading.
-    frames: frame_blocks.StoredFrames or frame_units.StoredUnits.
+    frames: frame_units.StoredUnits.
     invalid_range: int64 array.
     episode_end_indices: int64 array or None.
   """
@@ -115,7 +97,6 @@ class StoredCheckpoint:
   def __init__(
     self,
     directory: str,
-    verify: bool = True,
     elements: Collection[str] | None = None,
     manifest: dict | None = None,
   ) -> None:
@@ -123,10 +104,6 @@ class StoredCheckpoint:
 
     Args:
       directory: str, a checkpoint_<suffix> directory.
-      verify: bool, check every file but the frame blocks against the
-        manifest's CRC-32 (blocks are checked as they are decoded). From
-        format version 5 always: its per-row files are read where they lie,
-        with no other check (before, zstd's checksum of each packed file).
       elements: optional names of the arrays to open beyond action, reward
         and terminal (None: every array); the others are neither opened
         nor read, so a buffer that does not ask for an extra element never
@@ -134,8 +111,13 @@ class StoredCheckpoint:
       manifest: its manifest, where the caller has read it already
         (read_manifest; a set's manifests are read once, to be compared).
 
+    Every file but the units is checked against the manifest's CRC-32 (the
+    units are checked one by one as they are decoded): the per-row files are
+    read where they lie, with no other check.
+
     Raises:
-      CheckpointError: on a bad manifest or a damaged file.
+      CheckpointError: on a bad manifest or a damaged file, or a store of
+        an earlier format version (naming the command that upgrades it).
     """
     self.directory = str(directory)
     if manifest is None:
@@ -145,23 +127,20 @@ class StoredCheckpoint:
     if elements is not None:
       wanted = set(elements) | set(_ALWAYS_OPENED)
       specs = {name: spec for name, spec in specs.items() if name in wanted}
-    self.frames = open_frames(self.directory, manifest)
+    self.frames = frame_units.StoredUnits(self.directory, manifest)
     try:
-      if verify or manifest['version'] >= manifest_lib.MAPPED_VERSION:
-        skip = {spec['file'] for spec in manifest['arrays'].values()}
-        skip -= {spec['file'] for spec in specs.values()}
-        skip.add(manifest['observation']['file'])
-        skip |= self.frames.checked_files
-        manifest_lib.verify_files(self.directory, manifest, skip=skip)
+      skip = {spec['file'] for spec in manifest['arrays'].values()}
+      skip -= {spec['file'] for spec in specs.values()}
+      skip.add(manifest['observation']['file'])
+      skip |= self.frames.checked_files
+      manifest_lib.verify_files(self.directory, manifest, skip=skip)
       self.suffix = manifest['suffix']
       self.num_rows = manifest['num_rows']
       self.add_count = manifest['add_count']
       self.arrays = _StoredArrays(self.directory, specs, self.num_rows)
-      self.invalid_range = self._load(
-        manifest_lib.stored_name(
-          manifest_lib.INVALID_RANGE_FILE, manifest['version']
-        )
-      ).astype(np.int64)
+      self.invalid_range = self._load(manifest_lib.INVALID_RANGE_FILE).astype(
+        np.int64
+      )
       self.episode_end_indices = None
       if manifest['episode_end_indices']:
         self.episode_end_indices = self._load(manifest['episode_end_indices'])
@@ -217,7 +196,7 @@ class StoredCheckpoint:
 
     Returns:
       checkpoints.CheckpointWindow whose store['observation'] is
-      frame_blocks.UnheldFrames.
+      UnheldFrames.
     """
     if start < 0 or count <= 0 or start + count > self.num_rows:
       raise CheckpointError(
@@ -226,7 +205,7 @@ class StoredCheckpoint:
         f'{self.suffix} has {self.num_rows} rows',
       )
     store = dict(arrays)
-    store['observation'] = frame_blocks.UnheldFrames(count)
+    store['observation'] = UnheldFrames(count)
     return checkpoints.CheckpointWindow(
       suffix=self.suffix,
       start=start,
@@ -241,13 +220,28 @@ class StoredCheckpoint:
     self.frames.close()
 
 
-class _StoredArrays(Mapping):
-  """A stored checkpoint's small arrays by name, each read when asked for.
+class UnheldFrames:
+  """Stands for a window's frames that stay compressed on disk.
 
-  Memory-mapped where stored plain (versions 1, 2 and 5), decompressed in
-  3 and 4; in its element's dtype (the manifest's), though version 5 stores
-  it in the narrowest that holds its values (`stored` gives that).
-  Nothing is held between uses: a buffer copies the rows it samples from.
+  Sits in a CheckpointWindow's `store['observation']`, where only the length
+  (rows of the window) is used; frames come from StoredUnits instead.
+  """
+
+  nbytes = 0
+
+  def __init__(self, num_rows: int) -> None:
+    self._num_rows = num_rows
+
+  def __len__(self) -> int:
+    return self._num_rows
+
+
+class _StoredArrays(Mapping):
+  """A stored checkpoint's small arrays by name, each mapped when asked for.
+
+  In its element's dtype (the manifest's) by `[name]`, or as stored, in the
+  narrowest dtype that holds its values, by `stored`. Nothing is held
+  between uses: a buffer copies the rows it samples from.
   """
 
   def __init__(self, directory, specs, num_rows):
@@ -256,7 +250,7 @@ class _StoredArrays(Mapping):
     self._num_rows = num_rows
 
   def stored(self, name: str) -> np.ndarray:
-    """Array `name` as stored: mapped where plain, maybe narrower."""
+    """Array `name` as stored: mapped, maybe narrower."""
     path = os.path.join(self._directory, self._specs[name]['file'])
     array = manifest_lib.load_npy(path, mmap=True)
     dtype, row_shape = self.row_type(name)
@@ -269,10 +263,6 @@ class _StoredArrays(Mapping):
     if not np.can_cast(array.dtype, dtype):
       raise CheckpointError(path, f'{array.dtype} does not hold {dtype}')
     return array
-
-  def is_plain(self, name: str) -> bool:
-    """Whether array `name` is stored plain, so `stored` maps it."""
-    return not self._specs[name]['file'].endswith(manifest_lib.PACKED_SUFFIX)
 
   def __getitem__(self, name: str) -> np.ndarray:
     array = self.stored(name)
@@ -325,11 +315,10 @@ def verify_checkpoint(
   manifest = manifest_lib.read_manifest(directory)
   manifest_lib.verify_files(directory, manifest)
   spec = manifest['observation']
-  if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
-    run_dictionary.load(directory, spec['run_dictionary'])
+  run_dictionary.load(directory, spec['run_dictionary'])
   if not decode:
     return VerifiedCheckpoint(manifest, spec['frames_crc32'])
-  frames = open_frames(directory, manifest)
+  frames = frame_units.StoredUnits(directory, manifest)
   try:
     value = 0
     # Thousands of rows a call: one compiled call each for units (a call a

@@ -1,19 +1,15 @@
 """The frames of a stored checkpoint as zstd units with a trained dictionary.
 
-Format versions 2 to 4 of the compact store. A sampled transition uses
-five frames (two overlapping stacks of four), so decoding whole blocks of 16
-frames threw most decoded bytes away. Here `observation.units` holds
-`block_rows` frames per unit (1 by default), each unit one zstd frame (no
-content size, checksum or dictionary id: those bytes repeat in every unit)
-compressed against a trained dictionary: the run's (`observation.dict`
-beside the checkpoints, version 4: run_dictionary.py), or before, the
-checkpoint's own (`observation.dict.zst`). The dictionary is what keeps
-single frames small: Atari screens share their background, score digits
-and sprites.
-`observation_crc32.npy` and the unit sizes (`observation_sizes.npy.zst`;
-offsets in `observation_offsets.npy` before format version 3) index and
-check the units, and every unit is checked against its CRC-32 before it is
-decoded.
+A sampled transition uses five frames (two overlapping stacks of four), so
+decoding whole blocks of many frames throws most decoded bytes away. Here
+`observation.units` holds `block_rows` frames per unit (1 by default), each
+unit one zstd frame (no content size, checksum or dictionary id: those bytes
+repeat in every unit) compressed against the run's trained dictionary
+(`observation.dict` beside the checkpoints: run_dictionary.py). The
+dictionary is what keeps single frames small: Atari screens share their
+background, score digits and sprites. `observation_crc32.npy`, the unit
+sizes and the anchors index and check the units, and every unit is checked
+against its CRC-32 before it is decoded.
 
 A batch reads the units it needs with one `pread` per run of consecutive
 units, then checks and decodes each, all in one compiled call outside the
@@ -26,8 +22,6 @@ import numpy as np
 import zstandard
 
 from fixed_replay.errors import CheckpointError
-from fixed_replay.io import spill
-from fixed_replay.store import frame_blocks
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import run_dictionary
 from fixed_replay.store import unit_decoding
@@ -121,14 +115,12 @@ class UnitCompressor:
     return unit[2:]
 
 
-class StoredUnits(frame_blocks.StoredFrameFile):
+class StoredUnits:
   """The compressed frames of one stored checkpoint, decoded per unit.
 
   Thread-safe: units are read with `pread` on one descriptor and decoded
   with a zstd context per thread, in compiled code (unit_decoding.py).
   """
-
-  UNIT = 'unit'
 
   def __init__(self, directory, manifest):
     """Opens the units and checks index and dictionary against the manifest.
@@ -136,57 +128,64 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     Raises:
       CheckpointError: if the index or the dictionary is damaged.
     """
-    super().__init__(directory, manifest)
+    self.directory = directory
+    self.suffix = manifest['suffix']
     spec = manifest['observation']
+    self.path = os.path.join(directory, spec['file'])
+    self.block_rows = spec['block_rows']
+    self.num_rows = manifest['num_rows']
+    self.row_shape = tuple(spec['row_shape'])
+    self.dtype = np.dtype(spec['dtype'])
+    self.num_blocks = spec['num_blocks']
     self.frame_bytes = int(np.prod(self.row_shape, dtype=np.int64)) * (
       self.dtype.itemsize
     )
-    # The index and dictionary are checked whole at open, so a damaged one
-    # is found before anything is decoded with it.
-    # The CRCs, and from version 5 the sizes and anchors, stay in their
-    # files, mapped: file-backed pages that every process shares and the
-    # kernel may drop, not memory of the process's own (0.2 GB a 50M-row run
-    # of CRCs, and of int64 offsets 0.4 GB before version 5).
-    self._header = spec.get('unit_header', -1)  # -1: whole zstd frames (v2).
-    self.anchor_units = self._sizes = None
-    if manifest['version'] >= manifest_lib.MAPPED_VERSION:
-      self.anchor_units = spec['anchor_units']
-      self._sizes = self._load_checked(manifest_lib.SIZES_FILE)
-      offsets = self._load_checked(manifest_lib.ANCHORS_FILE)
-    elif manifest['version'] >= manifest_lib.PACKED_VERSION:
-      sizes = self._load_checked(
-        manifest_lib.stored_name(manifest_lib.SIZES_FILE, manifest['version'])
-      )
-      offsets = np.zeros(len(sizes) + 1, np.int64)
-      np.cumsum(sizes, out=offsets[1:])
-    else:
-      offsets = self._load_checked(manifest_lib.OFFSETS_FILE)
-    crcs = self._load_checked(manifest_lib.CRC_FILE)
-    # The run's is mapped from the store and shared: no checkpoint's memory.
-    dictionary = unit_decoding.Dictionary(np.empty(0, np.uint8))
-    self._dictionary_bytes = 0
-    if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
-      dictionary = run_dictionary.load(directory, spec['run_dictionary'])
-    elif spec.get('dictionary'):
-      data = self._load_checked(spec['dictionary'], manifest_lib.read_small)
-      dictionary = unit_decoding.Dictionary(
-        spill.copy(np.frombuffer(data, np.uint8))
-      )
-      self._dictionary_bytes = len(data)
+    self._files = manifest['files']
+    # The index is checked whole at open, so a damaged one is found before
+    # anything is decoded with it; StoredCheckpoint's check skips its files.
+    # Sizes, anchors and CRCs stay in their files, mapped: file-backed pages
+    # that every process shares and the kernel may drop, not memory of the
+    # process's own (0.2 GB a 50M-row run of CRCs alone).
+    self.checked_files = set()
+    self._header = spec['unit_header']
+    self.anchor_units = spec['anchor_units']
+    self._sizes = self._load_checked(manifest_lib.SIZES_FILE)
+    anchors = self._load_checked(manifest_lib.ANCHORS_FILE)
     # The compiled decoder reads these through their addresses.
-    self.crcs = np.ascontiguousarray(crcs, np.uint32)
-    if self._sizes is None:
-      self._check_index(offsets, crcs)
-      self.offsets = spill.copy(np.asarray(offsets, np.int64))
-      if (self.offsets[1:] < self.offsets[:-1]).any():
-        raise CheckpointError(
-          os.path.join(directory, manifest_lib.OFFSETS_FILE),
-          'unit offsets decrease',
-        )
-    else:
-      self.offsets = self._check_anchors(offsets)
-    self._dictionary = dictionary
-    self._open()
+    self.crcs = np.ascontiguousarray(
+      self._load_checked(manifest_lib.CRC_FILE), np.uint32
+    )
+    self.offsets = self._check_anchors(anchors)
+    # The run's is mapped from the store and shared: no checkpoint's memory.
+    self._dictionary = run_dictionary.load(directory, spec['run_dictionary'])
+    self._fd = os.open(self.path, os.O_RDONLY)
+
+  def _load_checked(self, name):
+    """The array in file `name`, checked against the manifest, mapped."""
+    path = os.path.join(self.directory, name)
+    manifest_lib.check_file(
+      path, self._files.get(name), f'checkpoint {self.suffix}: '
+    )
+    self.checked_files.add(name)
+    return manifest_lib.load_npy(path, mmap=True)
+
+  def block_rows_of(self, block: int) -> tuple[int, int]:
+    """File rows [first, end) held by unit `block`."""
+    first = block * self.block_rows
+    return first, min(first + self.block_rows, self.num_rows)
+
+  def _damaged(self, block: int, problem: str) -> CheckpointError:
+    first, end = self.block_rows_of(block)
+    return CheckpointError(
+      self.path,
+      f'checkpoint {self.suffix}: unit {block} (rows {first}-{end - 1}) is '
+      f'damaged: {problem}',
+    )
+
+  def close(self) -> None:
+    if self._fd is not None:
+      os.close(self._fd)
+      self._fd = None
 
   def _check_anchors(self, anchors):
     """Raises unless sizes, anchors and CRCs index the units file whole.
@@ -216,8 +215,6 @@ class StoredUnits(frame_blocks.StoredFrameFile):
   def unit_spans(self, units) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends): where `units` lie in the units file, int64 arrays."""
     units = np.asarray(units, np.int64)
-    if self._sizes is None:
-      return self.offsets[units], self.offsets[units + 1]
     every, sizes = self.anchor_units, self._sizes
     ends = np.empty(len(units), np.int64)
     for anchor in np.unique(units // every):
@@ -230,9 +227,8 @@ class StoredUnits(frame_blocks.StoredFrameFile):
 
   @property
   def nbytes(self) -> int:
-    """Bytes held in memory: the unit index and the dictionary."""
-    held = self.crcs.nbytes + self._dictionary_bytes + self.offsets.nbytes
-    return held + (0 if self._sizes is None else self._sizes.nbytes)
+    """Bytes of the unit index (mapped, shared with every process)."""
+    return self.crcs.nbytes + self.offsets.nbytes + self._sizes.nbytes
 
   def table_row(self):
     """This checkpoint's row of a unit_decoding table (descriptor -1 once
@@ -247,10 +243,9 @@ class StoredUnits(frame_blocks.StoredFrameFile):
     row[unit_decoding.UNIT_BYTES] = self.block_rows * self.frame_bytes
     row[unit_decoding.LAST_BYTES] = last_rows * self.frame_bytes
     row[unit_decoding.HEADER] = self._header
-    if self._sizes is not None:
-      row[unit_decoding.SIZES] = self._sizes.ctypes.data
-      row[unit_decoding.SIZE_BYTES] = self._sizes.dtype.itemsize
-      row[unit_decoding.ANCHOR_UNITS] = self.anchor_units
+    row[unit_decoding.SIZES] = self._sizes.ctypes.data
+    row[unit_decoding.SIZE_BYTES] = self._sizes.dtype.itemsize
+    row[unit_decoding.ANCHOR_UNITS] = self.anchor_units
     return row
 
   def _read_units(self, units):

@@ -6,35 +6,20 @@ complete `.checkpoint_<suffix>.partial-<pid>/` one. Its manifest.json records
 the format and version, the codec, the block size, the rows, the source
 files, the size and CRC-32 of every file, and the CRC-32 of its own content.
 
-Format versions: 1 holds the frames as blosc2 blocks (frame_blocks.py), 2 as
-zstd units against a trained dictionary (frame_units.py). 3 holds the units as
-2 does without the 6 bytes they all begin with, every other file but the
-units' CRC-32s zstd-compressed (`.zst`: the dictionary, the small arrays, the
-valid-row mask), and unit sizes instead of offsets. On busy Atari frames (about
-160 bytes a frame) version 2 spent 27 bytes a row on those 6 bytes, offsets,
-CRCs, action, reward and terminal and a whole 1 MB dictionary a checkpoint;
-version 3 spends about 6 and a 20-25x smaller dictionary. They are small, and
-read whole at open, so compressing them costs nothing when sampling. Version
-4 is version 3 with one dictionary for the whole run instead of one a
-checkpoint (`RUN_DICTIONARY_FILE` beside the checkpoints, plain, mapped where
-it lies; each manifest records its size and CRC-32: frame_units.py). Version 5
-stores every file plain again, so that a reader maps its per-row tables where
-they lie instead of decompressing them into memory of its own each time it
-opens: the unit sizes and each small array in the narrowest dtype that holds
-its values exactly (a byte for Atari's actions, terminals and most rewards;
-`narrowest`), and the byte offset of every ANCHOR_UNITS-th unit
-(`ANCHORS_FILE`), so that a unit is found from mapped sizes alone. This
-library reads all five and writes only 5.
+This is format version 5: every file plain, so that a reader maps its
+per-row tables where they lie, each in the narrowest dtype that holds its
+values exactly (`narrowest`), with the byte offset of every ANCHOR_UNITS-th
+unit (`ANCHORS_FILE`), so that a unit is found from mapped sizes alone.
+Versions 1-4 are read only to be upgraded (convert/legacy_store.py): a
+reader asked to sample one says the command that rewrites it.
 """
 
 from collections.abc import Collection
-import io
 import json
 import os
 import re
 
 import numpy as np
-import zstandard
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import gzip_stream
@@ -44,21 +29,17 @@ from fixed_replay.sources.dopamine import checkpoints
 # The format name manifests carry (the module's path when the format was
 # made; kept, as every written store holds it).
 FORMAT = 'fixed_replay.store.compact_store'
-# The newest format version, the one written by default.
+# The format version written and sampled.
 VERSION = 5
-BLOCKS_VERSION = 1
-UNITS_VERSION = 2
-PACKED_VERSION = 3
-RUN_DICTIONARY_VERSION = 4
-MAPPED_VERSION = 5
-VERSIONS = tuple(range(BLOCKS_VERSION, MAPPED_VERSION + 1))
+# Versions an earlier fixed_replay wrote, read only to be upgraded.
+LEGACY_VERSIONS = (1, 2, 3, 4)
+# Every version a manifest is read in where nothing is sampled.
+ALL_VERSIONS = (*LEGACY_VERSIONS, VERSION)
 MANIFEST = 'manifest.json'
-BLOCKS_FILE = 'observation.blocks'
 UNITS_FILE = 'observation.units'
 RUN_DICTIONARY_FILE = 'observation.dict'  # The run's, beside its checkpoints.
-OFFSETS_FILE = 'observation_offsets.npy'  # Versions 1 and 2.
-SIZES_FILE = 'observation_sizes.npy'  # Version 3: unit sizes.
-# Version 5: int64 byte offset of units 0, ANCHOR_UNITS, 2 * ANCHOR_UNITS...
+SIZES_FILE = 'observation_sizes.npy'  # Each unit's bytes.
+# The int64 byte offset of units 0, ANCHOR_UNITS, 2 * ANCHOR_UNITS...
 ANCHORS_FILE = 'observation_anchors.npy'
 # A unit's offset is its anchor's plus at most ANCHOR_UNITS - 1 sizes: 0.125
 # bytes a row of anchors, and a few dozen byte-wide additions a unit read.
@@ -70,8 +51,6 @@ EPISODE_ENDS_FILE = 'episode_end_indices.npy'
 _CHECKPOINT_DIR = re.compile(r'^checkpoint_(?P<suffix>\d+)$')
 _PARTIAL_DIR = re.compile(r'^\.checkpoint_(?P<suffix>\d+)\.partial-\d+$')
 _VERIFY_READ_BYTES = 16 << 20
-# What a compressed file's name ends with (format version 3).
-PACKED_SUFFIX = '.zst'
 MANIFEST_CRC_KEY = 'manifest_crc32'
 # The dataset's game ('Pong', as Dopamine names it), when known at
 # conversion (`fixed-replay convert --game`, or the source's path).
@@ -107,12 +86,6 @@ def crc32(data: bytes | memoryview | np.ndarray, value: int = 0) -> int:
   return _crc32(memoryview(data).cast('B'), value)
 
 
-def stored_name(name: str, version: int) -> str:
-  """The file `name` (e.g. 'action.npy') is stored as, in `version`."""
-  packed = PACKED_VERSION <= version < MAPPED_VERSION
-  return name + PACKED_SUFFIX if packed else name
-
-
 # What `narrowest` tries, narrowest first.
 _NARROW_DTYPES = tuple(map(np.dtype, ('u1', 'i1', 'u2', 'i2', 'u4', 'i4')))
 
@@ -120,7 +93,7 @@ _NARROW_DTYPES = tuple(map(np.dtype, ('u1', 'i1', 'u2', 'i2', 'u4', 'i4')))
 def narrowest(array: np.ndarray) -> np.ndarray:
   """`array` in the narrowest integer dtype that gives back its bytes.
 
-  Version 5 stores its per-row arrays so: Dopamine's int32 actions and
+  A store keeps its per-row arrays so: Dopamine's int32 actions and
   float32 Atari rewards (whole points) take a byte or two a row, and read
   back as the manifest's dtype bit for bit (a -0.0 or a fraction keeps
   float32). An array no narrower dtype holds is returned as it is.
@@ -137,31 +110,13 @@ def narrowest(array: np.ndarray) -> np.ndarray:
   return array
 
 
-def read_small(path: str) -> bytes:
-  """A small file's content, decompressed when its name says it is packed.
-
-  Raises:
-    CheckpointError: if it does not decompress.
-  """
-  with open(path, 'rb') as stream:
-    data = stream.read()
-  if not path.endswith(PACKED_SUFFIX):
-    return data
-  try:
-    return zstandard.ZstdDecompressor().decompress(data)
-  except zstandard.ZstdError as error:
-    raise CheckpointError(path, f'does not decompress: {error}') from error
-
-
 def load_npy(path: str, mmap: bool = False) -> np.ndarray:
-  """A stored .npy array: memory-mapped if asked and not packed.
+  """A stored .npy array, memory-mapped if asked.
 
   Raises:
     CheckpointError: if it is not a readable array.
   """
   try:
-    if path.endswith(PACKED_SUFFIX):
-      return np.load(io.BytesIO(read_small(path)), allow_pickle=False)
     if mmap:
       return mapped.map_npy(path)
     return np.load(path, allow_pickle=False)
@@ -211,13 +166,20 @@ def _check_fields(path: str, entries, fields, where):
       )
 
 
+# Entries of `observation` each version from the key on has.
+_OBSERVATION_FIELDS_FROM = {
+  3: {'unit_header': int},
+  4: {'run_dictionary': dict},
+  5: {'anchor_units': int},
+}
+
+
 def _check_manifest(path: str, manifest):
   """Checks the manifest's own CRC-32 and the types of its entries."""
-  # Stores written before it lack it; from version 5 it is required, so
-  # that a flipped bit in its name does not pass for such a store.
-  if (
-    manifest.get('version', 0) >= MAPPED_VERSION or MANIFEST_CRC_KEY in manifest
-  ):
+  version = manifest['version']
+  # Versions 1-4 may lack it; version 5 requires it, so that a flipped bit
+  # in its name does not pass for an older store.
+  if version == VERSION or MANIFEST_CRC_KEY in manifest:
     expected = manifest.pop(MANIFEST_CRC_KEY, None)
     actual = crc32(_manifest_text(manifest).encode())
     if actual != expected:
@@ -227,41 +189,40 @@ def _check_manifest(path: str, manifest):
         f'{MANIFEST_CRC_KEY} says {expected!r:.20}',
       )
   _check_fields(path, manifest, _MANIFEST_FIELDS, '')
-  _check_fields(
-    path, manifest['observation'], _OBSERVATION_FIELDS, 'observation.'
-  )
-  if manifest['version'] >= PACKED_VERSION:  # Checked by read_manifest.
-    _check_fields(
-      path, manifest['observation'], {'unit_header': int}, 'observation.'
-    )
-    if not 0 <= manifest['observation']['unit_header'] < 1 << 16:
-      raise CheckpointError(path, 'damaged manifest: observation.unit_header')
-  if manifest['version'] >= RUN_DICTIONARY_VERSION:
-    _check_fields(
-      path, manifest['observation'], {'run_dictionary': dict}, 'observation.'
-    )
+  observation = manifest['observation']
+  _check_fields(path, observation, _OBSERVATION_FIELDS, 'observation.')
+  for first, fields in _OBSERVATION_FIELDS_FROM.items():
+    if version >= first:
+      _check_fields(path, observation, fields, 'observation.')
+  if not 0 <= observation.get('unit_header', 0) < 1 << 16:
+    raise CheckpointError(path, 'damaged manifest: observation.unit_header')
+  if 'run_dictionary' in observation:
     _check_fields(
       path,
-      manifest['observation']['run_dictionary'],
+      observation['run_dictionary'],
       {'bytes': int, 'crc32': int},
       'observation.run_dictionary.',
     )
-  if manifest['version'] >= MAPPED_VERSION:
-    _check_fields(
-      path, manifest['observation'], {'anchor_units': int}, 'observation.'
-    )
-    if manifest['observation']['anchor_units'] < 1:
-      raise CheckpointError(path, 'damaged manifest: observation.anchor_units')
+  if observation.get('anchor_units', 1) < 1:
+    raise CheckpointError(path, 'damaged manifest: observation.anchor_units')
   if GAME_KEY in manifest:  # Optional: the game, where the source named it.
     _check_fields(path, manifest, {GAME_KEY: str}, '')
 
 
-def read_manifest(directory: str) -> dict:
+def read_manifest(
+  directory: str, versions: Collection[int] = (VERSION,)
+) -> dict:
   """Reads and checks the manifest of a stored checkpoint.
 
+  Args:
+    directory: str, the checkpoint.
+    versions: the format versions the caller reads: VERSION to sample, also
+      LEGACY_VERSIONS to upgrade.
+
   Raises:
-    CheckpointError: if it is missing, unreadable, damaged (its CRC-32) or
-      of another format.
+    CheckpointError: if it is missing, unreadable, damaged (its CRC-32), of
+      another format, or of a version not in `versions` (for an older one,
+      naming the command that upgrades the store).
   """
   path = os.path.join(directory, MANIFEST)
   try:
@@ -277,16 +238,24 @@ def read_manifest(directory: str) -> dict:
     format_name = manifest.get('format') if isinstance(manifest, dict) else None
     raise CheckpointError(path, f'format is {format_name!r}')
   version = manifest.get('version')
+  known = ALL_VERSIONS
   if isinstance(version, int) and version > VERSION:
     raise CheckpointError(
       path,
       f'format version {version} is newer than this fixed_replay reads '
-      f'(versions {VERSIONS[0]}-{VERSION}): upgrade fixed_replay',
+      f'(versions {known[0]}-{VERSION}): upgrade fixed_replay',
     )
-  if version not in VERSIONS or isinstance(version, bool):
+  if version not in known or isinstance(version, bool):
+    raise CheckpointError(
+      path, f'format version {version!r:.20}, this reader knows {list(known)}'
+    )
+  if version not in versions:
+    store = os.path.dirname(os.path.abspath(directory))
     raise CheckpointError(
       path,
-      f'format version {version!r:.20}, this reader knows {list(VERSIONS)}',
+      f'format version {version}, written by an earlier fixed_replay, is '
+      f'no longer sampled: `fixed-replay convert {store} NEW_STORE` '
+      f'rewrites the store in version {VERSION}',
     )
   _check_manifest(path, manifest)
   return manifest

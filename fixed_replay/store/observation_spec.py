@@ -70,7 +70,9 @@ def read(checkpoint: 'file_names.CheckpointFiles | str') -> tuple[str, dict]:
       'observation_shape': tuple(header.row_shape),
       'observation_dtype': np.dtype(header.dtype),
     }
-  manifest = manifest_lib.read_manifest(checkpoint)
+  # Any version: a store to upgrade is described too (a buffer refuses an
+  # old one as it opens its checkpoints).
+  manifest = manifest_lib.read_manifest(checkpoint, manifest_lib.ALL_VERSIONS)
   spec, valid_rows = manifest['observation'], manifest['valid_rows']
   return os.path.join(checkpoint, manifest_lib.MANIFEST), {
     'observation_shape': tuple(spec['row_shape']),

@@ -8,9 +8,10 @@ run). `verify=True` also checks the size and CRC-32 of every file the
 manifest lists, decodes every frame block against its CRC-32 and the CRC-32
 of all frames against the one taken from the source, and checks that the
 checkpoints of the store share one frame shape and dtype. Each checkpoint's
-format version is reported (`inspect` names it in its title). Problems are
-collected in summaries.DirectorySummary, each naming its file (and for
-frames, the block and rows).
+format version is reported (`inspect` names it in its title); one of an
+earlier version is a problem that names the command that upgrades it.
+Problems are collected in summaries.DirectorySummary, each naming its file
+(and for frames, the unit and rows).
 """
 
 import os
@@ -57,17 +58,12 @@ def _data_bytes(manifest, stored):
 def _compression(manifest):
   """The settings a checkpoint's frames were written with, for a person."""
   spec = manifest['observation']
-  units = manifest['version'] != manifest_lib.BLOCKS_VERSION
-  what = 'frame units' if units else 'frame blocks'
-  text = f"{spec['codec']} {what} of {spec['block_rows']}, clevel "
-  text += str(spec['clevel'])
-  if manifest['version'] >= manifest_lib.RUN_DICTIONARY_VERSION:
-    shared = spec['run_dictionary']
-    text += (
-      f", the run's dictionary of {shared['bytes']:,} bytes, CRC-32 "
-      f"{shared['crc32']:#010x}"
-    )
-  return text
+  shared = spec['run_dictionary']
+  return (
+    f"{spec['codec']} frame units of {spec['block_rows']}, clevel "
+    f"{spec['clevel']}, the run's dictionary of {shared['bytes']:,} bytes, "
+    f"CRC-32 {shared['crc32']:#010x}"
+  )
 
 
 def summarize_checkpoint(
@@ -82,7 +78,7 @@ def summarize_checkpoint(
   try:
     if verify:
       compact_store.verify_checkpoint(directory, decode=True)
-    stored = compact_store.StoredCheckpoint(directory, verify=False)
+    stored = compact_store.StoredCheckpoint(directory)
   except CheckpointError as error:
     summary.problems.append(summaries.Problem(error.path, error.problem))
     return summary

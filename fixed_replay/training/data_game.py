@@ -166,7 +166,7 @@ def largest_action(dataset):
   if dataset.kind is layout.Kind.STORE:
     stored = manifest_lib.find_stored_checkpoints(dataset.data_dir)
     for directory in stored.values():
-      checkpoint = compact_store.StoredCheckpoint(directory, verify=False)
+      checkpoint = compact_store.StoredCheckpoint(directory)
       actions = checkpoint.arrays['action'][: checkpoint.add_count]
       if len(actions) and int(actions.max()) > largest:
         largest, where = int(actions.max()), directory
