@@ -294,10 +294,9 @@ def sample_compact(store, seconds, check_suffixes, check_rows, workers):
   batch = buffer.sample_transition_batch(
     indices=check_rows, suffixes=check_suffixes
   )
-  hits = buffer.cache.hits / max(buffer.cache.hits + buffer.cache.misses, 1)
   buffer.close()
   digest = common.array_digest(dict(enumerate(batch)))
-  return rate, digest, hits, stall, opened
+  return rate, digest, None, stall, opened  # No cache: no hit rate.
 
 
 def sample_memmap(gzip_run, memmap_dir, num_checkpoints, seconds, check):
@@ -541,7 +540,6 @@ def main(argv):
           f'a batch waits {stall * 1e3:.2f} ms'
         )
       extra += (
-        f', cache hits {measurement.digest[2]:.0%}'
         f'; opened in {measurement.digest[4]:.2f} s [>= '
         f'{TRANSITIONS_TARGET:,}/s/core: '
         f'{"PASS" if per_core >= TRANSITIONS_TARGET else "FAIL"}; RSS <= 2 '

@@ -25,7 +25,6 @@ _INTEGER_RANGES = {
   'replay_file_end_index': (None, True),
   'replay_suffix': (0, True),
   'memory_budget': (1, True),
-  'cache_bytes': (0, True),
   # FixedReplayRunner.
   'num_iterations': (1, False),
   'training_steps': (0, False),

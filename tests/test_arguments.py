@@ -52,7 +52,6 @@ def test_fixed_replay_buffer_checks_its_arguments(tmp_path, name, value, words):
       -1,
       'sampling_threads must be an integer >= 0 or None',
     ),
-    ('cache_bytes', -1, 'cache_bytes must be an integer >= 0 or None'),
   ],
 )
 def test_compact_replay_buffer_checks_its_arguments(

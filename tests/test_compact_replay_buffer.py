@@ -25,6 +25,8 @@ from fixed_replay.convert import convert
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import mapped
 from fixed_replay.io import spill
+from fixed_replay.replay import batch_kernels
+from fixed_replay.replay import frame_sources
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.sources.dopamine import validity
@@ -118,19 +120,24 @@ def test_memory_is_bounded_by_the_budget(store):
 
 
 @pytest.mark.parametrize('layout', ['store', 'units8_store'])
-def test_units_hold_no_cache(request, layout):
+def test_memory_held_is_the_index_and_the_batches(request, layout):
   buffer = _buffer(request.getfixturevalue(layout), sampling_threads=1)
   for _ in range(5):
     buffer.sample_transition_batch(128)
-  assert buffer.cache.hits + buffer.cache.misses == 0
   batch_bytes = sum(
     np.dtype(e.type).itemsize * np.prod(e.shape)
     for e in buffer.get_transition_elements()
   )
-  # 13 bytes a row, the unit index (12 bytes a row, one more offset a
-  # checkpoint) and the ready batches: the run's dictionary is mapped from
-  # the store, not held.
-  assert buffer.nbytes <= 4 * (1000 * (13 + 12) + 8) + (4 + 1) * batch_bytes
+  # A valid row's 4 bytes and the unit index (at most 8 bytes a row, one
+  # more anchor a checkpoint), the ready batches, and the units a batch of
+  # 32 decodes, in the caller and the thread: the arrays and the run's
+  # dictionary are mapped from the store, not held.
+  frames = buffer._source._stored[0].frames
+  scratch = 32 * frames.block_rows * frames.frame_bytes
+  scratch *= frame_sources.units_per_transition(frames.block_rows, 4, 1)
+  assert buffer.nbytes <= (
+    4 * (1000 * (4 + 8) + 8) + (4 + 1) * batch_bytes + 2 * scratch
+  )
   buffer.close()
 
 
@@ -192,10 +199,25 @@ def test_units_of_several_frames_sample_dopamines_transitions(
     batch = as_dict(buffer, buffer.sample_transition_batch())
     assert len(np.unique(batch['suffix'])) > 1
     assert_equals_oracle(batch, oracles)
-  # Decoded for each batch (some 1.5 units a transition), cache bypassed.
+  # Decoded for each batch (some 1.5 units a transition).
   assert buffer._source.units_decoded > 64
-  assert buffer.cache.hits + buffer.cache.misses == 0
   buffer.close()
+
+
+def test_stacks_that_do_not_pack_sample_dopamines_transitions(
+  store, units8_store, oracles, monkeypatch
+):
+  """Frames whose stacks the compiled kernel does not pack (any dtype but
+  uint8, a stack of any size but 4) go through the units a batch decodes,
+  gathered by numpy: forced here on Atari frames, in units of 1 and 8."""
+  monkeypatch.setattr(batch_kernels, 'packable', lambda *unused: False)
+  for data in (store, units8_store):
+    buffer = _buffer(data, batch_size=64)
+    assert not buffer._source._compiled
+    for _ in range(3):
+      batch = as_dict(buffer, buffer.sample_transition_batch())
+      assert_equals_oracle(batch, oracles)
+    buffer.close()
 
 
 @pytest.mark.parametrize(

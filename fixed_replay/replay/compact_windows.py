@@ -3,11 +3,9 @@
 Plans each checkpoint's window (replay_capacity rows from
 replay_transitions_start_index, subsampled), checks the whole selection
 against the memory budget before reading anything, then maps the small
-arrays (action, reward, terminal) of every window where the store keeps
-them plain (format 5: a byte or two a row), or reads them, takes the valid
-rows (a bit a row in the store for whole files, drawn from
-where it lies; else an int32 table) and sizes the block cache with what the
-budget leaves.
+arrays (action, reward, terminal: a byte or two a row) of every window
+where they lie and takes the valid rows (a bit a row in the store for whole
+files, drawn from where it lies; else an int32 table).
 """
 
 import os
@@ -25,11 +23,8 @@ from fixed_replay.replay import transitions
 from fixed_replay.sources.dopamine import checks
 from fixed_replay.sources.dopamine import subsample as subsample_lib
 from fixed_replay.sources.dopamine import validity
-from fixed_replay.store import block_cache
 from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
-
-DEFAULT_CACHE_BYTES = 256 << 20
 
 
 def check_matches(
@@ -119,7 +114,6 @@ def open_store(
   directories: list[str],
   settings: checkpoint_loading.WindowSettings,
   budget: int,
-  cache: int | None,
   manifests: dict[str, dict],
 ) -> frame_sources.BlockFrames:
   """Opens the checkpoints in `directories` as one BlockFrames.
@@ -128,7 +122,6 @@ def open_store(
     directories: list of the selected checkpoints' directories.
     settings: checkpoint_loading.WindowSettings.
     budget: int, bytes the buffer may hold.
-    cache: int or None, bytes of decoded blocks wanted.
     manifests: dict of directory to manifest, from check_selection.
 
   Returns:
@@ -156,7 +149,7 @@ def open_store(
           settings, stored[-1].num_rows, stored[-1].suffix
         )
       )
-    source = open_windows(settings, stored, windows, budget, cache)
+    source = open_windows(settings, stored, windows, budget)
     spill.release_freed_memory()  # The temporaries of open_windows.
     return source
   except BaseException:
@@ -177,7 +170,7 @@ def _window_arrays(stored, windows, names):
 
 
 def _fixed_bytes(stored, windows):
-  """Bytes of everything but the cache: the valid-row tables and indexes."""
+  """Bytes of the valid-row tables and unit indexes."""
   total = 0
   for checkpoint, (_, count) in zip(stored, windows, strict=True):
     total += count * np.dtype(np.int32).itemsize + checkpoint.frames.nbytes
@@ -189,7 +182,6 @@ def open_windows(
   stored: list,
   windows: list[tuple[int, int]],
   budget: int,
-  cache: int | None,
 ) -> frame_sources.BlockFrames:
   """Builds the BlockFrames of `stored` checkpoints' `windows`.
 
@@ -198,7 +190,6 @@ def open_windows(
     stored: list of compact_store.StoredCheckpoint, matching the request.
     windows: list of (start, count), one per checkpoint.
     budget: int, bytes the buffer may hold.
-    cache: int or None, bytes of decoded blocks wanted (None: the default).
 
   Returns:
     frame_sources.BlockFrames.
@@ -218,26 +209,23 @@ def open_windows(
     )
   block_rows = block_rows.pop()
   frame_bytes = s.observation_dtype.itemsize * int(np.prod(s.observation_shape))
-  block_bytes = block_rows * frame_bytes
   workers = settings.sampling_threads
-  per_transition = (s.stack_size + s.update_horizon - 2) // block_rows + 3
-  min_slots = (workers + 1) * frame_sources.CHUNK * per_transition
+  # Each sampling thread (and the caller) decodes a batch's units into a
+  # scratch of its own (frame_sources.BlockFrames._scratch).
+  scratch = s.batch_size * block_rows * frame_bytes
+  scratch *= frame_sources.units_per_transition(
+    block_rows, s.stack_size, s.update_horizon
+  )
   fixed = (
     _fixed_bytes(stored, windows)
     + (settings.ready_batches + workers) * settings.batch_bytes
+    + (workers + 1) * scratch
   )
   what = (
     f'{len(stored)} checkpoint(s) of {s.data_dir} '
     f'({sum(c for _, c in windows):,} rows)'
   )
-  checkpoint_loading.check_fits(fixed + min_slots * block_bytes, budget, what)
-  wanted = DEFAULT_CACHE_BYTES if cache is None else cache
-  num_slots = max(min_slots, min(wanted, budget - fixed) // block_bytes)
-  blocks = block_cache.BlockCache(
-    num_slots,
-    (block_rows,) + s.observation_shape,
-    s.observation_dtype,
-  )
+  checkpoint_loading.check_fits(fixed, budget, what)
   arrays = _window_arrays(stored, windows, names)
   views = [
     stored_checkpoint.window(start, count, arrays=mine)
@@ -273,16 +261,14 @@ def open_windows(
     reward_dtype=stored[0].arrays.row_type('reward')[0],
   )
   logging.info(
-    'Sampling %s of the store: %d valid transitions; %s mapped and '
-    'indexed, cache of %d blocks (%s), budget %s',
+    'Sampling %s of the store: %d valid transitions; %s indexed and '
+    'batches, budget %s',
     what,
     table.total,
     progress.format_bytes(fixed),
-    num_slots,
-    progress.format_bytes(blocks.nbytes),
     progress.format_bytes(budget),
   )
-  return frame_sources.BlockFrames(stored, shards, table, writer, blocks, fixed)
+  return frame_sources.BlockFrames(stored, shards, table, writer, fixed)
 
 
 def _valid_rows(stored, window, s):

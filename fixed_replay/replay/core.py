@@ -11,8 +11,9 @@ given its sampling distribution) and TorchRL's storage/sampler split:
   valid transitions a minibatch holds;
 * a *frame source* (frame_sources.py): the loaded checkpoints' valid-row
   table and whatever writes their transitions into a batch (windows in
-  RAM, a compact store's block cache, or any other source that offers
-  `table`, `shard`, `check`, `write`, `num_rows`, `nbytes` and `close`).
+  RAM, a compact store's units decoded per batch, or any other source that
+  offers `table`, `shard`, `check`, `write`, `num_rows`, `nbytes` and
+  `close`).
 
 A subclass chooses the checkpoints, builds the source and publishes it with
 `_publish`; it may publish a new one at any time (one assignment: samplers

@@ -11,8 +11,8 @@ whatever `data_dir` holds, decided from its files:
   unbound), the next set loading in a background thread (`prefetch`) while
   training samples the current one.
 * A compact store (`fixed-replay convert SRC DST`): frames stay compressed
-  on disk and are decoded a block at a time into a cache bounded in bytes,
-  so every checkpoint can be sampled at once; that is what an unbound
+  on disk and each batch decodes the units it uses, so every checkpoint can
+  be sampled at once; that is what an unbound
   `num_buffers_to_load` does. Bound, it keeps batch_rl's meaning: that many
   checkpoints per iteration, drawn anew at each reload.
 
@@ -42,7 +42,6 @@ from fixed_replay.replay import core
 from fixed_replay.replay import transitions
 from fixed_replay.sources import layout
 from fixed_replay.sources.dopamine import checkpoints
-from fixed_replay.store import block_cache
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import observation_spec
 
@@ -185,9 +184,10 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
         failed check fails the load. False skips inflating the rest, for
         data verified once (`fixed-replay inspect --verify`); files read to
         their end are checked either way, at no cost. A store's small files
-        are checked on opening (its frame blocks whenever decoded).
-      cache_bytes: int or None, bytes of a store's decoded frame blocks
-        cached (None: up to 256 MiB, within the budget).
+        are checked on opening (its frame units whenever decoded).
+      cache_bytes: unused, and warned about when given: a store's buffer
+        keeps no cache of decoded frames (kept so that configs binding it
+        still parse).
       sampling_threads: int or None, threads preparing default-size
         minibatches ahead (0: sample in the caller). None: 2 (1 on one core)
         over a store, whose block decoding runs outside the GIL; 0 over
@@ -227,6 +227,12 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
       observation_spec.resolve(selected[min(selected)], arguments),
       data_dir=data_dir,
     )
+    if cache_bytes is not None:
+      logging.warning(
+        'cache_bytes=%r is unused: a store buffer decodes the units each '
+        'batch uses and caches none',
+        cache_bytes,
+      )
     a = core.BufferArguments.build(arguments)
     seed_sequence = np.random.SeedSequence(a.seed)
     # Over a store, the generator CompactReplayBuffer always drew from, so
@@ -260,9 +266,7 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
     )
     sets = checkpoint_sets.RandomSets(selected, self._rng, data_dir)
     if kind == STORE:
-      self._open_store(
-        settings, selected, sets, num_buffers, budget, cache_bytes
-      )
+      self._open_store(settings, selected, sets, num_buffers, budget)
       return
     checkpoint_loading.check_gzip_extras(selected, settings.extra_names)
     if num_buffers is None:  # batch_rl's 5, or all there are: no warning.
@@ -275,13 +279,13 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
       prefetch,
     )
 
-  def _open_store(self, settings, selected, sets, num_buffers, budget, cache):
+  def _open_store(self, settings, selected, sets, num_buffers, budget):
     """Opens a store: every checkpoint, or num_buffers at a time."""
     manifests = compact_windows.check_selection(selected, settings)
 
     def open_set(suffixes):
       return compact_windows.open_store(
-        [selected[s] for s in suffixes], settings, budget, cache, manifests
+        [selected[s] for s in suffixes], settings, budget, manifests
       )
 
     every = num_buffers is None or self._arguments.replay_suffix is not None
@@ -305,11 +309,6 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
     self._init_sets(sets, num_buffers, budget)
     self._open_set = open_set
     self._source = open_set(sets.draw(num_buffers))
-
-  @property
-  def cache(self) -> block_cache.BlockCache | None:
-    """The BlockCache of a store's decoded frame blocks (None otherwise)."""
-    return getattr(self._source, 'cache', None)
 
   @property
   def _replay_buffers(self):

@@ -7,12 +7,13 @@ transitions at those (checkpoint position, file row) pairs. Two exist:
 * `ShardFrames`: checkpoint windows decompressed into RAM, one ReplayShard
   each (FixedReplayBuffer); the transition math runs once per checkpoint.
 * `BlockFrames`: a compact store (CompactReplayBuffer): the small arrays of
-  every window end to end in RAM; the transition math runs once over a
-  minibatch mixing any checkpoints. Units of format versions 2 and 3 (one frame
-  each by default) are decoded as the batch needs them, each distinct unit
-  once, and the stacks packed from them, in one compiled call outside the
-  GIL; format 1's blocks (and units whose stacks do not pack into uint32s)
-  are decoded whole into a bounded cache and gathered from it.
+  every window mapped where they lie; the transition math runs once over a
+  minibatch mixing any checkpoints. Units (one frame each by default) are
+  decoded as the batch needs them, each distinct unit once, and the stacks
+  packed from them, in one compiled call outside the GIL; units whose
+  stacks do not pack into uint32s are decoded the same way and the stacks
+  gathered from them. Uniform sampling over a run's frames almost never
+  uses a unit twice, so nothing is cached.
 
 Another source (say, frames decoded from RL Unplugged records) plugs in by
 offering the same few members: the `FrameSource` protocol.
@@ -31,8 +32,6 @@ from fixed_replay.store import unit_decoding
 
 # Each thread's scratch for decoded frames (BlockFrames._scratch).
 _SCRATCH = threading.local()
-# Transitions whose blocks are pinned together; bounds a batch's cache use.
-CHUNK = 32
 
 
 def units_per_transition(unit_rows, stack_size, update_horizon):
@@ -153,9 +152,9 @@ def _gather(frames, rows, batch, destinations):
 
 
 class BlockFrames:
-  """Windows of a compact store: units decoded per batch, or blocks cached."""
+  """Windows of a compact store, their units decoded for each batch."""
 
-  def __init__(self, stored, shards, table, writer, cache, fixed_bytes):
+  def __init__(self, stored, shards, table, writer, fixed_bytes):
     """Keeps the parts (see compact_windows.open_windows).
 
     Args:
@@ -165,29 +164,23 @@ class BlockFrames:
       table: transitions.ValidRowTable of the windows.
       writer: transitions.TransitionWriter over the small arrays of every
         window end to end.
-      cache: block_cache.BlockCache of decoded frame blocks.
-      fixed_bytes: int, bytes held beside the cache (arrays, tables, the
-        ready batches of the budget).
+      fixed_bytes: int, bytes held (tables, indexes, the ready batches of
+        the budget).
     """
     self._stored = stored
     self._shards = shards
     self.table = table
     self._writer = writer
-    self.cache = cache
-    self._fixed_bytes = fixed_bytes
-    self._block_rows = cache.block_rows
+    self.nbytes = fixed_bytes
+    self._block_rows = stored[0].frames.block_rows
     self._key_stride = max(s.frames.num_blocks for s in stored) + 1
-    # Uniform sampling over a run's frames almost never hits a cache: the
-    # distinct units a batch uses are decoded for it, cache bypassed; when
-    # stacks pack (uint8, stack of 4), in one compiled call with the
-    # batch_kernels.
-    self._unit_rows = self._block_rows
+    # When stacks pack (uint8, stack of 4), units and stacks in one
+    # compiled call with the batch_kernels.
     self._compiled = batch_kernels.packable(
       stored[0].frames.dtype, writer.stack_size
     )
-    self._per_frame = self._unit_rows == 1
     self._units_per_transition = units_per_transition(
-      self._unit_rows, writer.stack_size, writer.update_horizon
+      self._block_rows, writer.stack_size, writer.update_horizon
     )
     # Units decoded so far, for benchmarks; not exact while several threads
     # sample.
@@ -197,17 +190,6 @@ class BlockFrames:
   @property
   def num_rows(self) -> int:
     return sum(s.window.num_rows for s in self._shards)
-
-  @property
-  def nbytes(self) -> int:
-    """Bytes this source may hold: small arrays, tables, cache, batches.
-
-    Units decoded for each batch bypass the cache: its arena is never
-    touched then.
-    """
-    if self._compiled or self._per_frame:
-      return self._fixed_bytes
-    return self._fixed_bytes + self.cache.nbytes
 
   def shard(self, position):
     return self._shards[position]
@@ -221,13 +203,8 @@ class BlockFrames:
     destinations = np.asarray(destinations, dtype=np.int64)
     if self._compiled:
       self._write_units(batch, which, rows, destinations)
-      return
-    if self._per_frame:
+    else:
       self._write_frames(batch, which, rows, destinations)
-      return
-    for start in range(0, len(rows), CHUNK):
-      part = slice(start, start + CHUNK)
-      self._write_chunk(batch, which[part], rows[part], destinations[part])
 
   def _write_units(self, batch, which, rows, destinations):
     """Writes transitions decoding just the distinct units they use.
@@ -245,13 +222,13 @@ class BlockFrames:
       unit_decoding.FUNCTIONS,
       self.frame_reader.table,
       unit_decoding.context(),
-      self._unit_rows,
+      self._block_rows,
       which,
       self._writer.layout.file_row_shift,
       state,
       next_state,
       self._scratch(
-        count * self._units_per_transition * self._unit_rows, frame_bytes
+        count * self._units_per_transition * self._block_rows, frame_bytes
       ),
       batch['state'].reshape(len(batch['state']), -1).view(np.uint32),
       batch['next_state'].reshape(len(batch['state']), -1).view(np.uint32),
@@ -268,9 +245,9 @@ class BlockFrames:
       self.frame_reader.raise_for(status[:4], units[0], units[1])
 
   def _write_frames(self, batch, which, rows, destinations):
-    """Writes transitions decoding just the distinct frames they use.
+    """Writes transitions decoding just the distinct units they use.
 
-    For one-frame units whose stacks do not pack (see _write_units).
+    For stacks that do not pack (see _write_units).
     """
     both, frame_rows = self._frame_rows(batch, which, rows, destinations)
     frames, where = self.read_frames(
@@ -307,37 +284,17 @@ class BlockFrames:
     return scratch
 
   def read_frames(self, which, rows):
-    """Decodes the distinct units (or blocks) holding the frames, cache
-    bypassed: a sequence's frames are used once."""
+    """Decodes the distinct units holding the frames."""
     keys = which * self._key_stride + rows // self._block_rows
     unique, inverse = np.unique(keys, return_inverse=True)
     first = self._stored[0].frames
     blocks = np.empty(
       (len(unique), self._block_rows) + first.row_shape, first.dtype
     )
-    self._load_blocks(unique, np.arange(len(unique)), blocks)
+    self.units_decoded += len(unique)
+    self.frame_reader.read(*np.divmod(unique, self._key_stride), blocks)
     where = inverse * self._block_rows + rows % self._block_rows
     return blocks.reshape((-1,) + first.row_shape), where
-
-  def _load_blocks(self, keys, slots, arena):
-    """Decodes blocks `keys` into arena[slots] (BlockCache's loader)."""
-    self.units_decoded += len(keys)
-    which, blocks = np.divmod(keys, self._key_stride)
-    self.frame_reader.read(which, blocks, arena, slots)  # One compiled call.
-
-  def _write_chunk(self, batch, which, rows, destinations):
-    both, frame_rows = self._frame_rows(batch, which, rows, destinations)
-    blocks = frame_rows // self._block_rows  # The blocks holding them.
-    keys = both[:, None] * self._key_stride + blocks
-    unique, inverse = np.unique(keys, return_inverse=True)
-    slots = self.cache.acquire(unique, self._load_blocks)
-    try:
-      arena_rows = slots[inverse.reshape(keys.shape)] * self._block_rows + (
-        frame_rows - blocks * self._block_rows
-      )
-      _gather(self.cache.frames(), arena_rows, batch, destinations)
-    finally:
-      self.cache.release(slots)
 
   def close(self) -> None:
     """Closes the store's files."""
