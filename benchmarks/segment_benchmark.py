@@ -83,7 +83,7 @@ def sample_segments(store, seconds):
   # CRCs stay in their file, mapped). Dictionaries and batches do not.
   source = sampler.buffer.source
   held = sum(
-    stored.frames.offsets.nbytes
+    stored.frames.anchors.nbytes
     + stored.num_rows
     * (stored.arrays.row_bytes(['action', 'reward', 'terminal']) + 4)
     for stored in source._stored  # noqa: SLF001

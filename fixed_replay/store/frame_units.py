@@ -155,7 +155,7 @@ class StoredUnits:
     self.crcs = np.ascontiguousarray(
       self._load_checked(manifest_lib.CRC_FILE), np.uint32
     )
-    self.offsets = self._check_anchors(anchors)
+    self.anchors = self._check_anchors(anchors)
     # The run's is mapped from the store and shared: no checkpoint's memory.
     self._dictionary = run_dictionary.load(directory, spec['run_dictionary'])
     self._fd = os.open(self.path, os.O_RDONLY)
@@ -222,13 +222,13 @@ class StoredUnits:
       span = np.cumsum(
         sizes[anchor * every : (anchor + 1) * every], dtype=np.int64
       )
-      ends[members] = self.offsets[anchor] + span[units[members] % every]
+      ends[members] = self.anchors[anchor] + span[units[members] % every]
     return ends - sizes[units], ends
 
   @property
   def nbytes(self) -> int:
     """Bytes of the unit index (mapped, shared with every process)."""
-    return self.crcs.nbytes + self.offsets.nbytes + self._sizes.nbytes
+    return self.crcs.nbytes + self.anchors.nbytes + self._sizes.nbytes
 
   def table_row(self):
     """This checkpoint's row of a unit_decoding table (descriptor -1 once
@@ -236,7 +236,7 @@ class StoredUnits:
     last_rows = self.num_rows - (self.num_blocks - 1) * self.block_rows
     row = np.zeros(unit_decoding.COLUMNS, np.int64)
     row[unit_decoding.FD] = -1 if self._fd is None else self._fd
-    row[unit_decoding.OFFSETS] = self.offsets.ctypes.data
+    row[unit_decoding.ANCHORS] = self.anchors.ctypes.data
     row[unit_decoding.CRCS] = self.crcs.ctypes.data
     row[unit_decoding.DDICT] = self._dictionary.address
     row[unit_decoding.NUM_UNITS] = self.num_blocks

@@ -35,20 +35,18 @@ from fixed_replay import kernel_cache
 
 kernel_cache.install()  # Before the first njit: see kernel_cache.py.
 
-# Columns of a unit table: one row per stored checkpoint. HEADER: -1 when
-# its units are whole zstd frames (format version 2); else they were
-# written without the first 6 bytes every unit shares (version 3): zstd's
-# magic number, then the 2 bytes HEADER holds (frame header descriptor and
-# window descriptor, little-endian), put back in front of each unit before
-# it is decoded. SIZES: 0 when OFFSETS holds every unit's int64 offset
-# (one more than units); else (version 5) the address of the units' sizes,
-# SIZE_BYTES wide each, and OFFSETS holds the offset of every ANCHOR_UNITS-th.
-FD, OFFSETS, CRCS, DDICT, NUM_UNITS, UNIT_BYTES, LAST_BYTES, HEADER = range(8)
+# Columns of a unit table: one row per stored checkpoint. Units are stored
+# without the first 6 bytes every unit shares: zstd's magic number, then the
+# 2 bytes HEADER holds (frame header descriptor and window descriptor,
+# little-endian), put back in front of each unit before it is decoded.
+# SIZES: the address of the units' sizes, SIZE_BYTES wide each; ANCHORS:
+# of the int64 offset of every ANCHOR_UNITS-th unit.
+FD, ANCHORS, CRCS, DDICT, NUM_UNITS, UNIT_BYTES, LAST_BYTES, HEADER = range(8)
 SIZES, SIZE_BYTES, ANCHOR_UNITS = range(8, 11)
 COLUMNS = 11
 # zstd's frame magic number, as it is stored (little-endian).
 ZSTD_MAGIC = 0xFD2FB528
-# Bytes taken off the front of every version 3 unit.
+# Bytes taken off the front of every unit.
 STRIPPED = 6
 # What `decode` reports in status[1] (status[0]: the unit's position).
 OK, SHORT_READ, BAD_CRC, ZSTD_ERROR, WRONG_SIZE, NO_SUCH_UNIT = range(6)
@@ -181,9 +179,6 @@ _load_int64, _load_uint32, _load_uint16, _load_uint8 = map(
 def _unit_size(table, source, unit):
   """The stored bytes of unit `unit` of table row `source`."""
   sizes = table[source, SIZES]
-  if sizes == 0:
-    at = table[source, OFFSETS] + 8 * unit
-    return _load_int64(at + 8) - _load_int64(at)
   width = table[source, SIZE_BYTES]
   if width == 1:
     return _load_uint8(sizes + unit)
@@ -195,11 +190,9 @@ def _unit_size(table, source, unit):
 @numba.njit(nogil=True, cache=True, inline='always')
 def _unit_start(table, source, unit):
   """The offset of unit `unit` of table row `source` in its file."""
-  if table[source, SIZES] == 0:
-    return _load_int64(table[source, OFFSETS] + 8 * unit)
   every = table[source, ANCHOR_UNITS]
   first = unit - unit % every
-  start = _load_int64(table[source, OFFSETS] + 8 * (first // every))
+  start = _load_int64(table[source, ANCHORS] + 8 * (first // every))
   for earlier in range(first, unit):
     start += _unit_size(table, source, earlier)
   return start
@@ -316,12 +309,10 @@ def _read_and_decode(
       expected = table[source, UNIT_BYTES]
       if unit == table[source, NUM_UNITS] - 1:
         expected = table[source, LAST_BYTES]
-      whole, whole_length = data, length
-      if table[source, HEADER] >= 0:
-        # Over the previous unit's last bytes: checked and decoded already.
-        _store_uint32(data - STRIPPED, ZSTD_MAGIC)
-        _store_uint16(data - 2, table[source, HEADER])
-        whole, whole_length = data - STRIPPED, length + STRIPPED
+      # Over the previous unit's last bytes: checked and decoded already.
+      _store_uint32(data - STRIPPED, ZSTD_MAGIC)
+      _store_uint16(data - 2, table[source, HEADER])
+      whole, whole_length = data - STRIPPED, length + STRIPPED
       decoded = _call_zstd(
         functions[0],
         dctx,
