@@ -122,7 +122,7 @@ def test_valid_rows_drawn_from_masks_are_those_of_the_sorted_tables():
   """A table of MaskedRows (bits as a store keeps them) gives every
   position the row a table of sorted rows gives it, and knows the same
   rows, across blocks, empty masks and a last partial byte."""
-  from fixed_replay.replay import transitions
+  from fixed_replay.replay import valid_rows
   from fixed_replay.store import compact_store
 
   rng = np.random.default_rng(0)
@@ -131,15 +131,15 @@ def test_valid_rows_drawn_from_masks_are_those_of_the_sorted_tables():
     rows = np.flatnonzero(rng.random(num_rows) < density).astype(np.int32)
     mask = compact_store.pack_valid_rows(rows, num_rows)
     sorted_rows.append(rows)
-    masked.append(transitions.MaskedRows(mask, num_rows))
+    masked.append(valid_rows.MaskedRows(mask, num_rows))
     np.testing.assert_array_equal(np.asarray(masked[-1]), rows)
     probe = np.arange(-2, num_rows + 2)
     np.testing.assert_array_equal(
       masked[-1].contains(probe), np.isin(probe, rows)
     )
   suffixes = [0, 1, 2, 3]
-  plain = transitions.ValidRowTable.concatenate(suffixes, sorted_rows)
-  table = transitions.ValidRowTable.concatenate(suffixes, masked)
+  plain = valid_rows.ValidRowTable.concatenate(suffixes, sorted_rows)
+  table = valid_rows.ValidRowTable.concatenate(suffixes, masked)
   assert table.total == plain.total == sum(len(r) for r in sorted_rows)
   positions = np.arange(table.total)
   for got, expected in zip(

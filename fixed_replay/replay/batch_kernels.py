@@ -12,7 +12,7 @@ that releases the GIL, so a second sampling thread scales:
 * `write_parts`: every element but the frames (n-step discounted reward,
   terminal, next action, ...) for transitions.TransitionWriter;
 * `select_set_bits`: the file rows of drawn positions among a store's valid
-  rows, kept as a bit a row (transitions.MaskedRows).
+  rows, kept as a bit a row (valid_rows.MaskedRows).
 """
 
 import os

@@ -20,6 +20,7 @@ from fixed_replay.io import spill
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import frame_sources
 from fixed_replay.replay import transitions
+from fixed_replay.replay import valid_rows
 from fixed_replay.sources.dopamine import checks
 from fixed_replay.sources.dopamine import subsample as subsample_lib
 from fixed_replay.sources.dopamine import validity
@@ -234,7 +235,7 @@ def open_windows(
     )
   ]
   valid = [_valid_rows(c, w, s) for c, w in zip(stored, views, strict=True)]
-  table = transitions.ValidRowTable.concatenate(
+  table = valid_rows.ValidRowTable.concatenate(
     [c.suffix for c in stored], valid, dtype=np.int32
   )
   if not table.total:
@@ -273,13 +274,13 @@ def open_windows(
 
 def _valid_rows(stored, window, s):
   """The window's valid rows: the store's mask for a whole file, as it lies
-  (transitions.MaskedRows), unless episodes are subsampled."""
+  (valid_rows.MaskedRows), unless episodes are subsampled."""
   stack_size, horizon = s.stack_size, s.update_horizon
   rows = None
   if (window.start, window.num_rows) == (0, stored.num_rows):
     mask = stored.valid_rows_mask(stack_size, horizon)
     if mask is not None:
-      rows = transitions.MaskedRows(mask, stored.num_rows)
+      rows = valid_rows.MaskedRows(mask, stored.num_rows)
   if rows is None:
     rows = validity.window_valid_rows(window, stack_size, horizon)
   if s.subsample in subsample_lib.EPISODE_METHODS:

@@ -33,6 +33,7 @@ from fixed_replay import prefetch
 from fixed_replay import stream_state
 from fixed_replay.replay import frame_sources
 from fixed_replay.replay import transitions
+from fixed_replay.replay import valid_rows
 from fixed_replay.sources.dopamine import subsample as subsample_lib
 
 
@@ -448,14 +449,14 @@ class ReplayCore:
 
 
 def draw_uniform(
-  table: transitions.ValidRowTable, rng: np.random.Generator, batch_size: int
+  table: valid_rows.ValidRowTable, rng: np.random.Generator, batch_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
   """(positions, file rows): uniform over all valid transitions."""
   return table.rows_at(rng.integers(0, table.total, batch_size))
 
 
 def draw_one_checkpoint(
-  table: transitions.ValidRowTable, rng: np.random.Generator, batch_size: int
+  table: valid_rows.ValidRowTable, rng: np.random.Generator, batch_size: int
 ) -> tuple[np.ndarray, np.ndarray]:
   """(positions, file rows): one checkpoint, chosen at random, per batch."""
   chosen = int(rng.integers(len(table)))

@@ -27,6 +27,7 @@ import numpy as np
 
 from fixed_replay.replay import batch_kernels
 from fixed_replay.replay import transitions
+from fixed_replay.replay import valid_rows
 from fixed_replay.store import frame_units
 from fixed_replay.store import unit_decoding
 
@@ -48,7 +49,7 @@ def units_per_transition(unit_rows, stack_size, update_horizon):
 class FrameSource(Protocol):
   """What a ReplayCore samples from; immutable once published."""
 
-  table: transitions.ValidRowTable
+  table: valid_rows.ValidRowTable
 
   @property
   def num_rows(self) -> int:
@@ -95,7 +96,7 @@ class ShardFrames:
 
   def __init__(self, shards):
     self.shards = tuple(shards)
-    self.table = transitions.ValidRowTable(
+    self.table = valid_rows.ValidRowTable(
       [s.suffix for s in self.shards], [s.valid for s in self.shards]
     )
     self.by_suffix = {s.suffix: s for s in self.shards}
@@ -161,7 +162,7 @@ class BlockFrames:
       stored: list of compact_store.StoredCheckpoint, in table order.
       shards: list of ReplayShard describing each window (frames unheld),
         their valid rows views of the table's.
-      table: transitions.ValidRowTable of the windows.
+      table: valid_rows.ValidRowTable of the windows.
       writer: transitions.TransitionWriter over the small arrays of every
         window end to end.
       fixed_bytes: int, bytes held (tables, indexes, the ready batches of
