@@ -142,9 +142,8 @@ def _unit_compressor(dictionary: bytes, level: int):
 
 
 # A run's dictionary trains on every _SPREAD-th of each checkpoint's first
-# frames: on Pong's drifting run (benchmarks/dictionary_drift_benchmark.py),
-# units 0.96-1.07x each checkpoint's own dictionary's at 3, 1.05-1.17x
-# trained on consecutive frames.
+# frames: on a run whose policy drifts, consecutive frames teach it less of
+# each checkpoint's screens.
 _SPREAD = 4
 # What a run dictionary being written is named after: .<pid><this>.
 _PARTIAL_DICTIONARY = '.dict.partial'
