@@ -5,7 +5,7 @@ and size). `decode_stacks` (replay/batch_kernels.py) calls `decode_units`
 (store/unit_decoding.py), which numba compiles into it: after a change to
 unit_decoding.py alone, numba would load the old `decode_stacks`, with the
 old decoder inside. Keeping the rule by hand (change the caller's file too)
-failed once already, when format 3 changed the bytes the decoder puts back.
+failed once already, when the bytes the decoder puts back changed.
 
 So every kernel of this package is checked against one stamp instead: a
 digest of the text of every file in KERNEL_FILES. Any change to any of them

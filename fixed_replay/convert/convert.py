@@ -1,8 +1,8 @@
 """Converts runs of replay checkpoints into compact stores, once.
 
 Each checkpoint is converted on its own (checkpoint_commit.py): its frames
-streamed in slices (bounded memory whatever the file's size) into blosc2
-blocks, everything written into a partial directory, verified (every block
+streamed in slices (bounded memory whatever the file's size) into zstd
+units, everything written into a partial directory, verified (every unit
 decoded and checked against the CRC-32 of the source frames, every small
 array read back) and only then renamed into place. A conversion that is
 interrupted leaves complete checkpoints and partial directories; started

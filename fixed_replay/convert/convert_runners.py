@@ -50,7 +50,7 @@ from fixed_replay.errors import CheckpointProblems
 _LOG_EVERY_S = 30.0
 # With the default --workers, a job this small (or of one checkpoint) is
 # converted in this process: starting worker processes (each imports numpy,
-# blosc2 and TensorFlow) costs more than the conversion itself; a small RL
+# zstandard and TensorFlow) costs more than the conversion itself; a small RL
 # Unplugged shard took 24 s with workers and 6 s without, the same bytes.
 SMALL_JOB_ROWS = 100_000
 JOB_FILE = '.convert.job'

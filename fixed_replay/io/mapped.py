@@ -1,8 +1,8 @@
 """Files mapped read-only without a descriptor, and the descriptors kept.
 
 Python's mmap, and numpy's memmap on it, keep a duplicate of the file's
-descriptor for as long as the mapping lives. A store of format 5 maps seven
-files a checkpoint and keeps its units open for `pread`: a mixture of 2,000
+descriptor for as long as the mapping lives. A store maps seven files a
+checkpoint and keeps its units open for `pread`: a mixture of 2,000
 checkpoints held 16,000 descriptors, where a desktop's soft limit is 1,024.
 Linux keeps a mapping valid once its descriptor is closed, so here a file is
 mapped with the C library's mmap and closed at once: a checkpoint holds one

@@ -27,7 +27,7 @@ from fixed_replay.store import run_dictionary
 from fixed_replay.store import unit_decoding
 
 LAYOUT = 'units'
-# The widths the decoder reads unit sizes in (version 5).
+# The widths the decoder reads unit sizes in.
 _SIZE_DTYPES = tuple(map(np.dtype, ('u1', 'u2', 'u4')))
 # Units are written without the 6 bytes they all begin with (format version
 # 3): zstd's magic number, the frame header descriptor and the window

@@ -1,12 +1,11 @@
 """A run's zstd dictionary: trained and stored once, shared by its checkpoints.
 
-From format version 4 a store holds one dictionary for its run
-(`observation.dict` beside the checkpoints), trained on frames from the
-first rows of every checkpoint a conversion begins with, and every checkpoint
-of the run compresses its units against it. A mixture of 40 runs then holds
-40 dictionaries, not 2,000: a dictionary a checkpoint (format 3) was 2 GB
-over 40 full runs, beyond the CPU's caches and TLB (0.64-0.72x one run's
-speed), and a megabyte spilled a checkpoint. Each checkpoint's manifest
+A store holds one dictionary for its run (`observation.dict` beside the
+checkpoints), trained on frames from the first rows of every checkpoint a
+conversion begins with, and every checkpoint of the run compresses its
+units against it. A mixture of 40 runs then holds 40 dictionaries, not
+2,000: a dictionary a checkpoint would be 2 GB over 40 full runs, beyond the
+CPU's caches and TLB. Each checkpoint's manifest
 records the size and CRC-32 of the dictionary it was compressed against, so
 a damaged dictionary, or another conversion's, is refused by name.
 """
@@ -22,8 +21,7 @@ from fixed_replay.io import mapped
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import unit_decoding
 
-# Its size: version 3 trained 1 MB a
-# checkpoint, on 4,000 frames of its first slice. On the 100k-row
+# Its size: on the 100k-row
 # checkpoints of random play of benchmarks/busy_store_benchmark.py, one frame
 # a unit (2026-12-02, every 20th frame compressed, all files counted against
 # Dopamine's gzip), Seaquest, MsPacman, Asterix: 512 KB 1.24x, 1.04x, 1.09x;
@@ -95,7 +93,7 @@ class _RunDictionary(unit_decoding.Dictionary):
 
 
 def load(checkpoint_dir: str, expected: dict):
-  """The run's dictionary a checkpoint (version 4) decodes against.
+  """The run's dictionary a checkpoint decodes against.
 
   Mapped read-only once a process, where it lies: page cache that every
   process opening the run shares, checked (size and CRC-32) when first
