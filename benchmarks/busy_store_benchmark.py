@@ -549,8 +549,8 @@ def _measure_layout(game, source, layout, check):
 def zstd_alone(source, store, num_frames=ZSTD_ALONE_FRAMES):
   """Frames/CPU-s of zstd alone compressing the checkpoint's first frames
   into the store's units, with its dictionary and level, in one thread."""
+  from fixed_replay.convert import unit_compression
   from fixed_replay.io import npy_stream
-  from fixed_replay.store import frame_units
   from fixed_replay.store import manifest as manifest_lib
   from fixed_replay.store import run_dictionary
 
@@ -558,8 +558,8 @@ def zstd_alone(source, store, num_frames=ZSTD_ALONE_FRAMES):
   spec = manifest_lib.read_manifest(checkpoint)['observation']
   with open(run_dictionary.checkpoint_path(checkpoint), 'rb') as stream:
     dictionary = stream.read()
-  compressor = frame_units.UnitCompressor(
-    dictionary, frame_units.zstd_level(spec['clevel'])
+  compressor = unit_compression.UnitCompressor(
+    dictionary, unit_compression.zstd_level(spec['clevel'])
   )
   path = os.path.join(source, '$store$_observation_ckpt.0.gz')
   frames = npy_stream.read_rows(path, 0, num_frames)

@@ -442,7 +442,7 @@ def test_inspect_verify_flags_the_checkpoint_whose_frames_differ(mixed_store):
   ],
 )
 def test_arrays_are_stored_as_narrow_as_their_bytes_allow(values, dtype):
-  narrow = manifest_lib.narrowest(values)
+  narrow = compact_output.narrowest(values)
   assert narrow.dtype == dtype
   assert narrow.astype(values.dtype).tobytes() == values.tobytes()
 

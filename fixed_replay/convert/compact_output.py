@@ -27,6 +27,7 @@ import zstandard
 from fixed_replay import progress
 from fixed_replay.convert import convert_options
 from fixed_replay.convert import destination
+from fixed_replay.convert import unit_compression
 from fixed_replay.convert import workers as worker_processes
 from fixed_replay.convert.checkpoint_source import CheckpointSource
 from fixed_replay.convert.convert_options import ConvertOptions
@@ -36,6 +37,29 @@ from fixed_replay.store import compact_store
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import run_dictionary
+
+# What `narrowest` tries, narrowest first.
+_NARROW_DTYPES = tuple(map(np.dtype, ('u1', 'i1', 'u2', 'i2', 'u4', 'i4')))
+
+
+def narrowest(array: np.ndarray) -> np.ndarray:
+  """`array` in the narrowest integer dtype that gives back its bytes.
+
+  The store keeps its per-row arrays so: Dopamine's int32 actions and
+  float32 Atari rewards (whole points) take a byte or two a row, and read
+  back as the manifest's dtype bit for bit (a -0.0 or a fraction keeps
+  float32). An array no narrower dtype holds is returned as it is.
+  """
+  for dtype in _NARROW_DTYPES:
+    if dtype.itemsize >= array.dtype.itemsize:
+      break
+    if not np.can_cast(dtype, array.dtype):  # Wraps back: uint16 as int8.
+      continue
+    with np.errstate(invalid='ignore', over='ignore'):  # Checked below.
+      narrow = array.astype(dtype)
+      if narrow.astype(array.dtype).tobytes() == array.tobytes():
+        return narrow
+  return array
 
 
 def _stored_options(manifest):
@@ -133,7 +157,7 @@ def _unit_compressor(dictionary: bytes, level: int):
     # zstd contexts are not thread-safe: one per thread.
     compressor = getattr(local, 'compressor', None)
     if compressor is None:
-      compressor = local.compressor = frame_units.UnitCompressor(
+      compressor = local.compressor = unit_compression.UnitCompressor(
         dictionary, level
       )
     return compressor.compress(frames)
@@ -208,13 +232,13 @@ def _write_frames(reader, directory: str, options, threads):
       dictionary = stream.read()
   except FileNotFoundError as error:
     raise CheckpointError(path, "missing: the run's dictionary") from error
-  level = frame_units.zstd_level(options.clevel)
+  level = unit_compression.zstd_level(options.clevel)
   spec = {
     'run_dictionary': {
       'bytes': len(dictionary),
       'crc32': manifest_lib.crc32(dictionary),
     },
-    'unit_header': frame_units.UnitCompressor(dictionary, level).header,
+    'unit_header': unit_compression.UnitCompressor(dictionary, level).header,
   }
   name = manifest_lib.UNITS_FILE
   with destination.synced_file(directory, name) as out:
@@ -229,7 +253,7 @@ def _write_frames(reader, directory: str, options, threads):
   # reader maps both and adds up at most ANCHOR_UNITS - 1 sizes a unit.
   offsets = np.array(offsets, np.int64)
   destination.write_npy(
-    directory, manifest_lib.SIZES_FILE, manifest_lib.narrowest(np.diff(offsets))
+    directory, manifest_lib.SIZES_FILE, narrowest(np.diff(offsets))
   )
   destination.write_npy(
     directory,
@@ -267,7 +291,7 @@ def _write_checkpoint(source, directory: str, options, threads):
 
   write_npy = functools.partial(destination.write_npy, directory)
   written = {
-    name: write_npy(f'{name}.npy', manifest_lib.narrowest(array))
+    name: write_npy(f'{name}.npy', narrowest(array))
     for name, array in arrays.items()
   }
   write_npy(manifest_lib.INVALID_RANGE_FILE, meta.invalid_range)

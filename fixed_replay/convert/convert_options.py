@@ -19,7 +19,7 @@ class ConvertOptions:
       decodes exactly the frames a transition uses; larger units store
       less and decode more per transition.
     clevel: int, compression level (0-9): zstd level
-      frame_units.zstd_level(clevel).
+      unit_compression.zstd_level(clevel).
     stack_size: int, frames per state, for the table of valid rows; None
       (the default): the data's (observation_spec: 4 for Atari frames, else
       1).

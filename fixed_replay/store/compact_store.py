@@ -19,8 +19,7 @@
       action.npy, reward.npy, terminal.npy, <element>.npy
                                 the other `$store$_` arrays, each in the
                                 narrowest dtype that gives back its bytes
-                                (manifest.narrowest; the manifest's dtype is
-                                the element's)
+                                (the manifest's dtype is the element's)
       invalid_range.npy         as in the checkpoint
       episode_end_indices.npy   sorted int64 rows, when the checkpoint had it
       valid_mask.npy            one bit per file row (np.packbits, little

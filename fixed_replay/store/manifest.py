@@ -8,8 +8,8 @@ files, the size and CRC-32 of every file, and the CRC-32 of its own content.
 
 This is format version 5: every file plain, so that a reader maps its
 per-row tables where they lie, each in the narrowest dtype that holds its
-values exactly (`narrowest`), with the byte offset of every ANCHOR_UNITS-th
-unit (`ANCHORS_FILE`), so that a unit is found from mapped sizes alone.
+values exactly, with the byte offset of every ANCHOR_UNITS-th unit
+(`ANCHORS_FILE`), so that a unit is found from mapped sizes alone.
 Versions 1-4 are read only to be upgraded (convert/legacy_store.py): a
 reader asked to sample one says the command that rewrites it.
 """
@@ -84,30 +84,6 @@ _crc32 = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND].crc32
 def crc32(data: bytes | memoryview | np.ndarray, value: int = 0) -> int:
   """CRC-32 of a buffer (zlib's polynomial), optionally continuing `value`."""
   return _crc32(memoryview(data).cast('B'), value)
-
-
-# What `narrowest` tries, narrowest first.
-_NARROW_DTYPES = tuple(map(np.dtype, ('u1', 'i1', 'u2', 'i2', 'u4', 'i4')))
-
-
-def narrowest(array: np.ndarray) -> np.ndarray:
-  """`array` in the narrowest integer dtype that gives back its bytes.
-
-  A store keeps its per-row arrays so: Dopamine's int32 actions and
-  float32 Atari rewards (whole points) take a byte or two a row, and read
-  back as the manifest's dtype bit for bit (a -0.0 or a fraction keeps
-  float32). An array no narrower dtype holds is returned as it is.
-  """
-  for dtype in _NARROW_DTYPES:
-    if dtype.itemsize >= array.dtype.itemsize:
-      break
-    if not np.can_cast(dtype, array.dtype):  # Wraps back: uint16 as int8.
-      continue
-    with np.errstate(invalid='ignore', over='ignore'):  # Checked below.
-      narrow = array.astype(dtype)
-      if narrow.astype(array.dtype).tobytes() == array.tobytes():
-        return narrow
-  return array
 
 
 def load_npy(path: str, mmap: bool = False) -> np.ndarray:
