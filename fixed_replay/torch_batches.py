@@ -16,6 +16,7 @@ import math
 import mmap
 import multiprocessing.util
 import os
+import signal
 import threading
 import weakref
 
@@ -242,8 +243,34 @@ def _ring_for(buffer, channels_first):
   layout, slot_bytes = _layout(buffer.get_transition_elements(), channels_first)
   if _worker_ring is None or _worker_ring.layout != layout:
     _worker_ring = _SlotRing(layout, slot_bytes, channels_first)
+    _close_on_sigterm(_worker_ring)
   buffer.allocate_batch = _worker_ring.allocate
   return _worker_ring
+
+
+def _close_on_sigterm(ring):
+  """Removes `ring` when its worker is terminated.
+
+  A DataLoader's process terminates (SIGTERM) the workers still alive when
+  it exits, say after an error left its iterator unclosed; Python then runs
+  no finalizer, and a ring the training process never mapped would stay in
+  SHARED_DIR. The worker's SIGTERM closes it first, then does what it did.
+  """
+  if threading.current_thread() is not threading.main_thread():
+    return  # Only the main thread may set handlers; its finalizer stays.
+  previous = signal.getsignal(signal.SIGTERM)
+
+  def on_sigterm(signum, frame):
+    if previous == signal.SIG_IGN:
+      return
+    ring.close()
+    if callable(previous):
+      previous(signum, frame)
+      return
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+  signal.signal(signal.SIGTERM, on_sigterm)
 
 
 def sender(buffer, channels_first):

@@ -326,6 +326,32 @@ def test_workers_forked_as_the_dataset_is_built_sample(cartpole_dir):
   )
 
 
+def test_a_worker_terminated_at_exit_leaves_no_ring(cartpole_dir, tmp_path):
+  """A collating loader's error leaves its iterator unclosed: the process
+  then exits with its worker alive and terminates it (SIGTERM). The
+  worker's ring, which the training process never mapped, goes with it."""
+  code = (
+    'import numpy as np\n'
+    'from torch.utils.data import DataLoader\n'
+    'from fixed_replay import torch_batches\n'
+    'from fixed_replay.torch import ReplayDataset\n'
+    f'torch_batches.SHARED_DIR = {str(tmp_path)!r}\n'
+    f'dataset = ReplayDataset({cartpole_dir!r}, batch_size=8, seed=0,'
+    ' observation_shape=(4, 1), stack_size=1, observation_dtype=np.float64)\n'
+    'iterator = iter(DataLoader(dataset, num_workers=1))\n'
+    'try:\n'
+    '  next(iterator)\n'
+    'except TypeError as error:\n'
+    '  kept = error  # Its traceback keeps the iterator and its worker.\n'
+    'assert [p.is_alive() for p in iterator._workers] == [True]\n'
+    'dataset.close()\n'
+  )
+  subprocess.run(
+    [sys.executable, '-c', code], check=True, env=dict(os.environ), timeout=120
+  )
+  assert not os.listdir(tmp_path)
+
+
 @pytest.mark.parametrize('channels_first', [False, True])
 def test_worker_batches_travel_in_shared_slots_exactly(store, channels_first):
   arguments = dict(replay_capacity=1000, batch_size=8, seed=6)
