@@ -20,9 +20,6 @@ import os
 import pathlib
 import resource
 import shutil
-import subprocess
-import sys
-import tempfile
 import time
 
 from absl import app
@@ -368,40 +365,6 @@ def measure(setup, function, args=(), digest=None):
       f'{function.__name__} died with exit code {process.exitcode}'
     )
   return outcome
-
-
-def convert_at_commit(commit, source, store):
-  """Converts `source` into `store` with the fixed_replay of git `commit`
-  (a worktree of it, removed after; None: this checkout), in a fresh
-  process. Returns the seconds it took.
-
-  Each format version is written only by the commits that had it as their
-  newest, so this is how a benchmark compares with an older format.
-  """
-  repository = str(BENCHMARK_DIR.parent)
-  with tempfile.TemporaryDirectory(dir=DATA_DIR) as work:
-    code = repository
-    if commit is not None:
-      code = os.path.join(work, commit)
-      worktree = ['git', '-C', repository, 'worktree']
-      subprocess.run(
-        [*worktree, 'add', '--detach', code, commit],
-        check=True,
-        capture_output=True,
-      )
-    try:
-      began = time.perf_counter()
-      # The working directory comes first on Python's path: `code`'s package.
-      subprocess.run(
-        [sys.executable, '-m', 'fixed_replay.cli', 'convert', source, store],
-        cwd=code,
-        check=True,
-        capture_output=True,
-      )
-      return time.perf_counter() - began
-    finally:
-      if commit is not None:
-        subprocess.run([*worktree, 'remove', '--force', code], check=True)
 
 
 def _no_setup():

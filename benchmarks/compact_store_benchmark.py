@@ -5,9 +5,6 @@ checkpoint of `common.py` (hard links: copies may stand in for a run's
 checkpoints), side by side, each measured in a fresh process:
 
 * CompactReplayBuffer over a store written by `fixed-replay convert`;
-* the same over a store of format 3, written by `--format3_commit`'s
-  convert (a git worktree of it) and read by this checkout: what format 5
-  changed in opening time, anonymous memory and sampling rate;
 * an uncompressed memory-mapped store, TorchRL's approach: each checkpoint's
   frames as a plain `.npy` memory map, sampled uniformly over all checkpoints
   with the same exact transition code (ReplayShard);
@@ -21,10 +18,6 @@ second at batch 32 in Dopamine's layout (one sampling thread = one core,
 and CompactReplayBuffer's background threads on all cores), and conversion
 throughput. Every approach's batch at the same (checkpoint, row) indices is
 checked equal to FixedReplayBuffer's (itself tested against Dopamine).
-
-Section 0 measures the codec and block size choice on the first frames of
-the benchmark checkpoints (Breakout, and Enduro when
-benchmarks/data/enduro_100000 exists).
 
 Only `--converted` checkpoints (default: all for 100k rows, 2 for 1M) are
 converted for real, in parallel; the other stored checkpoints are hard
@@ -62,16 +55,6 @@ _SAMPLE_SECONDS = flags.DEFINE_float(
 _MAX_MEMORY_GB = flags.DEFINE_float(
   'max_memory_gb', 4.0, 'Most RAM FixedReplayBuffer may hold for its shards.'
 )
-_FORMAT3_COMMIT = flags.DEFINE_string(
-  'format3_commit',
-  'adc5a91',
-  'The last commit to write format 3: its store of the same checkpoints '
-  'is opened and sampled beside this checkout\'s ("" skips it).',
-)
-_CODEC_TABLE = flags.DEFINE_boolean(
-  'codec_table', True, 'Measure codecs and block sizes first (section 0).'
-)
-
 BATCH = 32
 TRANSITIONS_TARGET = 5000
 RSS_TARGET = 2 * common.GIB
@@ -89,48 +72,6 @@ def _result(value):
 
 
 # ------------------------------------------------------------- section 0
-
-
-def codec_table(path, num_frames=30_000, windows=20_000):
-  """(codec, block_rows, bytes/frame, windows/s) on the first frames."""
-  import blosc2
-
-  from fixed_replay.io import npy_stream
-
-  codecs = {
-    'zstd': blosc2.Codec.ZSTD,
-    'lz4hc': blosc2.Codec.LZ4HC,
-    'lz4': blosc2.Codec.LZ4,
-  }
-  frames = npy_stream.read_rows(path, 0, num_frames)
-  rng = np.random.default_rng(0)
-  starts = rng.integers(0, num_frames - 5, windows)
-  rows = []
-  for codec, clevel in (('zstd', 5), ('lz4hc', 9), ('lz4', 5)):
-    for block_rows in (8, 16, 32):
-      # What format version 1 wrote: one blosc2 block a chunk.
-      cparams = {
-        'codec': codecs[codec],
-        'clevel': clevel,
-        'typesize': 1,
-        'nthreads': 1,
-        'blocksize': block_rows * frames[0].size,
-      }
-      began = time.perf_counter()
-      chunks = [
-        blosc2.compress2(frames[i : i + block_rows].copy(), **cparams)
-        for i in range(0, num_frames, block_rows)
-      ]
-      compress_rate = num_frames / (time.perf_counter() - began)
-      out = np.empty((block_rows,) + frames.shape[1:], frames.dtype)
-      began = time.perf_counter()
-      for start in starts:
-        for block in range(start // block_rows, (start + 4) // block_rows + 1):
-          blosc2.decompress2(chunks[block], dst=out, nthreads=1)
-      rate = windows / (time.perf_counter() - began)
-      size = sum(len(c) for c in chunks) / num_frames
-      rows.append((codec, clevel, block_rows, size, compress_rate, rate))
-  return rows
 
 
 # ------------------------------------------------------------ the stores
@@ -364,40 +305,6 @@ def _check_indices(store, suffixes):
   return chosen.astype(np.int64), np.array(rows, dtype=np.int64)
 
 
-def _print_codec_table():
-  paths = [('Breakout', common.checkpoint_dir(100_000))]
-  enduro = common.DATA_DIR / 'enduro_100000'
-  if enduro.exists():
-    paths.append(('Enduro', enduro))
-  print('\n0. Codec and block size, first 30,000 frames, one core')
-  print(
-    '   game      codec  level block  bytes/frame (gzip)  compress fr/s  '
-    'random 5-frame windows/s'
-  )
-  for game, directory in paths:
-    path = directory / '$store$_observation_ckpt.0.gz'
-    if not path.exists():
-      continue
-    rows_of_file = common.measure(
-      common._no_setup, codec_table, (str(path),), _result
-    ).digest
-    header_rows = _rows_of(directory)
-    gzip_per_frame = os.path.getsize(path) / header_rows
-    for codec, clevel, block_rows, size, compress, rate in rows_of_file:
-      print(
-        f'   {game:<9} {codec:<6} {clevel:>5} {block_rows:>5} '
-        f'{size:8.1f} ({gzip_per_frame:5.1f}) {compress:14,.0f}  '
-        f'{rate:12,.0f}'
-      )
-
-
-def _rows_of(directory):
-  from fixed_replay.sources.dopamine import checkpoints
-
-  files = checkpoints.find_checkpoints(str(directory))[0]
-  return checkpoints.read_store_headers(files)['observation'].num_rows
-
-
 def main(argv):
   del argv
   rows, num = common.ROWS.value, _CHECKPOINTS.value
@@ -407,8 +314,6 @@ def main(argv):
     f'rows ({num * rows:,} transitions), {os.cpu_count()} CPUs'
   )
   print(f'{common.load_average()} at start')
-  if _CODEC_TABLE.value:
-    _print_codec_table()
 
   source = common.build_checkpoint(rows, common.SEED.value)
   gzip_run = _link_gzip_run(source, rows, num)
@@ -425,16 +330,6 @@ def main(argv):
   frames, convert_seconds = conversion.digest
   _replicate(store, num, converted)
   store_bytes = _logical_bytes(store)
-  format3 = None
-  if _FORMAT3_COMMIT.value:
-    format3 = common.DATA_DIR / f'compact_v3_{rows}x{num}'
-    if format3.exists():
-      shutil.rmtree(format3)
-    logging.info('Converting with %s (format 3)', _FORMAT3_COMMIT.value)
-    common.convert_at_commit(
-      _FORMAT3_COMMIT.value, str(convert_source), str(format3)
-    )
-    _replicate(format3, num, converted)
 
   memmap_dir = common.DATA_DIR / f'memmap_{rows}'
   memmap_dir.mkdir(exist_ok=True)
@@ -491,10 +386,6 @@ def main(argv):
   results['compact, 1 thread'] = common.measure(
     setup_ours, sample_compact, (store, seconds, *check, 0), _result
   )
-  if format3 is not None:
-    results['compact format 3, 1 thread'] = common.measure(
-      setup_ours, sample_compact, (format3, seconds, *check, 0), _result
-    )
   results[f'compact, {os.cpu_count()} threads'] = common.measure(
     setup_ours,
     sample_compact,

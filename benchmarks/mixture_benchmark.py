@@ -98,7 +98,6 @@ def _setup_one_dictionary():
   """
   _setup()
   from fixed_replay.store import run_dictionary
-  from fixed_replay.store import unit_decoding
 
   def sharing(make):
     digested = {}
@@ -111,9 +110,7 @@ def _setup_one_dictionary():
 
     return shared
 
-  # A checkpoint's own (format 3), and a run's (4 and later: a subclass,
-  # which patching the base class alone missed).
-  unit_decoding.Dictionary = sharing(unit_decoding.Dictionary)
+  # The run's dictionary, one a distinct content.
   run_dictionary._RunDictionary = sharing(run_dictionary._RunDictionary)  # noqa: SLF001
 
 
