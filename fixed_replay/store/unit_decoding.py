@@ -360,8 +360,8 @@ class Dictionary:
   """A zstd dictionary digested for decoding, shared by every thread.
 
   zstd keeps its entropy tables (about 27 KB) and refers to `data`, a uint8
-  array held here, for the content: a spilled array keeps the megabyte out
-  of the process's memory (io/spill.py).
+  array held here, for the content: the run's dictionary mapped from the
+  store keeps its megabytes out of the process's own memory.
   """
 
   _free = _zstd.ZSTD_freeDDict
