@@ -21,13 +21,11 @@ Each measurement runs in a fresh process:
   have sent batches.
 
 Reported: seconds to open, transitions per CPU-second and minor page faults
-a transition, the bytes the
-mixture gave to the spill directory as it opened, and the memory held
-once opened and sampled: anonymous (RssAnon: what the process allocated;
-the frames' files are mapped, not anonymous) and all resident (VmHWM, the
-peak, imports included). Both sample the same bytes, so a mixture batch's
-elements are checked against the one run's buffer at their (checkpoint,
-row).
+a transition, and the memory held once opened and sampled: anonymous
+(RssAnon: what the process allocated; the frames' files are mapped, not
+anonymous) and all resident (VmHWM, the peak, imports included). Both
+sample the same bytes, so a mixture batch's elements are checked against
+the one run's buffer at their (checkpoint, row).
 
 Usage: python benchmarks/mixture_benchmark.py [--runs=40] [--checkpoints=50]
   [--busy_game=MsPacman] [--seconds=10] [--origin=STORE/checkpoint_0]
@@ -114,26 +112,6 @@ def _setup_one_dictionary():
   run_dictionary._RunDictionary = sharing(run_dictionary._RunDictionary)  # noqa: SLF001
 
 
-def _count_spill():
-  """_setup, and every array given to the spill counted (0 for a store)."""
-  _setup()
-  from fixed_replay.io import spill
-
-  copy = spill.copy
-
-  def counted(array):
-    spill.bytes_given = getattr(spill, 'bytes_given', 0) + array.nbytes
-    return copy(array)
-
-  spill.copy = counted
-
-
-def _spilled():
-  from fixed_replay.io import spill
-
-  return getattr(spill, 'bytes_given', 0)
-
-
 def _private_dirty(pid):
   """Bytes process `pid` has written itself (not shared with its parent)."""
   with open(f'/proc/{pid}/smaps_rollup') as rollup:
@@ -213,7 +191,9 @@ def build_root(game, num_runs, num_checkpoints, origin=None):
 
 def _rate(sample, seconds):
   """(transitions per CPU-second, minor page faults a transition) of
-  sample() for `seconds` of wall time."""
+  sample() for `seconds` of wall time, after one untimed call (which may
+  compile the kernels, in the first process after a change to them)."""
+  sample()
   faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
   count, began, cpu = 0, time.perf_counter(), time.process_time()
   while time.perf_counter() - began < seconds:
@@ -249,7 +229,6 @@ def whole_mixture(root, batch_size, seconds, check_dir):
   began = time.perf_counter()
   sampler = mixture.ReplayMixture(root, batch_size=batch_size, seed=0)
   opened = time.perf_counter() - began
-  spilled = _spilled()
   rate = _rate(sampler.sample, seconds)
   held = _status('RssAnon') - anonymous
   batch = sampler.sample(CHECKED)
@@ -264,7 +243,7 @@ def whole_mixture(root, batch_size, seconds, check_dir):
     ),
   )
   same = all(np.array_equal(expected[k], batch[k]) for k in expected)
-  return opened, rate, held, (len(sampler.runs), games, same, spilled)
+  return opened, rate, held, (len(sampler.runs), games, same)
 
 
 def main(argv):
@@ -284,7 +263,7 @@ def main(argv):
     _setup, one_run, (run_dir, batch_size, seconds), _identity
   )
   mixed = common.measure(
-    _count_spill, whole_mixture, (root, batch_size, seconds, run_dir), _identity
+    _setup, whole_mixture, (root, batch_size, seconds, run_dir), _identity
   )
   control = _CONTROL.value and common.measure(
     _setup_one_dictionary,
@@ -307,15 +286,14 @@ def main(argv):
     f'anonymous +{common.format_bytes(held)}, peak RSS '
     f'{common.format_bytes(single.peak_rss)}; {valid:,} valid transitions'
   )
-  m_opened, _, m_held, (num_runs, games, same, spilled) = mixed.digest
+  m_opened, _, m_held, (num_runs, games, same) = mixed.digest
   print(
     f'mixture:  open {m_opened:6.1f} s, {m_rate:9,.0f} transitions/CPU-s, '
     f'{m_faults:.3f} minor faults a transition, '
     f'anonymous +{common.format_bytes(m_held)}, peak RSS '
     f'{common.format_bytes(mixed.peak_rss)}; {num_runs} runs, '
     f'{num_runs * num_checkpoints:,} checkpoints, {rows:,} valid '
-    f'transitions; {games} games in a batch of {CHECKED}; '
-    f'{common.format_bytes(spilled)} given to the spill at open'
+    f'transitions; {games} games in a batch of {CHECKED}'
   )
   print(
     f'ratio: mixture / one run = {m_rate / rate:.2f}x transitions per '
