@@ -32,6 +32,7 @@ from fixed_replay.convert import workers as worker_processes
 from fixed_replay.convert.checkpoint_source import CheckpointSource
 from fixed_replay.convert.convert_options import ConvertOptions
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import npy_stream
 from fixed_replay.sources.dopamine import validity
 from fixed_replay.store import compact_store
 from fixed_replay.store import frame_units
@@ -104,7 +105,7 @@ def slice_rows(
 ) -> int:
   """Frames read per slice: slice_bytes worth, whole blocks."""
   block_rows = options.block_rows
-  row_bytes = int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+  row_bytes = npy_stream.row_bytes(row_shape, dtype)
   rows = max(1, options.slice_bytes // max(row_bytes, 1))
   return max(block_rows, rows // block_rows * block_rows)
 

@@ -31,6 +31,7 @@ import numpy as np
 import zstandard
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import npy_stream
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import run_dictionary
 from fixed_replay.store import unit_decoding
@@ -121,7 +122,7 @@ class _Frames:
     self._suffix = manifest['suffix']
     self._num_rows = manifest['num_rows']
     self._block_rows = spec['block_rows']
-    self._frame_bytes = self.dtype.itemsize * int(np.prod(self.row_shape))
+    self._frame_bytes = npy_stream.row_bytes(self.row_shape, self.dtype)
     units = spec['num_blocks']
     size = os.path.getsize(self.path)
     if len(offsets) != units + 1 or len(crcs) != units:

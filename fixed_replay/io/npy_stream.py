@@ -21,6 +21,7 @@ import threading
 
 import numpy as np
 from numpy.lib import format as npy_format
+import numpy.typing as npt
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import gzip_stream
@@ -47,6 +48,11 @@ _HEADER_ERRORS = (
 )
 
 
+def row_bytes(row_shape: tuple[int, ...], dtype: npt.DTypeLike) -> int:
+  """Bytes of one row of `row_shape` elements of `dtype`."""
+  return int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
 @dataclasses.dataclass(frozen=True)
 class ArrayHeader:
   """What a `.npy` header says about the array that follows it."""
@@ -66,7 +72,7 @@ class ArrayHeader:
 
   @property
   def row_bytes(self) -> int:
-    return int(np.prod(self.row_shape, dtype=np.int64)) * self.dtype.itemsize
+    return row_bytes(self.row_shape, self.dtype)
 
   @property
   def nbytes(self) -> int:

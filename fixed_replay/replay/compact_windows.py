@@ -16,6 +16,7 @@ import numpy as np
 from fixed_replay import progress
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import mapped
+from fixed_replay.io import npy_stream
 from fixed_replay.io import spill
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import frame_sources
@@ -209,7 +210,7 @@ def open_windows(
       f'checkpoints stored with different block sizes {sorted(block_rows)}',
     )
   block_rows = block_rows.pop()
-  frame_bytes = s.observation_dtype.itemsize * int(np.prod(s.observation_shape))
+  frame_bytes = npy_stream.row_bytes(s.observation_shape, s.observation_dtype)
   workers = settings.sampling_threads
   # Each sampling thread (and the caller) decodes a batch's units into a
   # scratch of its own (frame_sources.BlockFrames._scratch).

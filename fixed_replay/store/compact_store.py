@@ -51,6 +51,7 @@ import os
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import npy_stream
 from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
@@ -283,7 +284,7 @@ class _StoredArrays(Mapping):
     total = 0
     for name in self if names is None else names:
       dtype, row_shape = self.row_type(name)
-      total += dtype.itemsize * int(np.prod(row_shape, dtype=np.int64))
+      total += npy_stream.row_bytes(row_shape, dtype)
     return total
 
 

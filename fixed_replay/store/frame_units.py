@@ -21,6 +21,7 @@ import os
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import npy_stream
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import run_dictionary
 from fixed_replay.store import unit_decoding
@@ -52,9 +53,7 @@ class StoredUnits:
     self.row_shape = tuple(spec['row_shape'])
     self.dtype = np.dtype(spec['dtype'])
     self.num_blocks = spec['num_blocks']
-    self.frame_bytes = int(np.prod(self.row_shape, dtype=np.int64)) * (
-      self.dtype.itemsize
-    )
+    self.frame_bytes = npy_stream.row_bytes(self.row_shape, self.dtype)
     self._files = manifest['files']
     # The index is checked whole at open, so a damaged one is found before
     # anything is decoded with it; StoredCheckpoint's check skips its files.

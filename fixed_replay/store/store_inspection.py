@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
+from fixed_replay.io import npy_stream
 from fixed_replay.sources import layout
 from fixed_replay.sources import summaries
 from fixed_replay.sources.dopamine import checks
@@ -51,8 +52,8 @@ def _valid_count(stored, stack_size: int, update_horizon: int):
 
 def _data_bytes(manifest, stored):
   spec = manifest['observation']
-  row_bytes = int(np.prod(spec['row_shape'])) * np.dtype(spec['dtype']).itemsize
-  return manifest['num_rows'] * (row_bytes + stored.arrays.row_bytes())
+  frame_bytes = npy_stream.row_bytes(spec['row_shape'], spec['dtype'])
+  return manifest['num_rows'] * (frame_bytes + stored.arrays.row_bytes())
 
 
 def _compression(manifest):
