@@ -380,6 +380,7 @@ def test_an_old_store_is_refused_with_the_command_that_upgrades_it(
     CompactReplayBuffer(str(old_store), seed=0, prefetch=False)
   completed = _cli('inspect', old_store)
   assert completed.returncode != 0
+  assert completed.stdout.count('old format') == len(dopamine_dir[2])
   assert upgrade in ' '.join(completed.stderr.split())
   rewritten = tmp_path / 'rewritten'
   completed = _cli('convert', old_store, rewritten, '--workers=0')

@@ -15,6 +15,8 @@ import numpy as np
 OK = 'ok'
 INCOMPLETE = 'incomplete'
 DAMAGED = 'damaged'
+# A compact store checkpoint of a format this library only upgrades.
+OUTDATED = 'old format'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +102,8 @@ class CheckpointSummary:
     verified: bool, whether every file was decompressed and checked.
     problems: list of Problem.
     format_version: int, a compact store's format version, else None.
+    outdated: bool, a store's checkpoint of a format no longer sampled (its
+      problem names the command that upgrades it).
     compression: str, how a compact store's frames were written (layout,
       codec, clevel, frames a unit or block), else None.
     game_episodes: EpisodeStats of the same episodes' game-score returns
@@ -124,6 +128,7 @@ class CheckpointSummary:
   problems: list = dataclasses.field(default_factory=list)
   # A compact store's format version (manifest.py); None for other data.
   format_version: int = None
+  outdated: bool = False
   compression: str = None
   game_episodes: EpisodeStats = None
 
@@ -131,6 +136,8 @@ class CheckpointSummary:
   def status(self) -> str:
     if not self.complete:
       return INCOMPLETE
+    if self.outdated:
+      return OUTDATED
     return DAMAGED if self.problems else OK
 
   def to_dict(self) -> dict:

@@ -77,6 +77,11 @@ def summarize_checkpoint(
     os.path.getsize(os.path.join(directory, n)) for n in os.listdir(directory)
   )
   try:
+    manifest = manifest_lib.read_manifest(directory, manifest_lib.ALL_VERSIONS)
+    if manifest['version'] in manifest_lib.LEGACY_VERSIONS:
+      summary.format_version = manifest['version']
+      summary.outdated = True
+      manifest_lib.read_manifest(directory)  # Names the upgrade's command.
     if verify:
       compact_store.verify_checkpoint(directory, decode=True)
     stored = compact_store.StoredCheckpoint(directory)
