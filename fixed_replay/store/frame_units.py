@@ -212,14 +212,11 @@ class StoredUnits:
       padded = np.empty(units.size * unit_bytes, np.uint8)
     else:
       padded = target
-    status = unit_decoding.decode(
-      self.table_row()[None],
+    FrameReader([self]).read(
       np.zeros(units.size, np.int64),
       units,
       padded[: units.size * unit_bytes].reshape(units.size, unit_bytes),
     )
-    if status[1] != unit_decoding.OK:
-      self._raise_for(status, units)
     if padded is not target:
       target[: rows * self.frame_bytes] = padded[: rows * self.frame_bytes]
     return rows
