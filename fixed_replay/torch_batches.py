@@ -252,23 +252,19 @@ def _close_on_sigterm(ring):
   """Removes `ring` when its worker is terminated.
 
   A DataLoader's process terminates (SIGTERM) the workers still alive when
-  it exits, say after an error left its iterator unclosed; Python then runs
-  no finalizer, and a ring the training process never mapped would stay in
-  SHARED_DIR. The worker's SIGTERM closes it first, then does what it did.
+  it exits, say after an error left its iterator unclosed. torch's own
+  handler in a worker exits at once (`_exit(0)`, so that the parent does not
+  report a killed worker), running no finalizer: a ring the training process
+  never mapped would stay in SHARED_DIR. This handler, which replaces it
+  (only `sender` calls it, in a worker's main thread), closes the ring and
+  then exits as torch's does.
   """
   if threading.current_thread() is not threading.main_thread():
     return  # Only the main thread may set handlers; its finalizer stays.
-  previous = signal.getsignal(signal.SIGTERM)
 
-  def on_sigterm(signum, frame):
-    if previous == signal.SIG_IGN:
-      return
+  def on_sigterm(unused_signum, unused_frame):
     ring.close()
-    if callable(previous):
-      previous(signum, frame)
-      return
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)
+    os._exit(0)  # What torch's worker handler does.
 
   signal.signal(signal.SIGTERM, on_sigterm)
 

@@ -395,7 +395,7 @@ def test_an_old_store_is_refused_with_the_command_that_upgrades_it(
       old_version,
       manifest_lib.VERSION,
     )
-    if old_version == 2:  # The same units; the rest packed.
+    if old_version == 2:  # The same units; smaller tables and dictionary.
       assert compact_output.store_bytes(rewritten / name) < (
         compact_output.store_bytes(old_store / name)
       )

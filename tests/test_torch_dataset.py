@@ -326,10 +326,14 @@ def test_workers_forked_as_the_dataset_is_built_sample(cartpole_dir):
   )
 
 
-def test_a_worker_terminated_at_exit_leaves_no_ring(cartpole_dir, tmp_path):
+@pytest.mark.parametrize('num_workers', [1, 2])
+def test_a_worker_terminated_at_exit_leaves_no_ring(
+  cartpole_dir, tmp_path, num_workers
+):
   """A collating loader's error leaves its iterator unclosed: the process
-  then exits with its worker alive and terminates it (SIGTERM). The
-  worker's ring, which the training process never mapped, goes with it."""
+  then exits with its workers alive and terminates them (SIGTERM). Each
+  worker's ring, which the training process never mapped, goes with it,
+  and no worker is reported killed."""
   code = (
     'import numpy as np\n'
     'from torch.utils.data import DataLoader\n'
@@ -338,17 +342,23 @@ def test_a_worker_terminated_at_exit_leaves_no_ring(cartpole_dir, tmp_path):
     f'torch_batches.SHARED_DIR = {str(tmp_path)!r}\n'
     f'dataset = ReplayDataset({cartpole_dir!r}, batch_size=8, seed=0,'
     ' observation_shape=(4, 1), stack_size=1, observation_dtype=np.float64)\n'
-    'iterator = iter(DataLoader(dataset, num_workers=1))\n'
+    f'iterator = iter(DataLoader(dataset, num_workers={num_workers}))\n'
     'try:\n'
     '  next(iterator)\n'
     'except TypeError as error:\n'
-    '  kept = error  # Its traceback keeps the iterator and its worker.\n'
-    'assert [p.is_alive() for p in iterator._workers] == [True]\n'
+    '  kept = error  # Its traceback keeps the iterator and its workers.\n'
+    'assert all(p.is_alive() for p in iterator._workers)\n'
     'dataset.close()\n'
   )
-  subprocess.run(
-    [sys.executable, '-c', code], check=True, env=dict(os.environ), timeout=120
+  completed = subprocess.run(
+    [sys.executable, '-c', code],
+    env=dict(os.environ),
+    timeout=120,
+    capture_output=True,
+    text=True,
   )
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert 'killed by signal' not in completed.stderr
   assert not os.listdir(tmp_path)
 
 

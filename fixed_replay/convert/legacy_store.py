@@ -26,7 +26,6 @@ decoder to the one format it samples.
 import io
 import os
 
-import blosc2
 import numpy as np
 import zstandard
 
@@ -86,10 +85,15 @@ class LegacyCheckpoint:
     def load(name):
       return _load(os.path.join(directory, name))
 
-    self.arrays = {
-      name: load(entry['file']).astype(entry['dtype'], copy=False)
-      for name, entry in manifest['arrays'].items()
-    }
+    self.arrays = {}
+    for name, entry in manifest['arrays'].items():
+      array = load(entry['file'])
+      if len(array) != self.num_rows:
+        raise CheckpointError(
+          os.path.join(directory, entry['file']),
+          f'{len(array)} rows, manifest says {self.num_rows}',
+        )
+      self.arrays[name] = array.astype(entry['dtype'], copy=False)
     packed = PACKED_SUFFIX if manifest['version'] >= SIZES_VERSION else ''
     self.invalid_range = load(manifest_lib.INVALID_RANGE_FILE + packed).astype(
       np.int64
@@ -127,7 +131,10 @@ class _Frames:
     size = os.path.getsize(self.path)
     if len(offsets) != units + 1 or len(crcs) != units:
       problem = f'{len(offsets) - 1} units indexed and {len(crcs)} CRC-32s'
-      raise CheckpointError(directory, f'{problem}, manifest says {units}')
+      raise CheckpointError(
+        os.path.join(directory, manifest_lib.CRC_FILE),
+        f'{problem}, manifest says {units}',
+      )
     if offsets[0] or (np.diff(offsets) < 0).any() or offsets[-1] != size:
       raise CheckpointError(self.path, f'its index does not span {size} bytes')
     self._offsets, self._crcs = offsets.tolist(), crcs.tolist()
@@ -145,8 +152,13 @@ class _Frames:
     self._stream = open(self.path, 'rb')
 
   def _blosc2(self, data, size):
+    import blosc2  # Only version 1 needs it.
+
+    decoded = blosc2.get_cbuffer_sizes(data)[0]
+    if decoded != size:
+      raise ValueError(f'decodes to {decoded} bytes, not {size}')
     out = np.empty(size, np.uint8)
-    blosc2.decompress2(data, dst=out)
+    blosc2.decompress2(data, dst=out, nthreads=1)
     return out
 
   def _unit(self, data, size):
