@@ -45,10 +45,6 @@ _TRAIN_SECONDS = flags.DEFINE_float(
   'train_seconds', 20.0, 'Sampling time between reloads in the stall test.'
 )
 
-SAMPLING_TARGET = 10.0
-STALL_TARGET_S = 1.0
-RESIDENT_TARGET = 1.05
-
 
 def setup_dopamine():
   from dopamine.tf.replay_memory import circular_replay_buffer  # noqa: F401
@@ -216,11 +212,7 @@ def _report_sampling(directory, rows):
   print('\n1. Sampling, batch 32, state (32, 84, 84, 4), one process each')
   print(f'   Dopamine sample_transition_batch: {dopamine_rate:9.0f} batches/s')
   print(f'   FixedReplayBuffer:                {ours_rate:9.0f} batches/s')
-  print(
-    f'   ratio {ratio:.1f}x (target >= {SAMPLING_TARGET:.0f}x: '
-    f'{"PASS" if ratio >= SAMPLING_TARGET else "FAIL"}); batches equal '
-    "Dopamine's at the same rows"
-  )
+  print(f"   ratio {ratio:.1f}x; batches equal Dopamine's at the same rows")
 
 
 def _report_loading(directory, rows):
@@ -241,10 +233,7 @@ def _report_loading(directory, rows):
       f'   {name}: {base.wall_s / m.wall_s:.0f}x faster, '
       f'{base.peak_increase / m.peak_increase:.0f}x less peak memory'
     )
-  print(
-    '   targets (the window read itself, unchecked): >= 50x faster, >= 15x '
-    'less peak memory; what the check adds: part 5'
-  )
+  print('   what the check adds: part 5')
 
 
 def _report_stall(directory, rows):
@@ -261,11 +250,7 @@ def _report_stall(directory, rows):
     f'after {_TRAIN_SECONDS.value:.0f} s of sampling'
   )
   print(f'   without prefetch {without:6.2f} s (the load itself)')
-  print(
-    f'   with prefetch    {with_prefetch:6.2f} s (target < '
-    f'{STALL_TARGET_S:.0f} s: '
-    f'{"PASS" if with_prefetch < STALL_TARGET_S else "FAIL"})'
-  )
+  print(f'   with prefetch    {with_prefetch:6.2f} s')
 
 
 def _report_memory(directory, rows):
@@ -277,8 +262,7 @@ def _report_memory(directory, rows):
   print(f'\n4. Two {rows:,}-row checkpoints loaded')
   print(
     f'   arrays {common.format_bytes(arrays)}, peak RSS increase '
-    f'{common.format_bytes(held.peak_increase)}: {ratio:.3f}x (target <= '
-    f'{RESIDENT_TARGET}: {"PASS" if ratio <= RESIDENT_TARGET else "FAIL"})'
+    f'{common.format_bytes(held.peak_increase)}: {ratio:.3f}x the arrays'
   )
   run5 = _link_run(directory, 5)
   refused = common.measure(setup_ours, try_five, (run5,), _result)
