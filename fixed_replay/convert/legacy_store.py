@@ -42,15 +42,23 @@ OFFSETS_FILE = 'observation_offsets.npy'
 PACKED_SUFFIX = '.zst'
 
 
-def _load(path: str) -> np.ndarray:
-  """A stored .npy array, decompressed first where its name ends in .zst."""
+def _read(path: str) -> bytes:
+  """A file's content, decompressed where its name ends in .zst."""
+  with open(path, 'rb') as stream:
+    data = stream.read()
+  if not path.endswith(PACKED_SUFFIX):
+    return data
   try:
-    with open(path, 'rb') as stream:
-      data = stream.read()
-    if path.endswith(PACKED_SUFFIX):
-      data = zstandard.ZstdDecompressor().decompress(data)
-    return np.load(io.BytesIO(data), allow_pickle=False)
-  except (OSError, ValueError, EOFError, zstandard.ZstdError) as error:
+    return zstandard.ZstdDecompressor().decompress(data)
+  except zstandard.ZstdError as error:
+    raise CheckpointError(path, f'does not decompress: {error}') from error
+
+
+def _load(path: str) -> np.ndarray:
+  """A stored .npy array (see _read)."""
+  try:
+    return np.load(io.BytesIO(_read(path)), allow_pickle=False)
+  except (OSError, ValueError, EOFError) as error:
     raise CheckpointError(path, f'unreadable array: {error}') from error
 
 
@@ -212,11 +220,5 @@ def _dictionary(directory, manifest):
     path = os.path.join(directory, spec['dictionary'])  # Checked with the rest.
   else:
     return None
-  with open(path, 'rb') as stream:
-    data = stream.read()
-  if path.endswith(PACKED_SUFFIX):
-    try:
-      data = zstandard.ZstdDecompressor().decompress(data)
-    except zstandard.ZstdError as error:
-      raise CheckpointError(path, f'does not decompress: {error}') from error
+  data = _read(path)
   return zstandard.ZstdCompressionDict(data) if data else None
