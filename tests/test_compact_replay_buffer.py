@@ -132,7 +132,7 @@ def test_memory_held_is_the_index_and_the_batches(request, layout):
   # more anchor a checkpoint), the ready batches, and the units a batch of
   # 32 decodes, in the caller and the thread: the arrays and the run's
   # dictionary are mapped from the store, not held.
-  frames = buffer._source._stored[0].frames
+  frames = buffer.source._stored[0].frames
   scratch = 32 * frames.block_rows * frames.frame_bytes
   scratch *= frame_sources.units_per_transition(frames.block_rows, 4, 1)
   assert buffer.nbytes <= (
@@ -200,7 +200,7 @@ def test_units_of_several_frames_sample_dopamines_transitions(
     assert len(np.unique(batch['suffix'])) > 1
     assert_equals_oracle(batch, oracles)
   # Decoded for each batch (some 1.5 units a transition).
-  assert buffer._source.units_decoded > 64
+  assert buffer.source.units_decoded > 64
   buffer.close()
 
 
@@ -213,7 +213,7 @@ def test_stacks_that_do_not_pack_sample_dopamines_transitions(
   monkeypatch.setattr(batch_kernels, 'packable', lambda *unused: False)
   for data in (store, units8_store):
     buffer = _buffer(data, batch_size=64)
-    assert not buffer._source._compiled
+    assert not buffer.source._compiled
     for _ in range(3):
       batch = as_dict(buffer, buffer.sample_transition_batch())
       assert_equals_oracle(batch, oracles)
@@ -263,7 +263,7 @@ def test_unit_with_a_matching_crc_that_does_not_decode_is_named(
   buffer = _buffer(damaged)
   with pytest.raises(CheckpointError, match=match):
     buffer.sample_transition_batch(indices=[490], suffixes=1)
-  frames = buffer._source._stored[1].frames
+  frames = buffer.source._stored[1].frames
   with pytest.raises(CheckpointError, match=match):
     frames.read_block(490, np.empty((1, 84, 84), np.uint8))
   buffer.close()

@@ -231,7 +231,7 @@ def test_suffix_zero_is_a_checkpoint(make):
 def test_dopamine_and_jax_api(make):
   buffer = make(batch_size=8)
   # Whatever holds the frames (ShardFrames, BlockFrames) is a FrameSource.
-  assert isinstance(buffer._source, frame_sources.FrameSource)
+  assert isinstance(buffer.source, frame_sources.FrameSource)
   element, metadata = buffer.sample(with_sample_metadata=True)
   assert element.state.shape == element.next_state.shape == (8, 84, 84, 4)
   assert element.is_terminal.dtype == bool and element.reward.shape == (8,)

@@ -24,7 +24,7 @@ import psutil
 from fixed_replay import progress
 from fixed_replay.errors import CheckpointError
 from fixed_replay.progress import format_bytes
-from fixed_replay.replay import core
+from fixed_replay.replay import buffer_arguments
 from fixed_replay.replay import transitions
 from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.sources.dopamine import file_names
@@ -177,8 +177,8 @@ class WindowSettings:
   reads the same settings.
 
   Attributes:
-    arguments: core.BufferArguments, the buffer's checked arguments (their
-      data_dir the directory read).
+    arguments: buffer_arguments.BufferArguments, the buffer's checked
+      arguments (their data_dir the directory read).
     start: int, replay_transitions_start_index.
     verify: bool, check files (or a store's small files) before use.
     sampling_threads: int, threads that may hold a batch (stores only).
@@ -186,7 +186,7 @@ class WindowSettings:
     batch_bytes: int, bytes of one default-size batch (stores only).
   """
 
-  arguments: core.BufferArguments
+  arguments: buffer_arguments.BufferArguments
   start: int
   verify: bool = True
   sampling_threads: int = 0

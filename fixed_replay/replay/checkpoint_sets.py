@@ -1,13 +1,15 @@
-"""A replay core that holds random sets of checkpoints in turn, batch_rl's way.
+"""Which checkpoints a buffer samples now, in random sets, batch_rl's way.
 
-`SetRotation` holds `num_buffers_to_load` checkpoints at a time (windows in
-RAM, frame_sources.ShardFrames) and swaps in a new random set at each
-`reload_buffer()`. With prefetching the next set loads in a background
-thread while training samples the current one; when the budget cannot hold
-both sets, the new checkpoints are rolled in one at a time instead. Without
-prefetching, a reload that cannot hold both frees the outgoing checkpoints
-first, and samplers in other threads wait for the new set: they never see an
-empty one. A store's sets are opened whole at the reload instead.
+A buffer holds a `SetRotation` (composition: the buffer samples, the
+rotation decides what from). It holds `num_buffers_to_load` checkpoints at
+a time (windows in RAM, frame_sources.ShardFrames) and swaps in a new random
+set at each `reload_buffer()`. With prefetching the next set loads in a
+background thread while training samples the current one; when the budget
+cannot hold both sets, the new checkpoints are rolled in one at a time
+instead. Without prefetching, a reload that cannot hold both frees the
+outgoing checkpoints first, and samplers in other threads wait for the new
+set: they never see an empty one. A store's sets are opened whole at the
+reload instead.
 
 Which checkpoints may be used at all (`replay_suffix`, the
 `replay_file_*_index` slice) is decided here too, for every source.
@@ -22,7 +24,6 @@ from absl import logging
 
 from fixed_replay import progress
 from fixed_replay.replay import checkpoint_loading
-from fixed_replay.replay import core
 from fixed_replay.replay import frame_sources
 
 
@@ -102,40 +103,27 @@ class RandomSets:
     return sorted(int(s) for s in chosen)
 
 
-class SetRotation(core.ReplayCore):
-  """ReplayCore over a rotating set of checkpoints loaded into RAM."""
+class SetRotation:
+  """The checkpoints a buffer samples now, and the sets that follow them.
 
-  def _start_sets(self, loader, sets, num_buffers, budget, prefetch):
-    """Loads the first set (in the foreground) and starts prefetching.
+  A buffer holds one (composition: the buffer samples, this decides what it
+  samples from). Either a fixed source (`sets` None: every checkpoint of a
+  store, or one `replay_suffix`), store sets opened whole at each reload
+  (`open_set`), or windows loaded into RAM a set at a time (`start_loading`).
+  """
+
+  def __init__(self, arguments, budget, sets=None, num_buffers=None):
+    """Holds nothing yet: `open_sets` or `start_loading` fills it.
 
     Args:
-      loader: checkpoint_loading.WindowLoader of the selected checkpoints.
-      sets: RandomSets drawing the sets.
-      num_buffers: int, checkpoints held at a time.
+      arguments: buffer_arguments.BufferArguments of the buffer (for the
+        messages).
       budget: int, bytes the loaded windows may take.
-      prefetch: bool, load the next set in the background.
-
-    Raises:
-      MemoryError: if the first set cannot fit, before reading it.
+      sets: RandomSets drawing the sets, or None for a fixed source.
+      num_buffers: int, checkpoints held at a time (with `sets`).
     """
-    self._loader = loader
-    self._init_sets(sets, num_buffers, budget)
-    self._executor = concurrent.futures.ThreadPoolExecutor(
-      max_workers=1, thread_name_prefix='fixed_replay_prefetch'
-    )
-    first = sets.draw(num_buffers)
-    checkpoint_loading.check_fits(
-      loader.set_bytes(first),
-      budget,
-      f'Loading {len(first)} checkpoint(s) {first}',
-    )
-    self._publish_shards(loader.load_shards(first, parallel=True))
-    self._prefetch = prefetch and len(sets.suffixes) > num_buffers
-    if self._prefetch:
-      self._start_refresh()
-
-  def _init_sets(self, sets, num_buffers, budget):
-    """The state every way of holding sets in turn shares."""
+    self._arguments = arguments
+    self._data_dir = arguments.data_dir
     self._sets = sets
     self._num_buffers_to_load = num_buffers
     self._budget = budget
@@ -144,6 +132,7 @@ class SetRotation(core.ReplayCore):
     self._swapped_in = threading.Condition()
     self._swapping = False
     self._source = frame_sources.ShardFrames([])
+    self._loader = None  # Loads windows into RAM (Dopamine's files).
     self._executor = None  # Loads the next set in the background.
     self._pending = None  # Future of the next set (or of a rolling refresh).
     self._pending_suffixes = None  # The checkpoints it loads.
@@ -151,9 +140,42 @@ class SetRotation(core.ReplayCore):
     self._open_set = None  # suffixes -> a new source, for sets opened whole.
     self.rolling = False  # Whether the last refresh replaces one at a time.
 
+  def open_sets(self, open_set) -> None:
+    """Samples sets opened whole by `open_set(suffixes)`, the first now."""
+    self._open_set = open_set
+    if self._sets is None:
+      self._source = open_set(None)
+    else:
+      self._source = open_set(self._sets.draw(self._num_buffers_to_load))
+
+  def start_loading(self, loader, prefetch: bool) -> None:
+    """Loads the first set into RAM (in the foreground), starts prefetching.
+
+    Args:
+      loader: checkpoint_loading.WindowLoader of the selected checkpoints.
+      prefetch: bool, load the next set in the background.
+
+    Raises:
+      MemoryError: if the first set cannot fit, before reading it.
+    """
+    self._loader = loader
+    self._executor = concurrent.futures.ThreadPoolExecutor(
+      max_workers=1, thread_name_prefix='fixed_replay_prefetch'
+    )
+    first = self._sets.draw(self._num_buffers_to_load)
+    checkpoint_loading.check_fits(
+      loader.set_bytes(first),
+      self._budget,
+      f'Loading {len(first)} checkpoint(s) {first}',
+    )
+    self._publish_shards(loader.load_shards(first, parallel=True))
+    self._prefetch = prefetch and self.rotates
+    if self._prefetch:
+      self._start_refresh()
+
   @property
   def rotates(self) -> bool:
-    """Whether reload_buffer swaps in other checkpoints (some are not held)."""
+    """Whether reload swaps in other checkpoints (some are not held)."""
     return self._sets is not None and (
       len(self._sets.suffixes) > self._num_buffers_to_load
     )
@@ -169,7 +191,7 @@ class SetRotation(core.ReplayCore):
     source = frame_sources.ShardFrames(shards)
     if not source.table.total:
       raise ValueError(
-        f'Checkpoints {source.table.suffixes} of {self.data_dir} hold no '
+        f'Checkpoints {source.table.suffixes} of {self._data_dir} hold no '
         f'valid transition for stack_size={self._arguments.stack_size}, '
         f'update_horizon={self._arguments.update_horizon} in their windows'
       )
@@ -178,7 +200,7 @@ class SetRotation(core.ReplayCore):
       self._swapping = False
       self._swapped_in.notify_all()
 
-  def _current(self):
+  def current(self) -> frame_sources.FrameSource:
     """The current set; waits while a reload has nothing to show yet."""
     source = self._source
     if source.table.total:
@@ -188,7 +210,7 @@ class SetRotation(core.ReplayCore):
         self._swapped_in.wait()
       if not self._source.table.total:
         raise RuntimeError(
-          f'No checkpoint of {self.data_dir} is loaded: the last reload '
+          f'No checkpoint of {self._data_dir} is loaded: the last reload '
           'failed'
         )
       return self._source
@@ -237,7 +259,7 @@ class SetRotation(core.ReplayCore):
       self._publish_shards(shards)
     return None
 
-  def reload_buffer(self, num_buffers: int | None = None) -> None:
+  def reload(self, num_buffers: int | None, paused) -> None:
     """Swaps in a new random set of checkpoints.
 
     With prefetching, the set loaded in the background since the last call is
@@ -245,10 +267,12 @@ class SetRotation(core.ReplayCore):
     starts loading. Without it, the new set is loaded now.
 
     Args:
-      num_buffers: int or None, checkpoints to hold (default
-        num_buffers_to_load).
+      num_buffers: int or None, checkpoints to hold (default: as many as
+        now).
+      paused: the buffer's context manager holding its sampling threads off
+        while the source changes.
     """
-    if self._arguments.replay_suffix is not None or self._sets is None:
+    if self._sets is None:
       return
     if num_buffers is not None:
       num_buffers = self._sets.available(num_buffers)
@@ -256,30 +280,29 @@ class SetRotation(core.ReplayCore):
       self._num_buffers_to_load = num_buffers
       self._cancel_pending()
     began = time.perf_counter()
-    with self._batches_paused():
+    with paused():
       if self._prefetch and self._pending is not None:
         # A load that failed (a damaged file) raises here, once.
         pending, self._pending = self._pending, None
         shards = pending.result()
         if shards is not None:
           self._publish_shards(shards)
-      elif self._open_set is not None:
-        self._replace_source(
-          self._open_set(self._sets.draw(self._num_buffers_to_load))
-        )
       else:
-        self._reload_now(self._sets.draw(self._num_buffers_to_load))
+        self._swap_in(self._sets.draw(self._num_buffers_to_load))
     logging.info(
       'Swapped in checkpoints %s of %s after waiting %.2f s',
       self._source.table.suffixes,
-      self.data_dir,
+      self._data_dir,
       time.perf_counter() - began,
     )
     if self._prefetch:
       self._start_refresh()
 
-  def _reload_now(self, suffixes):
-    """Loads `suffixes` in the foreground (no prefetch) and swaps them in."""
+  def _swap_in(self, suffixes):
+    """Makes `suffixes` the current set now, in the foreground."""
+    if self._open_set is not None:
+      self._replace_source(self._open_set(suffixes))
+      return
     current = self._source
     kept = [s for s in current.shards if s.suffix in suffixes]
     incoming = [s for s in suffixes if s not in current.by_suffix]
@@ -300,52 +323,46 @@ class SetRotation(core.ReplayCore):
         self._swapping = False
         self._swapped_in.notify_all()
 
-  def state_dict(self) -> dict:
-    """ReplayCore's stream place, and the checkpoints held and loading."""
-    state = super().state_dict()
-    if self.rotates:
-      state['loaded'] = [int(s) for s in self._source.table.suffixes]
-      if self._pending is not None:
-        state['next'] = [int(s) for s in self._pending_suffixes]
+  def state(self) -> dict:
+    """The checkpoints held and loading (plain numbers), when it rotates."""
+    if not self.rotates:
+      return {}
+    state = {'loaded': [int(s) for s in self._source.table.suffixes]}
+    if self._pending is not None:
+      state['next'] = [int(s) for s in self._pending_suffixes]
     return state
 
-  def load_state_dict(self, state: dict) -> None:
-    """ReplayCore's, after loading the checkpoints `state` held.
+  def load_state(self, state: dict, paused) -> None:
+    """Holds the checkpoints `state` held, and loads the set it was loading.
 
-    The set loading in the background is then the one that was loading
-    (so the next reload swaps in what it would have). Sets already held or
+    The next reload then swaps in what it would have. Sets already held or
     loading are kept: rewinding within a set costs nothing.
 
     Raises:
       ValueError: if `state` names checkpoints this buffer may not load.
     """
-    if self.rotates and 'loaded' in state:
-      wanted = [int(s) for s in state['loaded']]
-      following = state.get('next')
-      unknown = set(wanted).union(following or ()) - set(self._sets.suffixes)
-      if unknown or len(wanted) != self._num_buffers_to_load:
-        raise ValueError(
-          f'a stream state holding checkpoints {wanted}, for a buffer of '
-          f'{self.data_dir} holding {self._num_buffers_to_load} of '
-          f'{self._sets.suffixes}: build it with the arguments of the run '
-          'that saved it'
-        )
-      loading = self._pending_suffixes if self._pending else None
-      if wanted != list(self._source.table.suffixes) or following != loading:
-        self._cancel_pending()
-        if wanted != list(self._source.table.suffixes):
-          with self._batches_paused():
-            if self._open_set is not None:
-              self._replace_source(self._open_set(wanted))
-            else:
-              self._reload_now(wanted)
-        if following is not None:
-          self._start_refresh([int(s) for s in following])
-    super().load_state_dict(state)
-
-  def reload_data(self) -> None:
-    """Dopamine JAX name for reloading: a new set unless one suffix is fixed."""
-    self.reload_buffer(self._num_buffers_to_load)
+    if not self.rotates or 'loaded' not in state:
+      return
+    wanted = [int(s) for s in state['loaded']]
+    following = state.get('next')
+    unknown = set(wanted).union(following or ()) - set(self._sets.suffixes)
+    if unknown or len(wanted) != self._num_buffers_to_load:
+      raise ValueError(
+        f'a stream state holding checkpoints {wanted}, for a buffer of '
+        f'{self._data_dir} holding {self._num_buffers_to_load} of '
+        f'{self._sets.suffixes}: build it with the arguments of the run '
+        'that saved it'
+      )
+    loading = self._pending_suffixes if self._pending else None
+    held = list(self._source.table.suffixes)
+    if wanted == held and following == loading:
+      return
+    self._cancel_pending()
+    if wanted != held:
+      with paused():
+        self._swap_in(wanted)
+    if following is not None:
+      self._start_refresh([int(s) for s in following])
 
   def _cancel_pending(self):
     if self._pending is not None:
@@ -355,8 +372,8 @@ class SetRotation(core.ReplayCore):
       self._pending = None
 
   def close(self) -> None:
-    """Stops background loading."""
+    """Stops background loading and closes the current source."""
     self._cancel_pending()
     if self._executor is not None:
       self._executor.shutdown(wait=True)
-    super().close()
+    self._source.close()

@@ -15,85 +15,26 @@ given its sampling distribution) and TorchRL's storage/sampler split:
   offers `table`, `shard`, `check`, `write`, `num_rows`, `nbytes` and
   `close`).
 
-A subclass chooses the checkpoints, builds the source and publishes it with
-`_publish`; it may publish a new one at any time (one assignment: samplers
-see the old source or the new one, never a mix).
+A subclass chooses the checkpoints and gives the core its rotation
+(checkpoint_sets.SetRotation), which says the source to sample now; a reload
+may make another current at any time (one assignment: samplers see the old
+source or the new one, never a mix).
 """
 
 import contextlib
-import dataclasses
 import functools
 import inspect
 import weakref
 
 import numpy as np
 
-from fixed_replay import arguments as arguments_lib
 from fixed_replay import prefetch
 from fixed_replay import stream_state
+from fixed_replay.replay import buffer_arguments
+from fixed_replay.replay import checkpoint_sets
 from fixed_replay.replay import frame_sources
 from fixed_replay.replay import transitions
 from fixed_replay.replay import valid_rows
-from fixed_replay.sources.dopamine import subsample as subsample_lib
-
-
-@dataclasses.dataclass(frozen=True)
-class BufferArguments:
-  """The arguments every buffer shares, checked and normalized once.
-
-  See FixedReplayBuffer for what each means.
-  """
-
-  data_dir: str
-  replay_suffix: int | None
-  observation_shape: tuple
-  stack_size: int
-  replay_capacity: int | None
-  batch_size: int
-  update_horizon: int
-  gamma: float
-  extra_storage_types: tuple
-  observation_dtype: np.dtype
-  terminal_dtype: type
-  action_shape: tuple
-  action_dtype: type
-  reward_shape: tuple
-  reward_dtype: type
-  mix_checkpoints: bool
-  seed: int | None
-  subsample: str | None
-  subsample_fraction: float | None
-  subsample_seed: int | None  # The seed, unless given.
-
-  @classmethod
-  def build(cls, arguments: dict) -> 'BufferArguments':
-    """Checks a constructor's arguments and keeps the shared ones.
-
-    Args:
-      arguments: dict of every argument of the constructor (its locals()).
-
-    Raises:
-      ValueError: naming the first argument that is out of range.
-    """
-    arguments_lib.check_arguments(arguments)
-    a = dict(arguments)
-    if tuple(a['reward_shape']) != () and a['update_horizon'] > 1:
-      raise ValueError('n-step returns need scalar rewards (reward_shape=())')
-    subsample_lib.check_arguments(a['subsample'], a['subsample_fraction'])
-    suffix = a['replay_suffix']
-    a.update(
-      data_dir=str(a['data_dir']),
-      replay_suffix=None if suffix is None else int(suffix),
-      observation_shape=tuple(a['observation_shape']),
-      observation_dtype=np.dtype(a['observation_dtype']),
-      extra_storage_types=tuple(a['extra_storage_types'] or ()),
-      action_shape=tuple(a['action_shape']),
-      reward_shape=tuple(a['reward_shape']),
-    )
-    if a.get('subsample_seed') is None:
-      a['subsample_seed'] = a['seed']
-    return cls(**{f.name: a[f.name] for f in dataclasses.fields(cls)})
-
 
 # What transition_elements takes besides the batch size, all BufferArguments.
 _SIGNATURE = tuple(
@@ -131,7 +72,7 @@ class ReplayCore:
   """Samples a fixed dataset with Dopamine's buffer API; never writes."""
 
   def __init__(
-    self, arguments: 'BufferArguments', rng: np.random.Generator
+    self, arguments: buffer_arguments.BufferArguments, rng: np.random.Generator
   ) -> None:
     """Keeps the arguments every buffer shares.
 
@@ -144,7 +85,8 @@ class ReplayCore:
     self._elements_by_batch_size = {}
     self._draw = drawer(arguments.mix_checkpoints)
     self._rng = rng
-    self._source = None
+    # What is sampled now and next: set by the subclass.
+    self._rotation: checkpoint_sets.SetRotation | None = None
     self._batches = None  # BatchPrefetcher of default-size batches.
     self._batch_threads = None  # (generators, depth) of the threads to start.
     # The sampling thread's generator state after the last batch handed out:
@@ -159,13 +101,9 @@ class ReplayCore:
 
   # --------------------------------------------------------- for subclasses
 
-  def _publish(self, source: frame_sources.FrameSource) -> None:
-    """Makes `source` the one samplers read (one assignment)."""
-    self._source = source
-
-  def _current(self):
-    """The source to sample from now (a subclass may wait for one)."""
-    return self._source
+  def _current(self) -> frame_sources.FrameSource:
+    """The source to sample from now (waits while a reload has none)."""
+    return self._rotation.current()
 
   def _use_sampling_threads(self, seed_sequence, num_threads, depth):
     """Default-size batches will be prepared by `num_threads` threads.
@@ -221,7 +159,7 @@ class ReplayCore:
       ValueError: with several sampling threads, whose batches come out in
         no fixed order.
     """
-    state = {'rng': stream_state.place(self._rng)}
+    state = {'rng': stream_state.place(self._rng), **self._rotation.state()}
     if self._batch_threads is not None:
       if len(self._batch_threads[0]) > 1:
         raise ValueError(
@@ -241,6 +179,7 @@ class ReplayCore:
     threaded = self._batch_threads is not None
     if threaded and len(self._batch_threads[0]) > 1:
       self.state_dict()  # Raises: several threads have no place.
+    self._rotation.load_state(state, self._batches_paused)
     if ('sampler' in state) != threaded:
       raise ValueError(
         f'a stream state {"with" if "sampler" in state else "without"} a '
@@ -255,13 +194,13 @@ class ReplayCore:
         self._batch_threads[0][0].bit_generator.state = self._handed_out
 
   def close(self) -> None:
-    """Stops the batch threads and closes the source."""
+    """Stops the batch threads and background loading, closes the source."""
     if self._batches is not None:
       self._batches.close()
       self._batches = None
     self._batch_threads = None
-    if self._source is not None:
-      self._source.close()
+    if self._rotation is not None:
+      self._rotation.close()
 
   # ------------------------------------------------------------ properties
 
@@ -287,21 +226,31 @@ class ReplayCore:
   @property
   def loaded_suffixes(self) -> list[int]:
     """Suffixes of the checkpoints currently sampled from."""
-    return list(self._source.table.suffixes)
+    return list(self._current().table.suffixes)
 
   @property
   def add_count(self) -> np.ndarray:
     """Rows currently sampled from (Dopamine agents compare it to a minimum)."""
-    return np.array(self._source.num_rows)
+    return np.array(self._current().num_rows)
 
   @property
   def num_valid_transitions(self) -> int:
-    return self._source.table.total
+    return self._current().table.total
 
   @property
   def nbytes(self) -> int:
     """Bytes the loaded data holds (see the subclass)."""
-    return self._source.nbytes
+    return self._current().nbytes
+
+  @property
+  def rotates(self) -> bool:
+    """Whether reload_buffer swaps in other checkpoints (some are not held)."""
+    return self._rotation.rotates
+
+  @property
+  def rolling(self) -> bool:
+    """Whether the last refresh replaced loaded checkpoints one at a time."""
+    return self._rotation.rolling
 
   def get_transition_elements(self, batch_size: int | None = None) -> tuple:
     """Dopamine's transition signature plus `suffix` (see transitions.py)."""
@@ -317,7 +266,7 @@ class ReplayCore:
 
   def shard(self, suffix: int | None = None) -> transitions.ReplayShard:
     """The ReplayShard of checkpoint `suffix` (None: the only one)."""
-    source = self._source
+    source = self._current()
     return source.shard(source.table.position_of(suffix))
 
   def is_valid_transition(self, index: int, suffix: int | None = None) -> bool:
@@ -424,8 +373,18 @@ class ReplayCore:
   # ------------------------------------------------------ read-only dataset
 
   def reload_buffer(self, num_buffers: int | None = None) -> None:
-    """Nothing to swap unless the subclass loads checkpoints in sets."""
-    del num_buffers
+    """Swaps in a new random set of checkpoints, where sets rotate.
+
+    With prefetching, the set loaded in the background since the last call
+    is swapped in at once (waiting only if it is not ready yet) and the next
+    set starts loading. Without it, the new set is loaded now.
+
+    Args:
+      num_buffers: int or None, checkpoints to hold (default: as many as
+        now).
+    """
+    if self._arguments.replay_suffix is None:
+      self._rotation.reload(num_buffers, self._batches_paused)
 
   def reload_data(self) -> None:
     """Dopamine JAX's name for reload_buffer."""

@@ -35,6 +35,7 @@ import numpy as np
 
 from fixed_replay import arguments as arguments_lib
 from fixed_replay.replay import batch_kernels
+from fixed_replay.replay import buffer_arguments
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import checkpoint_sets
 from fixed_replay.replay import compact_windows
@@ -66,7 +67,7 @@ def locate_dataset(data_dir: str) -> tuple[str, str]:
   return kind, found.data_dir
 
 
-class FixedReplayBufferBase(checkpoint_sets.SetRotation):
+class FixedReplayBufferBase(core.ReplayCore):
   """Samples transitions from a fixed dataset on disk, outside gin.
 
   FixedReplayBuffer is this class under gin. Code that passes every argument
@@ -233,7 +234,7 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
         'batch uses and caches none',
         cache_bytes,
       )
-    a = core.BufferArguments.build(arguments)
+    a = buffer_arguments.BufferArguments.build(arguments)
     seed_sequence = np.random.SeedSequence(a.seed)
     # Over a store, the generator CompactReplayBuffer always drew from, so
     # seeded streams over a store stay what they were.
@@ -266,49 +267,20 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
     )
     sets = checkpoint_sets.RandomSets(selected, self._rng, data_dir)
     if kind == STORE:
-      self._open_store(settings, selected, sets, num_buffers, budget)
+      self._rotation = _store_rotation(
+        settings, selected, sets, num_buffers, budget
+      )
       return
     checkpoint_loading.check_gzip_extras(selected, settings.extra_names)
     if num_buffers is None:  # batch_rl's 5, or all there are: no warning.
       num_buffers = min(5, len(selected))
-    self._start_sets(
-      checkpoint_loading.WindowLoader(selected, settings),
-      sets,
-      1 if a.replay_suffix is not None else sets.available(num_buffers),
-      budget,
-      prefetch,
+    num_buffers = (
+      1 if a.replay_suffix is not None else sets.available(num_buffers)
     )
-
-  def _open_store(self, settings, selected, sets, num_buffers, budget):
-    """Opens a store: every checkpoint, or num_buffers at a time."""
-    manifests = compact_windows.check_selection(selected, settings)
-
-    def open_set(suffixes):
-      return compact_windows.open_store(
-        [selected[s] for s in suffixes], settings, budget, manifests
-      )
-
-    every = num_buffers is None or self._arguments.replay_suffix is not None
-    if not every and num_buffers >= len(selected):
-      sets.available(num_buffers)  # Warns when more were asked for.
-      every = True
-    if every:
-      self._init_sets(None, None, budget)
-      self._source = open_set(sorted(selected))
-      return
-    logging.info(
-      'num_buffers_to_load=%d: sampling %d of the %d checkpoints of %s per '
-      'iteration, drawn anew at each reload as batch_rl does. Bind '
-      '`FixedReplayBuffer.num_buffers_to_load = None` to sample all of them '
-      'at once, uniformly.',
-      num_buffers,
-      num_buffers,
-      len(selected),
-      self.data_dir,
+    self._rotation = checkpoint_sets.SetRotation(a, budget, sets, num_buffers)
+    self._rotation.start_loading(
+      checkpoint_loading.WindowLoader(selected, settings), prefetch
     )
-    self._init_sets(sets, num_buffers, budget)
-    self._open_set = open_set
-    self._source = open_set(sets.draw(num_buffers))
 
   @property
   def _replay_buffers(self):
@@ -323,6 +295,41 @@ class FixedReplayBufferBase(checkpoint_sets.SetRotation):
       types.SimpleNamespace(_replay_capacity=capacity, suffix=s)
       for s in self.loaded_suffixes
     ]
+
+
+def _store_rotation(settings, selected, sets, num_buffers, budget):
+  """A store's rotation: every checkpoint, or num_buffers at a time."""
+  a = settings.arguments
+  manifests = compact_windows.check_selection(selected, settings)
+
+  def open_set(suffixes):
+    return compact_windows.open_store(
+      [selected[s] for s in suffixes or sorted(selected)],
+      settings,
+      budget,
+      manifests,
+    )
+
+  every = num_buffers is None or a.replay_suffix is not None
+  if not every and num_buffers >= len(selected):
+    sets.available(num_buffers)  # Warns when more were asked for.
+    every = True
+  if every:
+    rotation = checkpoint_sets.SetRotation(a, budget)
+  else:
+    logging.info(
+      'num_buffers_to_load=%d: sampling %d of the %d checkpoints of %s per '
+      'iteration, drawn anew at each reload as batch_rl does. Bind '
+      '`FixedReplayBuffer.num_buffers_to_load = None` to sample all of them '
+      'at once, uniformly.',
+      num_buffers,
+      num_buffers,
+      len(selected),
+      a.data_dir,
+    )
+    rotation = checkpoint_sets.SetRotation(a, budget, sets, num_buffers)
+  rotation.open_sets(open_set)
+  return rotation
 
 
 @gin.configurable
