@@ -41,6 +41,7 @@ from fixed_replay import progress
 from fixed_replay import segments
 from fixed_replay import stream_state
 from fixed_replay.errors import CheckpointError
+from fixed_replay.replay import samplers
 from fixed_replay.replay import transitions
 from fixed_replay.sources import ale_games
 from fixed_replay.sources import game_roots
@@ -331,14 +332,12 @@ class ReplayMixture:
     row_bytes = transitions.batch_bytes(self.get_transition_elements(1))
     ahead = -(-ELEMENTS_A_CALL * len(self.runs) // b)
     ahead = max(1, min(ahead, STAGED_BYTES // int(row_bytes * b)))
-    run = self._rng.choice(
-      len(self.runs), ahead * b, p=self.run_probabilities()
+    run, rows_of_runs = samplers.draw_runs(
+      self.run_probabilities(), self._rng, ahead * b
     )
     staged = self._staging(self.get_transition_elements(ahead * b))
-    by_run = np.argsort(run, kind='stable')
-    ends = np.cumsum(np.bincount(run, minlength=len(self.runs)))
     try:
-      self._sample_runs(staged, np.split(by_run, ends[:-1]))
+      self._sample_runs(staged, rows_of_runs)
     except BaseException:
       # Back to where the stream stood before this batch, as if it had not
       # been asked for: a loop that saves its place after the error (or

@@ -1,12 +1,14 @@
 """The package's layers, as pyproject.toml's import-linter contracts state them.
 
 docs/architecture.md draws the data path (sources -> store -> replay or
-convert -> front doors and commands); these contracts are that drawing
+convert -> front doors and commands) and the replay path's parts (buffer,
+rotation, storage, sampler, assembler); these contracts are that drawing
 enforced: an import that runs back up the stack, an arrow between the two
-sources, or a circle among the modules of a folder (a type-only one
-included) fails the suite. Each check runs `lint-imports` in a fresh process
-over a tree: the repository's own, then copies with one wrong import added,
-which must each break the contract they cross.
+sources or between sampler and assembler, or a circle among the modules of
+a folder (a type-only one included) fails the suite. Each check runs
+`lint-imports` in a fresh process over a tree: the repository's own, then
+copies with one wrong import added, which must each break the contract they
+cross.
 """
 
 import os
@@ -21,6 +23,7 @@ LINT_IMPORTS = os.path.join(os.path.dirname(sys.executable), 'lint-imports')
 LAYERS = 'The data path: each room imports only from the rooms below it'
 SOURCES = 'Sources: what a path holds, above two sources that never meet'
 CIRCLES = 'No circle among the modules of any one folder'
+REPLAY = 'Replay: buffer over rotation over storage; sampler, assembler apart'
 
 
 def _lint_imports(tree):
@@ -40,7 +43,7 @@ def _lint_imports(tree):
 def test_the_package_keeps_every_contract():
   result = _lint_imports(ROOT)
   assert result.returncode == 0, result.stdout[-3000:] + result.stderr
-  for contract in (LAYERS, SOURCES, CIRCLES):
+  for contract in (LAYERS, SOURCES, CIRCLES, REPLAY):
     assert f'{contract} KEPT' in result.stdout, contract
 
 
@@ -60,6 +63,19 @@ def test_the_package_keeps_every_contract():
       'sources/dopamine/checks.py',
       'from fixed_replay.sources.rlu import rlu_shards',
       SOURCES,
+    ),
+    # The sampler knowing how a batch is assembled.
+    (
+      'replay/samplers.py',
+      'from fixed_replay.replay import transitions',
+      REPLAY,
+    ),
+    # Storage reaching up to the sampling API (as it once did for the
+    # buffer's arguments).
+    (
+      'replay/compact_windows.py',
+      'from fixed_replay.replay import core',
+      REPLAY,
     ),
     # The circle this layout removed, even for annotations only.
     (

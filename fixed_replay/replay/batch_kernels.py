@@ -10,7 +10,7 @@ that releases the GIL, so a second sampling thread scales:
 * `decode_stacks`: a compact store's units a batch needs, each decoded once,
   and the stacks packed from them (frame_sources.BlockFrames);
 * `write_parts`: every element but the frames (n-step discounted reward,
-  terminal, next action, ...) for transitions.TransitionWriter;
+  terminal, next action, ...) for transitions.TransitionAssembler;
 * `select_set_bits`: the file rows of drawn positions among a store's valid
   rows, kept as a bit a row (valid_rows.MaskedRows).
 """
@@ -388,7 +388,7 @@ def write_parts(
   state_rows,
   next_state_rows,
 ):
-  """TransitionWriter.write_parts for one batch; False if a row is outside.
+  """TransitionAssembler.write_parts for one batch; False if a row is outside.
 
   The windows' arrays are read through `columns` (a row a window: see
   TERMINAL_AT); `reward` is one value of the data's reward dtype, each

@@ -25,7 +25,7 @@ from fixed_replay import progress
 from fixed_replay.errors import CheckpointError
 from fixed_replay.progress import format_bytes
 from fixed_replay.replay import buffer_arguments
-from fixed_replay.replay import transitions
+from fixed_replay.replay import replay_shard
 from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.sources.dopamine import file_names
 from fixed_replay.sources.dopamine import subsample as subsample_lib
@@ -280,7 +280,7 @@ class WindowLoader:
         )
     return sum(self._bytes[s] for s in suffixes)
 
-  def load_shard(self, suffix: int) -> transitions.ReplayShard:
+  def load_shard(self, suffix: int) -> replay_shard.ReplayShard:
     """Reads one checkpoint window and wraps it as a ReplayShard."""
     s = self._settings.arguments
     start, count, kept = self._plan(suffix)
@@ -300,7 +300,7 @@ class WindowLoader:
     )
     if kept is not None:  # Only the rows of the episodes kept.
       valid_rows = np.intersect1d(valid_rows, kept)
-    shard = transitions.ReplayShard(
+    shard = replay_shard.ReplayShard(
       window, s.stack_size, s.update_horizon, s.gamma, valid_rows
     )
     logging.info(
@@ -322,7 +322,7 @@ class WindowLoader:
 
   def load_shards(
     self, suffixes: list[int], parallel: bool = False, reuse=()
-  ) -> list[transitions.ReplayShard]:
+  ) -> list[replay_shard.ReplayShard]:
     """Loads checkpoints (reusing already loaded shards), with progress."""
     reusable = {s.suffix: s for s in reuse}
     to_load = [s for s in suffixes if s not in reusable]

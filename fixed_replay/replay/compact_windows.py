@@ -20,6 +20,7 @@ from fixed_replay.io import npy_stream
 from fixed_replay.io import spill
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import frame_sources
+from fixed_replay.replay import replay_shard
 from fixed_replay.replay import transitions
 from fixed_replay.replay import valid_rows
 from fixed_replay.sources.dopamine import checks
@@ -245,7 +246,7 @@ def open_windows(
       f'{s.stack_size}, update_horizon={s.update_horizon}'
     )
   shards = [
-    transitions.ReplayShard(
+    replay_shard.ReplayShard(
       window,
       s.stack_size,
       s.update_horizon,
@@ -254,7 +255,7 @@ def open_windows(
     )
     for window, rows in zip(views, table.valid_rows, strict=True)
   ]
-  writer = transitions.TransitionWriter(
+  assembler = transitions.TransitionAssembler(
     arrays,
     transitions.RowLayout(views),
     s.stack_size,
@@ -270,7 +271,7 @@ def open_windows(
     progress.format_bytes(fixed),
     progress.format_bytes(budget),
   )
-  return frame_sources.BlockFrames(stored, shards, table, writer, fixed)
+  return frame_sources.BlockFrames(stored, shards, table, assembler, fixed)
 
 
 def _valid_rows(stored, window, s):

@@ -7,8 +7,7 @@ data: the argument checks, the element signature, Dopamine's
 composed from two parts, in the spirit of Dopamine's JAX replay (a buffer
 given its sampling distribution) and TorchRL's storage/sampler split:
 
-* the *draw* (draw_uniform, draw_one_checkpoint): which
-  valid transitions a minibatch holds;
+* the *sampler* (samplers.py): which valid transitions a minibatch holds;
 * a *frame source* (frame_sources.py): the loaded checkpoints' valid-row
   table and whatever writes their transitions into a batch (windows in
   RAM, a compact store's units decoded per batch, or any other source that
@@ -33,8 +32,9 @@ from fixed_replay import stream_state
 from fixed_replay.replay import buffer_arguments
 from fixed_replay.replay import checkpoint_sets
 from fixed_replay.replay import frame_sources
+from fixed_replay.replay import replay_shard
+from fixed_replay.replay import samplers
 from fixed_replay.replay import transitions
-from fixed_replay.replay import valid_rows
 
 # What transition_elements takes besides the batch size, all BufferArguments.
 _SIGNATURE = tuple(
@@ -83,7 +83,7 @@ class ReplayCore:
     """
     self._arguments = arguments
     self._elements_by_batch_size = {}
-    self._draw = drawer(arguments.mix_checkpoints)
+    self._draw = samplers.for_mix_checkpoints(arguments.mix_checkpoints)
     self._rng = rng
     # What is sampled now and next: set by the subclass.
     self._rotation: checkpoint_sets.SetRotation | None = None
@@ -264,7 +264,7 @@ class ReplayCore:
       )
     return self._elements_by_batch_size[batch_size]
 
-  def shard(self, suffix: int | None = None) -> transitions.ReplayShard:
+  def shard(self, suffix: int | None = None) -> replay_shard.ReplayShard:
     """The ReplayShard of checkpoint `suffix` (None: the only one)."""
     source = self._current()
     return source.shard(source.table.position_of(suffix))
@@ -405,24 +405,3 @@ class ReplayCore:
   def load(self, checkpoint_dir: str, suffix: int) -> None:
     """Does nothing: data comes from `data_dir`, never from a checkpoint."""
     del checkpoint_dir, suffix
-
-
-def draw_uniform(
-  table: valid_rows.ValidRowTable, rng: np.random.Generator, batch_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-  """(positions, file rows): uniform over all valid transitions."""
-  return table.rows_at(rng.integers(0, table.total, batch_size))
-
-
-def draw_one_checkpoint(
-  table: valid_rows.ValidRowTable, rng: np.random.Generator, batch_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-  """(positions, file rows): one checkpoint, chosen at random, per batch."""
-  chosen = int(rng.integers(len(table)))
-  offsets = rng.integers(0, table.num_valid(chosen), batch_size)
-  return table.rows_at(table.starts[chosen] + offsets)
-
-
-def drawer(mix_checkpoints: bool):
-  """The draw for FixedReplayBuffer's `mix_checkpoints` argument."""
-  return draw_uniform if mix_checkpoints else draw_one_checkpoint

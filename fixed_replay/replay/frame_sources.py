@@ -26,7 +26,7 @@ from typing import runtime_checkable
 import numpy as np
 
 from fixed_replay.replay import batch_kernels
-from fixed_replay.replay import transitions
+from fixed_replay.replay import replay_shard
 from fixed_replay.replay import valid_rows
 from fixed_replay.store import frame_units
 from fixed_replay.store import unit_decoding
@@ -59,7 +59,7 @@ class FrameSource(Protocol):
   def nbytes(self) -> int:
     """Bytes the source holds."""
 
-  def shard(self, position: int) -> transitions.ReplayShard:
+  def shard(self, position: int) -> replay_shard.ReplayShard:
     """The ReplayShard describing the window at table `position`."""
 
   def check(self, which: np.ndarray, rows: np.ndarray) -> None:
@@ -155,7 +155,7 @@ def _gather(frames, rows, batch, destinations):
 class BlockFrames:
   """Windows of a compact store, their units decoded for each batch."""
 
-  def __init__(self, stored, shards, table, writer, fixed_bytes):
+  def __init__(self, stored, shards, table, assembler, fixed_bytes):
     """Keeps the parts (see compact_windows.open_windows).
 
     Args:
@@ -163,7 +163,7 @@ class BlockFrames:
       shards: list of ReplayShard describing each window (frames unheld),
         their valid rows views of the table's.
       table: valid_rows.ValidRowTable of the windows.
-      writer: transitions.TransitionWriter over the small arrays of every
+      assembler: transitions.TransitionAssembler over the small arrays of every
         window end to end.
       fixed_bytes: int, bytes held (tables, indexes, the ready batches of
         the budget).
@@ -171,17 +171,17 @@ class BlockFrames:
     self._stored = stored
     self._shards = shards
     self.table = table
-    self._writer = writer
+    self._assembler = assembler
     self.nbytes = fixed_bytes
     self._block_rows = stored[0].frames.block_rows
     self._key_stride = max(s.frames.num_blocks for s in stored) + 1
     # When stacks pack (uint8, stack of 4), units and stacks in one
     # compiled call with the batch_kernels.
     self._compiled = batch_kernels.packable(
-      stored[0].frames.dtype, writer.stack_size
+      stored[0].frames.dtype, assembler.stack_size
     )
     self._units_per_transition = units_per_transition(
-      self._block_rows, writer.stack_size, writer.update_horizon
+      self._block_rows, assembler.stack_size, assembler.update_horizon
     )
     # Units decoded so far, for benchmarks; not exact while several threads
     # sample.
@@ -213,7 +213,7 @@ class BlockFrames:
     Units, checks and stacks in one compiled call, outside the GIL.
     """
     count = len(rows)
-    state, next_state = self._writer.write_parts(
+    state, next_state = self._assembler.write_parts(
       which, rows, batch, destinations
     )
     frame_bytes = self._stored[0].frames.frame_bytes
@@ -225,7 +225,7 @@ class BlockFrames:
       unit_decoding.context(),
       self._block_rows,
       which,
-      self._writer.layout.file_row_shift,
+      self._assembler.layout.file_row_shift,
       state,
       next_state,
       self._scratch(
@@ -259,11 +259,11 @@ class BlockFrames:
   def _frame_rows(self, batch, which, rows, destinations):
     """Writes all but the states; (windows, file rows) of both states'
     frames (the states' rows, then the next states')."""
-    state, next_state = self._writer.write_parts(
+    state, next_state = self._assembler.write_parts(
       which, rows, batch, destinations
     )
     both = np.concatenate([which, which])
-    return both, self._writer.layout.file_rows_of(
+    return both, self._assembler.layout.file_rows_of(
       both, np.concatenate([state, next_state])
     )
 

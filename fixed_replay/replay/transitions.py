@@ -1,31 +1,28 @@
-"""Dopamine's transition semantics over one or more checkpoint windows.
+"""The assembler: Dopamine's transition semantics, from stored rows to a batch.
 
 `transition_elements` is the signature every buffer returns. `RowLayout`
 places file rows of one or more checkpoint windows in arrays that hold the
 windows end to end, with each window's own rule: a full file read whole wraps
 around, as Dopamine's circular buffer does; any other window is offset. The
-`TransitionWriter` then computes, for a minibatch mixing any of those
+`TransitionAssembler` then computes, for a minibatch mixing any of those
 checkpoints in one compiled pass, every element but the frames (n-step
 discounted reward, terminal, next action, ...) and says where the frames of
-each state lie, so that whoever holds the frames (arrays in RAM, a block
-units) gathers them. A `ReplayShard` is one window with that math; which
-of its rows may be sampled is valid_rows.py's.
+each state lie, so that the storage holding the frames (arrays in RAM, a
+store's units) gathers them (frame_sources.py). Which rows it is given is
+the sampler's choice (samplers.py).
 
-The writer's per-transition math is one compiled call that releases the
+The assembler's per-transition math is one compiled call that releases the
 GIL (batch_kernels.write_parts): done with a dozen small numpy operations
 it held the GIL for some 55 us of a batch, which kept a second sampling
 thread from scaling.
 """
 
 import collections
-import functools
 import math
 
 import numpy as np
 
 from fixed_replay.replay import batch_kernels
-from fixed_replay.replay import valid_rows as valid_rows_lib
-from fixed_replay.sources.dopamine import validity
 
 # Same fields as Dopamine's circular_replay_buffer.ReplayElement, so either
 # kind can describe our elements.
@@ -111,7 +108,7 @@ class RowLayout:
     # Position + shift = file row (a circular window starts at file row 0,
     # so one rule serves both).
     self.file_row_shift = self.starts - self.offsets
-    # The same, one row a window, for the compiled writer.
+    # The same, one row a window, for the compiled assembler.
     self.table = np.stack(
       [self.offsets, self.starts, self.file_rows, self.circular, counts],
       axis=1,
@@ -132,7 +129,7 @@ def _rows_view(array):
 
 
 def _kernel_array(array, rows):
-  """`array` as the compiled writer reads it: C-contiguous, of a dtype in
+  """`array` as the compiled assembler reads it: C-contiguous, of a dtype in
   batch_kernels.KINDS (another is converted: a copy), `rows` rows."""
   array = np.asarray(array)
   if len(array) != rows:
@@ -142,7 +139,7 @@ def _kernel_array(array, rows):
   return _rows_view(np.ascontiguousarray(array))
 
 
-class TransitionWriter:
+class TransitionAssembler:
   """Writes transitions as Dopamine's OutOfGraphReplayBuffer returns them."""
 
   def __init__(
@@ -260,89 +257,3 @@ class TransitionWriter:
           local = rows[members] - self.layout.offsets[window]
           batch[name][destinations[members]] = per_window[window][local]
     return state_rows, next_state_rows
-
-
-class ReplayShard:
-  """Rows of one checkpoint, sampled with Dopamine's transition semantics."""
-
-  def __init__(
-    self, window, stack_size, update_horizon, gamma, valid_rows=None
-  ):
-    """Builds the shard and its table of valid rows.
-
-    Args:
-      window: checkpoints.CheckpointWindow.
-      stack_size: int, frames per state.
-      update_horizon: int, n of the n-step return.
-      gamma: float, discount.
-      valid_rows: optional sorted int array or MaskedRows, the window's
-        valid file rows when already known (e.g. precomputed in a compact
-        store); computed from the window when None.
-    """
-    self.window = window
-    self.suffix = window.suffix
-    if valid_rows is None:
-      valid_rows = validity.window_valid_rows(
-        window, stack_size, update_horizon
-      )
-    self.valid = valid_rows  # As held: an array, or a store's MaskedRows.
-    self._transition_math = stack_size, update_horizon, gamma
-
-  @functools.cached_property
-  def _writer(self):
-    # Built when first asked for: a store's windows write through their
-    # source's writer, and 2,000 of them in a 40-run mixture never ask.
-    return TransitionWriter(
-      [self.window.store], RowLayout([self.window]), *self._transition_math
-    )
-
-  @property
-  def valid_rows(self) -> np.ndarray:
-    """The window's valid file rows, a sorted int array."""
-    return np.asarray(self.valid)
-
-  @property
-  def num_valid(self) -> int:
-    return len(self.valid)
-
-  @property
-  def nbytes(self) -> int:
-    return self.window.nbytes + self.valid.nbytes
-
-  def is_valid_transition(self, index: int) -> bool:
-    """Returns True if file row `index` may be sampled from this shard."""
-    return bool(valid_rows_lib.contains(self.valid, [index])[0])
-
-  def check_indices(self, indices) -> None:
-    """Raises ValueError unless every file row in `indices` is valid here."""
-    indices = np.asarray(indices, dtype=np.int64)
-    bad = indices[~valid_rows_lib.contains(self.valid, indices)]
-    if len(bad):
-      raise ValueError(
-        f'Rows {bad[:10].tolist()} of checkpoint {self.suffix} are not valid '
-        f'transitions in the loaded window [{self.window.start}, '
-        f'{self.window.start + self.window.num_rows})'
-      )
-
-  def write_transitions(
-    self, indices: np.ndarray, batch: dict, destinations: np.ndarray
-  ) -> None:
-    """Writes the transitions at file rows `indices` into `batch`.
-
-    Args:
-      indices: int array (b,) of valid file rows.
-      batch: dict of element name to batch array (see transition_elements).
-      destinations: int array (b,), positions in the batch arrays.
-    """
-    which = np.zeros(len(indices), dtype=np.int64)
-    state_rows, next_rows = self._writer.write_parts(
-      which, indices, batch, destinations
-    )
-    batch_kernels.gather_state_pairs(
-      self.window.store['observation'],
-      state_rows,
-      next_rows,
-      batch['state'],
-      batch['next_state'],
-      destinations,
-    )
