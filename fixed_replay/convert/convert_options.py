@@ -14,10 +14,9 @@ class ConvertOptions:
   frame_units.py); older versions are read, not written.
 
   Attributes:
-    block_rows: int, frames per unit. Measured on busy games
-      (benchmarks/busy_store_benchmark.py --frontier): 1 (the default)
-      decodes exactly the frames a transition uses; larger units store
-      less and decode more per transition.
+    block_rows: int, frames per unit: 1 (the default) decodes exactly the
+      frames a transition uses; larger units store less and decode more
+      per transition.
     clevel: int, compression level (0-9): zstd level
       unit_compression.zstd_level(clevel).
     stack_size: int, frames per state, for the table of valid rows; None

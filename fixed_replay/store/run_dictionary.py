@@ -21,13 +21,10 @@ from fixed_replay.io import mapped
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import unit_decoding
 
-# Its size: on the 100k-row
-# checkpoints of random play of benchmarks/busy_store_benchmark.py, one frame
-# a unit (2026-12-02, every 20th frame compressed, all files counted against
-# Dopamine's gzip), Seaquest, MsPacman, Asterix: 512 KB 1.24x, 1.04x, 1.09x;
-# 1 MB 1.22x, 1.02x, 1.01x; 2 MB trained on 9,000 frames: units 3-6%
-# smaller, which pays once a run is paid for once. zstd returns a smaller
-# dictionary where the frames hold less to learn (300-500 KB on Breakout).
+# Its size: a larger dictionary makes every unit of the run smaller and is
+# paid for once a run; past about 2 MB busy games' units barely shrink. zstd
+# returns a smaller one where the frames hold less to learn (a few hundred
+# KB on Breakout).
 RUN_DICTIONARY_BYTES = 2 << 20
 RUN_TRAINING_FRAMES = 12_000
 # zstd's k and d for the dictionary: what its own parameter search chose on
