@@ -86,14 +86,7 @@ def _fill_buffer(buffer, rows, seed, game):
   that the last episode is padding plus one step and add_count stops exactly
   at the last row.
 
-  Args:
-    buffer: an empty OutOfGraphReplayBuffer of capacity `rows`.
-    rows: int.
-    seed: int, seeds the game and the policy.
-    game: str, an Atari game name such as 'Breakout'.
-
-  Returns:
-    (episodes, env_steps).
+  Returns (episodes, env_steps); `seed` seeds the game and the policy.
   """
   from dopamine.discrete_domains import atari_lib
 
@@ -172,14 +165,9 @@ def build_checkpoint(
   renamed into place only once Dopamine's save() has returned, so an
   interrupted run never leaves a directory that looks complete.
 
-  Args:
-    rows: int, rows of the checkpoint (its capacity).
-    seed: int.
-    data_dir: where benchmark data lives.
-    game: str, the Atari game to play.
-
   Returns:
-    pathlib.Path of the directory holding checkpoint suffix 0.
+    pathlib.Path of the directory holding checkpoint suffix 0, of `rows`
+    rows (its capacity) of `game` played at random.
 
   Raises:
     RuntimeError: if a directory of that name exists but is not complete
@@ -238,17 +226,27 @@ def wait_for_memory(num_bytes, timeout_s=1800, poll_s=10):
     time.sleep(poll_s)
 
 
-def python_speed():
-  """Seconds this machine's Python takes for 10M integer additions.
+def link_checkpoints(origin, store, suffixes, **fields):
+  """store/checkpoint_<s>/ for each suffix: hard links of the stored
+  checkpoint `origin`, each with its own manifest (`fields` changed)."""
+  from fixed_replay.store import manifest as manifest_lib
 
-  A calibration to print beside timings: the same benchmark on a machine
-  twice as slow at this loop doubles every per-batch CPU figure, and
-  ratios against a fixed-length step (a GPU stand-in) move with it.
-  """
-  began, total = time.process_time(), 0
-  for number in range(10_000_000):
-    total += number
-  return time.process_time() - began
+  manifest = manifest_lib.read_manifest(origin)
+  for suffix in suffixes:
+    target = os.path.join(store, manifest_lib.checkpoint_dirname(suffix))
+    if os.path.exists(target):
+      continue
+    os.makedirs(target)
+    for name in os.listdir(origin):
+      if name != manifest_lib.MANIFEST:
+        os.link(os.path.join(origin, name), os.path.join(target, name))
+    copy = dict(manifest, suffix=suffix, **fields)
+    copy['source'] = dict(manifest['source'])
+    copy['source']['files'] = {
+      name.replace('.0.gz', f'.{suffix}.gz'): size
+      for name, size in manifest['source']['files'].items()
+    }
+    manifest_lib.write_manifest(target, copy)
 
 
 def load_average():

@@ -5,9 +5,11 @@ Importing TensorFlow, Dopamine and JAX leaves some 800,000 objects alive
 after every 700 net allocations, and every so often walks all the objects
 alive, so during these imports it walks them again and again. It keeps
 walking them after the imports too, while the agent builds its graph and
-trains. `python benchmarks/startup_benchmark.py` measures both in fresh
-processes (docs/benchmarks.md, "Start-up"): on the project's 2-core machine
-the training imports took 0.53x the CPU of a plain import, and one tiny
+trains. `python benchmarks/sweep_benchmark.py --parts=startup` measures
+the imports in fresh processes (docs/benchmarks.md, "Start-up and
+sweeps"). On the project's 2-core machine (2026-12-02, by the former
+`startup_benchmark.py`, which also timed a train iteration) the
+training imports took 0.53x the CPU of a plain import, and one tiny
 `fixed-replay train` iteration 0.59x (4.4 CPU-s instead of 7.4).
 
 After `install()`, a module of HEAVY_PACKAGES imported while no pause is on

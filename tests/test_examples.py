@@ -1,7 +1,7 @@
 """The single-file examples, run as a user runs them, with tiny budgets.
 
-Whether they learn on every seed and layout is
-benchmarks/offline_dqn_examples.py's question; the slow tier runs the
+Whether they learn on every seed and layout is the question of
+`benchmarks/training_benchmark.py --parts=examples`; the slow tier runs the
 TorchRL example's full budget once.
 """
 

@@ -29,8 +29,9 @@ class ConvertOptions:
       (Dopamine's own gzip checkpoint files, dopamine_output.py).
     gzip_level: int, gzip level of the 'dopamine' output's files. zlib-ng
       at 2 compresses an Atari frame in ~7 us to ~1.6x the bytes of
-      Dopamine's own level 9, which takes ~70 us (6: ~14 us, 1.4x); see
-      benchmarks/rlu_convert_benchmark.py.
+      Dopamine's own level 9, which takes ~70 us (6: ~14 us, 1.4x):
+      measured by the former benchmarks/rlu_convert_benchmark.py
+      (benchmarks/convert_benchmark.py no longer writes this output).
     game: str or None, the dataset's game, recorded in each compact
       checkpoint's manifest (not an option of the format: a rerun with
       another game skips what is there).
