@@ -292,7 +292,30 @@ def segments_tensordict(
   )
 
 
-class FixedSegmentDataset:
+class _StreamDataset:
+  """What the segment and mixture datasets share: a sampler of named arrays
+  turned into TensorDicts, its stream's place, and closing it."""
+
+  def __init__(self, sampler, channels_first: bool):
+    self.sampler = sampler
+    self.channels_first = channels_first
+
+  def state_dict(self) -> dict[str, Any]:
+    """The stream's place (the sampler's state_dict), to resume it."""
+    return self.sampler.state_dict()
+
+  def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+    self.sampler.load_state_dict(state_dict)
+
+  def __iter__(self):
+    while True:
+      yield self.sample()
+
+  def close(self) -> None:
+    self.sampler.close()
+
+
+class FixedSegmentDataset(_StreamDataset):
   """Segments of a replay directory as TensorDicts with a time dimension.
 
   Example:
@@ -314,30 +337,18 @@ class FixedSegmentDataset:
   ):
     """Builds the replay.segments.SegmentSampler (its arguments); each rank
     its own stream (as fixed_replay.torch.ReplayDataset's)."""
-    self.sampler = segments.SegmentSampler(
-      data_dir, **ranks.seeded(sampler_arguments, rank, world_size)
+    super().__init__(
+      segments.SegmentSampler(
+        data_dir, **ranks.seeded(sampler_arguments, rank, world_size)
+      ),
+      channels_first,
     )
-    self.channels_first = channels_first
 
   def sample(self) -> TensorDict:
     return segments_tensordict(self.sampler.sample(), self.channels_first)
 
-  def state_dict(self) -> dict[str, Any]:
-    """The stream's place (SegmentSampler.state_dict), to resume it."""
-    return self.sampler.state_dict()
 
-  def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-    self.sampler.load_state_dict(state_dict)
-
-  def __iter__(self):
-    while True:
-      yield self.sample()
-
-  def close(self) -> None:
-    self.sampler.close()
-
-
-class FixedMixtureDataset:
+class FixedMixtureDataset(_StreamDataset):
   """Many games and runs (fixed_replay.ReplayMixture) as TensorDicts.
 
   Example:
@@ -360,27 +371,20 @@ class FixedMixtureDataset:
   ):
     """Builds the ReplayMixture (its arguments); each rank its own stream
     (as fixed_replay.torch.ReplayDataset's)."""
-    self.mixture = mixture.ReplayMixture(
-      data, **ranks.seeded(mixture_arguments, rank, world_size)
+    super().__init__(
+      mixture.ReplayMixture(
+        data, **ranks.seeded(mixture_arguments, rank, world_size)
+      ),
+      channels_first,
     )
-    self.channels_first = channels_first
+
+  @property
+  def mixture(self):
+    """The ReplayMixture sampled."""
+    return self.sampler
 
   def sample(self) -> TensorDict:
-    named = self.mixture.sample()
+    named = self.sampler.sample()
     if 'mask' in named:
       return segments_tensordict(named, self.channels_first)
     return transitions_tensordict(named, self.channels_first)
-
-  def state_dict(self) -> dict[str, Any]:
-    """The stream's place (ReplayMixture.state_dict), to resume it."""
-    return self.mixture.state_dict()
-
-  def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-    self.mixture.load_state_dict(state_dict)
-
-  def __iter__(self):
-    while True:
-      yield self.sample()
-
-  def close(self) -> None:
-    self.mixture.close()

@@ -265,7 +265,7 @@ def test_unit_with_a_matching_crc_that_does_not_decode_is_named(
     buffer.sample_transition_batch(indices=[490], suffixes=1)
   frames = buffer.source._stored[1].frames
   with pytest.raises(CheckpointError, match=match):
-    frames.read_block(490, np.empty((1, 84, 84), np.uint8))
+    frames.read_frames([490])
   buffer.close()
 
 

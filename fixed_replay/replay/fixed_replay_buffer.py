@@ -213,12 +213,9 @@ class FixedReplayBufferBase(core.ReplayCore):
     kind, data_dir = locate_dataset(data_dir)
     self.kind = kind  # STORE or DOPAMINE.
     logging.info('FixedReplayBuffer over %s: %s', kind, data_dir)
-    if kind == STORE:
-      found = manifest_lib.find_stored_checkpoints(data_dir)
-    else:
-      found = checkpoints.find_checkpoints(data_dir, wanted=replay_suffix)
+    data = _DATA[kind]
     selected = checkpoint_sets.select_checkpoints(
-      found,
+      data.find(data_dir, replay_suffix),
       None if replay_suffix is None else int(replay_suffix),
       replay_file_start_index,
       replay_file_end_index,
@@ -236,10 +233,7 @@ class FixedReplayBufferBase(core.ReplayCore):
       )
     a = buffer_arguments.BufferArguments.build(arguments)
     seed_sequence = np.random.SeedSequence(a.seed)
-    # Over a store, the generator CompactReplayBuffer always drew from, so
-    # seeded streams over a store stay what they were.
-    rng_seed = seed_sequence.spawn(1)[0] if kind == STORE else seed_sequence
-    super().__init__(a, np.random.default_rng(rng_seed))
+    super().__init__(a, np.random.default_rng(data.rng_seed(seed_sequence)))
     # Dopamine's JaxFixedReplayBuffer (dopamine/labs/offline_rl) subclasses
     # batch_rl's buffer, i.e. this one, and keeps these two as attributes set
     # before calling us instead of passing them on.
@@ -252,8 +246,8 @@ class FixedReplayBufferBase(core.ReplayCore):
       if memory_budget is None
       else memory_budget
     )
-    if kind == STORE and sampling_threads is None:
-      sampling_threads = self.store_sampling_threads
+    if sampling_threads is None:
+      sampling_threads = data.sampling_threads(self)
     sampling_threads = sampling_threads or 0
     if sampling_threads:
       self._use_sampling_threads(seed_sequence, sampling_threads, ready_batches)
@@ -266,20 +260,8 @@ class FixedReplayBufferBase(core.ReplayCore):
       batch_bytes=transitions.batch_bytes(self.get_transition_elements()),
     )
     sets = checkpoint_sets.RandomSets(selected, self._rng, data_dir)
-    if kind == STORE:
-      self._rotation = _store_rotation(
-        settings, selected, sets, num_buffers, budget
-      )
-      return
-    checkpoint_loading.check_gzip_extras(selected, settings.extra_names)
-    if num_buffers is None:  # batch_rl's 5, or all there are: no warning.
-      num_buffers = min(5, len(selected))
-    num_buffers = (
-      1 if a.replay_suffix is not None else sets.available(num_buffers)
-    )
-    self._rotation = checkpoint_sets.SetRotation(a, budget, sets, num_buffers)
-    self._rotation.start_loading(
-      checkpoint_loading.WindowLoader(selected, settings), prefetch
+    self._rotation = data.rotation(
+      settings, selected, sets, num_buffers, budget, prefetch
     )
 
   @property
@@ -297,39 +279,98 @@ class FixedReplayBufferBase(core.ReplayCore):
     ]
 
 
-def _store_rotation(settings, selected, sets, num_buffers, budget):
-  """A store's rotation: every checkpoint, or num_buffers at a time."""
-  a = settings.arguments
-  manifests = compact_windows.check_selection(selected, settings)
+class _StoreData:
+  """What a compact store decides: its checkpoints, sampling, rotation."""
 
-  def open_set(suffixes):
-    return compact_windows.open_store(
-      [selected[s] for s in suffixes or sorted(selected)],
-      settings,
-      budget,
-      manifests,
-    )
+  @staticmethod
+  def find(data_dir, replay_suffix):
+    del replay_suffix  # Selected from all of them, as for Dopamine's files.
+    return manifest_lib.find_stored_checkpoints(data_dir)
 
-  every = num_buffers is None or a.replay_suffix is not None
-  if not every and num_buffers >= len(selected):
-    sets.available(num_buffers)  # Warns when more were asked for.
-    every = True
-  if every:
-    rotation = checkpoint_sets.SetRotation(a, budget)
-  else:
-    logging.info(
-      'num_buffers_to_load=%d: sampling %d of the %d checkpoints of %s per '
-      'iteration, drawn anew at each reload as batch_rl does. Bind '
-      '`FixedReplayBuffer.num_buffers_to_load = None` to sample all of them '
-      'at once, uniformly.',
-      num_buffers,
-      num_buffers,
-      len(selected),
-      a.data_dir,
+  @staticmethod
+  def rng_seed(seed_sequence):
+    # The generator CompactReplayBuffer always drew from, so seeded streams
+    # over a store stay what they were.
+    return seed_sequence.spawn(1)[0]
+
+  @staticmethod
+  def sampling_threads(buffer):
+    # Its units decode outside the GIL, so threads sample in parallel.
+    return buffer.store_sampling_threads
+
+  @staticmethod
+  def rotation(settings, selected, sets, num_buffers, budget, prefetch):
+    """Every checkpoint opened at once, or num_buffers a set (prefetch is
+    moot: a set opens at the reload, reading only its small arrays)."""
+    del prefetch
+    a = settings.arguments
+    manifests = compact_windows.check_selection(selected, settings)
+
+    def open_set(suffixes):
+      return compact_windows.open_store(
+        [selected[s] for s in suffixes or sorted(selected)],
+        settings,
+        budget,
+        manifests,
+      )
+
+    every = num_buffers is None or a.replay_suffix is not None
+    if not every and num_buffers >= len(selected):
+      sets.available(num_buffers)  # Warns when more were asked for.
+      every = True
+    if every:
+      rotation = checkpoint_sets.SetRotation(a, budget)
+    else:
+      logging.info(
+        'num_buffers_to_load=%d: sampling %d of the %d checkpoints of %s per '
+        'iteration, drawn anew at each reload as batch_rl does. Bind '
+        '`FixedReplayBuffer.num_buffers_to_load = None` to sample all of them '
+        'at once, uniformly.',
+        num_buffers,
+        num_buffers,
+        len(selected),
+        a.data_dir,
+      )
+      rotation = checkpoint_sets.SetRotation(a, budget, sets, num_buffers)
+    rotation.open_sets(open_set)
+    return rotation
+
+
+class _DopamineData:
+  """What Dopamine's checkpoint files decide: windows loaded into RAM."""
+
+  @staticmethod
+  def find(data_dir, replay_suffix):
+    return checkpoints.find_checkpoints(data_dir, wanted=replay_suffix)
+
+  @staticmethod
+  def rng_seed(seed_sequence):
+    return seed_sequence
+
+  @staticmethod
+  def sampling_threads(buffer):
+    del buffer  # Samples in the caller, as batch_rl's buffer does.
+    return 0
+
+  @staticmethod
+  def rotation(settings, selected, sets, num_buffers, budget, prefetch):
+    """batch_rl's sets of num_buffers (5 unbound) loaded in turn."""
+    a = settings.arguments
+    checkpoint_loading.check_gzip_extras(selected, settings.extra_names)
+    if num_buffers is None:  # batch_rl's 5, or all there are: no warning.
+      num_buffers = min(5, len(selected))
+    num_buffers = (
+      1 if a.replay_suffix is not None else sets.available(num_buffers)
     )
     rotation = checkpoint_sets.SetRotation(a, budget, sets, num_buffers)
-  rotation.open_sets(open_set)
-  return rotation
+    rotation.start_loading(
+      checkpoint_loading.WindowLoader(selected, settings), prefetch
+    )
+    return rotation
+
+
+# The one place each kind of data's decisions are looked up.
+_DATA = {STORE: _StoreData, DOPAMINE: _DopamineData}
 
 
 @gin.configurable

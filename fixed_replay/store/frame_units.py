@@ -197,38 +197,17 @@ class StoredUnits:
     raise self._damaged(unit, problem_text)
 
   def _decode(self, units, out):
-    """Decodes sorted distinct `units` into `out` (frames end to end).
+    """Decodes sorted distinct `units` into `out`, whole units end to end.
 
-    Each unit's CRC-32 is checked before it is decoded. Returns the rows
-    decoded.
+    Each unit's CRC-32 is checked before it is decoded.
     """
-    rows = units.size * self.block_rows
-    if units.size and units[-1] == self.num_blocks - 1:
-      rows -= self.num_blocks * self.block_rows - self.num_rows
-    target = out.reshape(-1).view(np.uint8)
     unit_bytes = self.block_rows * self.frame_bytes
-    if target.size < units.size * unit_bytes:
-      # The last unit may be short, but the decoder wants whole rows.
-      padded = np.empty(units.size * unit_bytes, np.uint8)
-    else:
-      padded = target
+    target = out.reshape(-1).view(np.uint8)[: units.size * unit_bytes]
     FrameReader([self]).read(
       np.zeros(units.size, np.int64),
       units,
-      padded[: units.size * unit_bytes].reshape(units.size, unit_bytes),
+      target.reshape(units.size, unit_bytes),
     )
-    if padded is not target:
-      target[: rows * self.frame_bytes] = padded[: rows * self.frame_bytes]
-    return rows
-
-  def read_block(self, block, out):
-    """Decodes unit `block` into `out[:rows]`; returns the number of rows.
-
-    Raises:
-      CheckpointError: naming checkpoint, unit and rows when the unit's
-        bytes do not match their checksum or do not decode.
-    """
-    return self._decode(np.array([block], dtype=np.int64), out)
 
   def read_frames(self, rows, out=None):
     """The frames at sorted distinct file `rows`, (len(rows), *row_shape).
