@@ -4,20 +4,19 @@
 data: the argument checks, the element signature, Dopamine's
 `sample_transition_batch` and the JAX `sample()`, the read-only
 `add`/`save`/`load`, suffix lookups and the optional batch prefetcher. It is
-composed from two parts, in the spirit of Dopamine's JAX replay (a buffer
+composed from three parts, in the spirit of Dopamine's JAX replay (a buffer
 given its sampling distribution) and TorchRL's storage/sampler split:
 
+* the *rotation* (checkpoint_sets.SetRotation): which checkpoints are held
+  now and next; a reload may make another source current at any time (one
+  assignment: samplers see the old source or the new one, never a mix);
 * the *sampler* (samplers.py): which valid transitions a minibatch holds;
-* a *frame source* (frame_sources.py): the loaded checkpoints' valid-row
-  table and whatever writes their transitions into a batch (windows in
-  RAM, a compact store's units decoded per batch, or any other source that
-  offers `table`, `shard`, `check`, `write`, `num_rows`, `nbytes` and
-  `close`).
+* the *storage*, the current frame source (frame_sources.py): the held
+  checkpoints' valid-row table, and their data written into a batch through
+  the assembler (transitions.py).
 
-A subclass chooses the checkpoints and gives the core its rotation
-(checkpoint_sets.SetRotation), which says the source to sample now; a reload
-may make another current at any time (one assignment: samplers see the old
-source or the new one, never a mix).
+A subclass (fixed_replay_buffer.py) chooses the checkpoints and builds the
+rotation.
 """
 
 import contextlib
@@ -239,7 +238,7 @@ class ReplayCore:
 
   @property
   def nbytes(self) -> int:
-    """Bytes the loaded data holds (see the subclass)."""
+    """Bytes the held data takes (windows in RAM, or a store's indexes)."""
     return self._current().nbytes
 
   @property
