@@ -123,7 +123,6 @@ class SetRotation:
       num_buffers: int, checkpoints held at a time (with `sets`).
     """
     self._arguments = arguments
-    self._data_dir = arguments.data_dir
     self._sets = sets
     self._num_buffers_to_load = num_buffers
     self._budget = budget
@@ -190,10 +189,11 @@ class SetRotation:
     """Makes `shards` the set samplers draw from (one assignment)."""
     source = frame_sources.ShardFrames(shards)
     if not source.table.total:
+      a = self._arguments
       raise ValueError(
-        f'Checkpoints {source.table.suffixes} of {self._data_dir} hold no '
-        f'valid transition for stack_size={self._arguments.stack_size}, '
-        f'update_horizon={self._arguments.update_horizon} in their windows'
+        f'Checkpoints {source.table.suffixes} of {a.data_dir} hold no valid '
+        f'transition for stack_size={a.stack_size}, '
+        f'update_horizon={a.update_horizon} in their windows'
       )
     with self._swapped_in:
       self._source = source
@@ -210,8 +210,8 @@ class SetRotation:
         self._swapped_in.wait()
       if not self._source.table.total:
         raise RuntimeError(
-          f'No checkpoint of {self._data_dir} is loaded: the last reload '
-          'failed'
+          f'No checkpoint of {self._arguments.data_dir} is loaded: the last '
+          'reload failed'
         )
       return self._source
 
@@ -292,7 +292,7 @@ class SetRotation:
     logging.info(
       'Swapped in checkpoints %s of %s after waiting %.2f s',
       self._source.table.suffixes,
-      self._data_dir,
+      self._arguments.data_dir,
       time.perf_counter() - began,
     )
     if self._prefetch:
@@ -349,7 +349,7 @@ class SetRotation:
     if unknown or len(wanted) != self._num_buffers_to_load:
       raise ValueError(
         f'a stream state holding checkpoints {wanted}, for a buffer of '
-        f'{self._data_dir} holding {self._num_buffers_to_load} of '
+        f'{self._arguments.data_dir} holding {self._num_buffers_to_load} of '
         f'{self._sets.suffixes}: build it with the arguments of the run '
         'that saved it'
       )

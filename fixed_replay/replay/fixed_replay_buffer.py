@@ -284,7 +284,7 @@ class _StoreData:
 
   @staticmethod
   def find(data_dir, replay_suffix):
-    del replay_suffix  # Selected from all of them, as for Dopamine's files.
+    del replay_suffix  # select_checkpoints picks it from all of them.
     return manifest_lib.find_stored_checkpoints(data_dir)
 
   @staticmethod
