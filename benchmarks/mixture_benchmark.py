@@ -30,6 +30,11 @@ Usage:
     --seconds=6 --origin=STORE/checkpoint_0 --loader_workers=0
   python benchmarks/mixture_benchmark.py [--runs=40] [--checkpoints=50]
     [--busy_game=MsPacman] [--seconds=10] [--parts=mixture,loader,shared]
+
+The whole DQN Replay Dataset's count (300 runs x 50), under a desktop's
+limits: `ulimit -Sn 1024; python benchmarks/mixture_benchmark.py --runs=300
+--parts=mixture --origin=...` (the library raises the soft limit on open
+files towards the hard one; Linux's default vm.max_map_count is 65,530).
 """
 
 import multiprocessing
@@ -116,7 +121,8 @@ def _open_run(run_dir, arguments):
 
 
 def sample(path, batch_size, seconds, check_dir=None):
-  """(open s, (rate, faults), anonymous bytes held, details) of one run's
+  """((open s, maps, open files), (rate, faults), anonymous bytes held,
+  details) of one run's
   buffer at `path`, or, given `check_dir` (one run: the reference), of the
   mixture over the root `path`, its elements then checked against it."""
   from fixed_replay import batches
@@ -130,6 +136,10 @@ def sample(path, batch_size, seconds, check_dir=None):
     sampler = mixture.ReplayMixture(path, batch_size=batch_size, seed=0)
     draw = sampler.sample
   opened = time.perf_counter() - began
+  with open('/proc/self/maps') as maps:
+    held_maps = sum(1 for _ in maps)
+  files = len(os.listdir('/proc/self/fd'))
+  opened = (opened, held_maps, files)
   rate = _rate(draw, seconds)
   held = _proc('RssAnon') - anonymous
   if check_dir is None:
@@ -242,12 +252,13 @@ def main(argv):
     ):
       # tuple(): the digest keeps the result (a tuple) as it is.
       measured[name] = common.measure(_setup, sample, args, tuple)
-      opened, (rate, faults), held, _ = measured[name].digest
+      (opened, maps, files), (rate, faults), held, _ = measured[name].digest
       baseline = measured['one run'].digest[1][0]
       print(
-        f'{name}: open {opened:6.1f} s, {rate:9,.0f} transitions/CPU-s '
-        f'({rate / baseline:.2f}x one run), {faults:.3f} minor faults a '
-        f'transition, anonymous +{common.format_bytes(held)}, peak RSS '
+        f'{name}: open {opened:6.1f} s ({maps:,} maps, {files:,} open '
+        f'files), {rate:9,.0f} transitions/CPU-s ({rate / baseline:.2f}x one '
+        f'run), {faults:.3f} minor faults a transition, anonymous '
+        f'+{common.format_bytes(held)}, peak RSS '
         f'{common.format_bytes(measured[name].peak_rss)}'
       )
     valid = measured['one run'].digest[3] * _RUNS.value

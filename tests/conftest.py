@@ -298,6 +298,15 @@ def run_dictionary_v4_store(tmp_path_factory):
 
 
 @pytest.fixture(scope='session')
+def plain_v5_store(tmp_path_factory):
+  """Format version 5: every file plain, a file a table.
+
+  Written by `convert.convert(dopamine_dir)` at commit ef1f0b1.
+  """
+  return _written_by_an_earlier_version('compact_store_v5', tmp_path_factory)
+
+
+@pytest.fixture(scope='session')
 def oracles(dopamine_dir):
   """get(suffix, update_horizon=1, gamma=0.99): Dopamine's own buffer.
 

@@ -196,32 +196,57 @@ def file_digests(directory, skip_prefix='.convert'):
   return digests
 
 
-# What the run's dictionary decides: the units, their index and the manifest.
-_DICTIONARY_BOUND = (
-  'observation.dict',
-  'observation.units',
-  'observation_sizes.npy',
-  'observation_anchors.npy',
-  'observation_crc32.npy',
-  'manifest.json',
-)
+# What the run's dictionary decides: the units, their index (in the tables)
+# and the manifest.
+_DICTIONARY_BOUND = ('observation.dict', 'observation.units', 'manifest.json')
+_UNIT_TABLES = ('unit_sizes', 'unit_anchors', 'unit_crc32')
 
 
 def content_digests(store):
   """file_digests of a compact store but what its run's dictionary decides,
-  plus each checkpoint's CRC-32 of its frames, decoded: equal for stores of
-  the same rows and frames, whatever dictionary compressed them. `store`
-  may be a checkpoint's directory."""
+  with each table of a checkpoint's tables file apart (its unit index left
+  out), plus each checkpoint's CRC-32 of its frames, decoded: equal for
+  stores of the same rows and frames, whatever dictionary compressed them.
+  `store` may be a checkpoint's directory."""
+  from fixed_replay.store import checkpoint_tables
   from fixed_replay.store import manifest as manifest_lib
 
-  digests = {
-    path: digest
-    for path, digest in file_digests(store).items()
-    if os.path.basename(path) not in _DICTIONARY_BOUND
-  }
-  for path in list(digests):
-    if os.path.basename(path) == 'valid_mask.npy':  # One a checkpoint.
+  digests = {}
+  for path, digest in file_digests(store).items():
+    name = os.path.basename(path)
+    if name == checkpoint_tables.FILE:
       directory = os.path.join(store, os.path.dirname(path))
       manifest = manifest_lib.read_manifest(directory)
+      tables = checkpoint_tables.CheckpointTables(directory, manifest)
+      for table in manifest['tables']['layout']:
+        if table not in _UNIT_TABLES:
+          digests[f'{path}:{table}'] = hashlib.sha256(
+            tables[table].tobytes()
+          ).hexdigest()
       digests[path + ':frames'] = manifest['observation']['frames_crc32']
+    elif name not in _DICTIONARY_BOUND:
+      digests[path] = digest
   return digests
+
+
+def rewrite_tables(directory, **replaced):
+  """Rewrites a stored checkpoint's tables with some `replaced` (name to
+  array), its manifest describing them, so that it opens as sound: how a
+  test stores what a writer would not."""
+  from fixed_replay.store import checkpoint_tables
+  from fixed_replay.store import manifest as manifest_lib
+
+  manifest = manifest_lib.read_manifest(directory)
+  tables = checkpoint_tables.CheckpointTables(directory, manifest)
+  arrays = {
+    name: np.array(replaced.get(name, tables[name]))
+    for name in manifest['tables']['layout']
+  }
+  del tables
+  data, manifest['tables'] = checkpoint_tables.pack(arrays)
+  path = os.path.join(directory, checkpoint_tables.FILE)
+  with open(path + '.new', 'wb') as stream:  # A new file: maps stay sound.
+    stream.write(data.tobytes())
+  os.replace(path + '.new', path)
+  manifest['files'][checkpoint_tables.FILE] = manifest_lib.file_entry(path)
+  manifest_lib.write_manifest(directory, manifest)

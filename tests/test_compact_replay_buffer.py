@@ -10,6 +10,7 @@ import os
 import shutil
 import zlib
 
+import dopamine_data
 import gin
 import numpy as np
 import pytest
@@ -30,6 +31,7 @@ from fixed_replay.replay import frame_sources
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.replay.fixed_replay_buffer import FixedReplayBuffer
 from fixed_replay.sources.dopamine import validity
+from fixed_replay.store import checkpoint_tables
 from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
 
@@ -253,13 +255,11 @@ def test_unit_with_a_matching_crc_that_does_not_decode_is_named(
   with open(directory / manifest['observation']['file'], 'r+b') as stream:
     stream.seek(start)
     stream.write(unit)
-  crcs = np.load(directory / manifest_lib.CRC_FILE)
-  crcs[490] = zlib.crc32(unit)
-  np.save(directory / manifest_lib.CRC_FILE, crcs)
-  manifest['files'][manifest_lib.CRC_FILE] = manifest_lib.file_entry(
-    str(directory / manifest_lib.CRC_FILE)
+  crcs = np.array(
+    checkpoint_tables.CheckpointTables(str(directory), manifest)['unit_crc32']
   )
-  manifest_lib.write_manifest(str(directory), manifest)
+  crcs[490] = zlib.crc32(unit)
+  dopamine_data.rewrite_tables(directory, unit_crc32=crcs)
   buffer = _buffer(damaged)
   with pytest.raises(CheckpointError, match=match):
     buffer.sample_transition_batch(indices=[490], suffixes=1)
@@ -345,9 +345,10 @@ def test_bound_num_buffers_samples_that_many_per_iteration(
 def test_tables_are_mapped_from_the_store(
   store, oracles, tmp_path, monkeypatch
 ):
-  """Nothing is spilled: the run's dictionary and each checkpoint's unit
-  sizes, anchors, valid-row mask, actions, rewards and terminals are mapped
-  from the store itself, and the transitions are Dopamine's."""
+  """Nothing is spilled: the run's dictionary and each checkpoint's tables
+  (unit sizes, anchors, valid-row mask, actions, rewards and terminals) are
+  mapped from the store itself, one map a checkpoint, and the transitions
+  are Dopamine's."""
   monkeypatch.setattr(spill, 'SMALLEST_BYTES', 0)  # This store's are small.
   monkeypatch.setenv(spill.DIRECTORY_VARIABLE, str(tmp_path))
   buffer = _buffer(store, seed=3)
@@ -356,14 +357,9 @@ def test_tables_are_mapped_from_the_store(
   assert not [line for line in lines if f' {tmp_path}/' in line]
   dictionary = f'{store}/{manifest_lib.RUN_DICTIONARY_FILE}\n'
   assert sum(line.endswith(dictionary) for line in lines) == 1
-  paths = {line.split()[-1] for line in lines}
-  names = ['action', 'reward', 'terminal']
-  names = [manifest_lib.SIZES_FILE, manifest_lib.ANCHORS_FILE] + [
-    f'{name}.npy' for name in names
-  ]
-  for name in names + [manifest_lib.VALID_MASK_FILE]:
-    for suffix in (0, 1, 3, 7):
-      assert f'{store}/checkpoint_{suffix}/{name}' in paths
+  paths = [line.split()[-1] for line in lines]
+  for suffix in (0, 1, 3, 7):  # One map a checkpoint holds all its tables.
+    assert paths.count(f'{store}/checkpoint_{suffix}/tables') == 1
   for _ in range(3):
     batch = as_dict(buffer, buffer.sample_transition_batch())
     assert_equals_oracle(batch, oracles)
@@ -669,24 +665,24 @@ def test_a_mapped_table_is_in_the_page_table_at_once(
   one on most transitions). A buffer's maps of its store are whole too."""
   from fixed_replay import batches
 
-  table = tmp_path / 'table.npy'
-  np.save(table, np.arange(1 << 18, dtype=np.int32))  # 1 MiB.
+  table = tmp_path / 'tables'
+  table.write_bytes(np.arange(1 << 18, dtype=np.int32).tobytes())  # 1 MiB.
   table.read_bytes()  # In the page cache, as a checked table is.
-  rows = mapped.map_npy(str(table))
-  assert _mapped_pages(tmp_path) == {str(table): (1028, 1028)}
+  rows = mapped.map_file(str(table)).view(np.int32)
+  assert _mapped_pages(tmp_path) == {str(table): (1024, 1024)}
   assert rows[-1] == (1 << 18) - 1
   # Past the process's cap (half the machine's memory), maps are plain.
   monkeypatch.setattr(
     mapped, '_POPULATED_AT_MOST', mapped._populated['bytes'] + (1 << 20)
   )
-  other = tmp_path / 'other.npy'
-  shutil.copy(table, other)
-  more = mapped.map_npy(str(other))
-  assert _mapped_pages(tmp_path)[str(other)][1] < 1028
+  other = tmp_path / 'other'
+  other.write_bytes(table.read_bytes() * 2)
+  more = mapped.map_file(str(other))
+  assert _mapped_pages(tmp_path)[str(other)][1] < 2048
   del rows, more  # Unmapped: their bytes leave the count.
   buffer = batches.open_buffer(str(store), {'sampling_threads': 0})
   tables = _mapped_pages(store)
-  assert {os.path.basename(p) for p in tables} >= {'action.npy', 'reward.npy'}
+  assert {os.path.basename(p) for p in tables} == {'tables', 'observation.dict'}
   for path, (size, resident) in tables.items():
     assert resident == size, (path, size, resident)
   buffer.close()

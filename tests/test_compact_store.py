@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import sys
 
+import dopamine_data
 import numpy as np
 import pytest
 from replay_oracle import as_dict
@@ -18,6 +19,7 @@ from fixed_replay.io import npy_stream
 from fixed_replay.replay.compact_replay_buffer import CompactReplayBuffer
 from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.sources.dopamine import validity
+from fixed_replay.store import checkpoint_tables
 from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
 
@@ -45,33 +47,36 @@ def test_store_describes_itself(dopamine_dir, store):
   assert observation['layout'] == 'units'
   assert observation['num_blocks'] == capacity
   assert observation['row_shape'] == [84, 84]
-  # Format version 5: every file plain, the per-row ones narrow, and the
-  # dictionary the run's, beside the checkpoints.
-  assert set(manifest['files']) == {
-    'observation.units',
-    'observation_crc32.npy',
-    'observation_sizes.npy',
-    'observation_anchors.npy',
-    'action.npy',
-    'reward.npy',
-    'terminal.npy',
-    'invalid_range.npy',
-    'episode_end_indices.npy',
-    'valid_mask.npy',
+  # Format version 6: the units and one file of tables, the per-row ones
+  # narrow, and the dictionary the run's, beside the checkpoints.
+  assert set(manifest['files']) == {'observation.units', 'tables'}
+  assert set(manifest['tables']['layout']) == {
+    'unit_crc32',
+    'unit_sizes',
+    'unit_anchors',
+    'action',
+    'reward',
+    'terminal',
+    'invalid_range',
+    'episode_end_indices',
+    'valid_mask',
   }
   directory = store / 'checkpoint_7'
-  stored = {n: np.load(directory / n) for n in manifest['files'] if '.npy' in n}
+  tables = checkpoint_tables.CheckpointTables(directory, manifest)
+  # Each table starts a page of its own.
+  for entry in manifest['tables']['layout'].values():
+    assert entry['offset'] % checkpoint_tables.ALIGN == 0
   # The writers' actions (0-17) take a byte a row, and read back as
   # Dopamine's int32; their rewards have fractions, and stay float32.
-  assert stored['action.npy'].dtype == np.uint8
-  assert stored['reward.npy'].dtype == np.float32
+  assert tables['action'].dtype == np.uint8
+  assert tables['reward'].dtype == np.float32
   assert manifest['arrays']['action']['dtype'] == np.dtype(np.int32).str
   assert manifest['arrays']['reward']['dtype'] == np.dtype(np.float32).str
-  sizes = stored['observation_sizes.npy'].astype(np.int64)
+  sizes = tables['unit_sizes'].astype(np.int64)
   offsets = np.concatenate([[0], np.cumsum(sizes)])
   assert observation['anchor_units'] == manifest_lib.ANCHOR_UNITS
   np.testing.assert_array_equal(
-    stored['observation_anchors.npy'],
+    tables['unit_anchors'],
     offsets[: len(sizes) : manifest_lib.ANCHOR_UNITS],
   )
   assert offsets[-1] == os.path.getsize(directory / 'observation.units')
@@ -222,21 +227,16 @@ def test_a_damaged_or_missing_run_dictionary_is_refused(store, tmp_path):
     compact_store.StoredCheckpoint(directory)
 
 
-@pytest.mark.parametrize(
-  'name',
-  [
-    manifest_lib.SIZES_FILE,
-    manifest_lib.ANCHORS_FILE,
-    manifest_lib.CRC_FILE,
-  ],
-)
-def test_a_damaged_index_is_refused_before_decoding(store, tmp_path, name):
+@pytest.mark.parametrize('table', ['unit_sizes', 'unit_anchors', 'unit_crc32'])
+def test_a_damaged_index_is_refused_before_decoding(store, tmp_path, table):
   directory = _copy_checkpoint(store, 7, tmp_path)
-  path = directory / name
-  _flip_byte(path, os.path.getsize(path) - 3)
+  manifest = manifest_lib.read_manifest(directory)
+  path = directory / checkpoint_tables.FILE
+  _flip_byte(path, manifest['tables']['layout'][table]['offset'] + 3)
   # Even unverified opening checks them: nothing decodes with a bad one.
   with pytest.raises(
-    CheckpointError, match=rf'{name}: (checkpoint 7: )?damaged'
+    CheckpointError,
+    match=rf'tables: checkpoint 7: block \d+ .*table {table}\) ' 'is damaged',
   ):
     compact_store.StoredCheckpoint(directory)
 
@@ -257,15 +257,24 @@ def test_truncated_frames_file_is_a_clear_error(store, blocks_store, tmp_path):
   assert raised.value.path == str(path)
 
 
-@pytest.mark.parametrize('name', ['terminal.npy', 'valid_mask.npy'])
-def test_damaged_small_array_refused_on_opening(store, tmp_path, name):
-  """A store's per-row files are mapped, with no other check."""
+@pytest.mark.parametrize('table', ['terminal', 'valid_mask'])
+def test_damaged_small_array_refused_on_opening(store, tmp_path, table):
+  """A store's tables are mapped, with no other check than their blocks'."""
   directory = _copy_checkpoint(store, 1, tmp_path)
-  with open(directory / name, 'r+b') as stream:
-    stream.seek(-1, os.SEEK_END)
-    stream.write(b'\x07')
-  with pytest.raises(CheckpointError, match=rf'{name}: damaged'):
+  manifest = manifest_lib.read_manifest(directory)
+  entry = manifest['tables']['layout'][table]
+  _flip_byte(directory / checkpoint_tables.FILE, entry['offset'] + 1)
+  with pytest.raises(CheckpointError, match=rf'table {table}\) is damaged'):
     compact_store.StoredCheckpoint(directory)
+
+
+def test_a_truncated_tables_file_is_refused(store, tmp_path):
+  directory = _copy_checkpoint(store, 1, tmp_path)
+  path = directory / checkpoint_tables.FILE
+  os.truncate(path, os.path.getsize(path) - checkpoint_tables.BLOCK_BYTES)
+  with pytest.raises(CheckpointError, match='bytes, manifest says') as raised:
+    compact_store.StoredCheckpoint(directory)
+  assert raised.value.path == str(path)
 
 
 def test_a_rerun_into_a_store_of_an_older_version_is_refused(
@@ -363,6 +372,7 @@ def test_inspect_names_the_format_version_and_settings(store):
     ('units_v2_store', 2),
     ('packed_v3_store', 3),
     ('run_dictionary_v4_store', 4),
+    ('plain_v5_store', 5),
   ],
 )
 def test_an_old_store_is_refused_with_the_command_that_upgrades_it(
@@ -456,11 +466,12 @@ def test_unit_sizes_read_in_any_unsigned_width(store, tmp_path, dtype):
   stored = compact_store.StoredCheckpoint(directory)
   expected = stored.frames.read_rows(0, stored.num_rows)
   stored.close()
-  path = directory / manifest_lib.SIZES_FILE
-  np.save(path, np.load(path).astype(dtype))
   manifest = manifest_lib.read_manifest(directory)
-  manifest['files'][manifest_lib.SIZES_FILE] = manifest_lib.file_entry(path)
-  manifest_lib.write_manifest(directory, manifest)
+  tables = checkpoint_tables.CheckpointTables(directory, manifest)
+  dopamine_data.rewrite_tables(
+    directory, unit_sizes=tables['unit_sizes'].astype(dtype)
+  )
+  del tables
   if np.dtype(dtype).kind != 'u':
     with pytest.raises(CheckpointError, match='checkpoint 3: sizes of int16'):
       compact_store.StoredCheckpoint(directory)

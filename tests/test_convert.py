@@ -130,10 +130,12 @@ def test_partial_directories_are_removed_and_redone(
 def test_damaged_stored_checkpoint_is_not_skipped_silently(source, tmp_path):
   store = tmp_path / 'store'
   convert.convert(source, store, workers=0)
-  with open(store / 'checkpoint_3' / 'reward.npy', 'r+b') as stream:
-    stream.seek(-2, os.SEEK_END)
+  directory = store / 'checkpoint_3'
+  offset = manifest_lib.read_manifest(directory)['tables']['layout']['reward']
+  with open(directory / 'tables', 'r+b') as stream:
+    stream.seek(offset['offset'] + 2)
     stream.write(b'\x01\x02')
-  with pytest.raises(CheckpointError, match=r'checkpoint_3/reward\.npy'):
+  with pytest.raises(CheckpointError, match=r'checkpoint_3/tables: damaged'):
     convert.convert(source, store, workers=0)
 
 

@@ -100,7 +100,8 @@ def test_tfds_directory_converts_to_the_shards_rows(
     name = manifest_lib.checkpoint_dirname(checkpoint)
     ours, theirs = from_tfds / name, from_shards / name
     assert sorted(os.listdir(ours)) == sorted(os.listdir(theirs))
-    assert {'unclipped_reward.npy', 'episode_idx.npy'} <= set(os.listdir(ours))
+    layout = manifest_lib.read_manifest(ours)['tables']['layout']
+    assert {'unclipped_reward', 'episode_idx'} <= set(layout)
     for file_name in os.listdir(ours):
       if file_name != manifest_lib.MANIFEST:
         assert (ours / file_name).read_bytes() == (

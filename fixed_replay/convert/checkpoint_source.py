@@ -7,7 +7,7 @@ that a new kind of input needs no change to the converter).
 
 Sources must pickle (they travel to worker processes). GzipSource reads a
 Dopamine checkpoint, streaming its observation file; StoredSource a compact
-store's checkpoint (any format version: legacy_store.py reads versions 1-4),
+store's checkpoint (any format version: legacy_store.py reads versions 1-5),
 so an old store can be rewritten in the new layout without its original
 files; RL Unplugged episodes come from
 convert/rlu_source.py.

@@ -3,15 +3,15 @@
 `CompactOutput` is the output convert.py uses by default (the other is
 dopamine_output.py): it streams a source's frames in slices into zstd units
 against the run's dictionary (prepare_run, run_dictionary.py), bounded
-memory, the units compressed by a few threads; it writes the small arrays, the
-table of valid rows and a manifest with checksums, in the newest format version
-(older ones are read, not written), into a partial directory, then reads all of
-it back against the source before the commit. `check_existing` decides whether
+memory, the units compressed by a few threads; it writes the other arrays and
+the valid rows as one file of tables (checkpoint_tables.py) and a manifest with
+checksums, in the newest format version (older ones are read, not written),
+into a partial directory, then reads all of it back against the source before
+the commit. `check_existing` decides whether
 a stored checkpoint may be skipped. The layout is compact_store.py's.
 """
 
 import concurrent.futures
-import functools
 import itertools
 import os
 import shutil
@@ -34,6 +34,7 @@ from fixed_replay.convert.convert_options import ConvertOptions
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.sources.dopamine import validity
+from fixed_replay.store import checkpoint_tables
 from fixed_replay.store import compact_store
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
@@ -253,17 +254,13 @@ def _write_frames(reader, directory: str, options, threads):
   # Sizes, a byte or two each, and every ANCHOR_UNITS-th unit's offset: a
   # reader maps both and adds up at most ANCHOR_UNITS - 1 sizes a unit.
   offsets = np.array(offsets, np.int64)
-  destination.write_npy(
-    directory, manifest_lib.SIZES_FILE, narrowest(np.diff(offsets))
-  )
-  destination.write_npy(
-    directory,
-    manifest_lib.ANCHORS_FILE,
-    offsets[: len(crcs) : manifest_lib.ANCHOR_UNITS],
-  )
-  destination.write_npy(
-    directory, manifest_lib.CRC_FILE, np.array(crcs, dtype=np.uint32)
-  )
+  unit_tables = {
+    checkpoint_tables.UNIT_SIZES: narrowest(np.diff(offsets)),
+    checkpoint_tables.UNIT_ANCHORS: offsets[
+      : len(crcs) : manifest_lib.ANCHOR_UNITS
+    ],
+    checkpoint_tables.UNIT_CRC32: np.array(crcs, dtype=np.uint32),
+  }
   spec.update(
     file=name,
     dtype=np.dtype(reader.dtype).str,
@@ -277,29 +274,22 @@ def _write_frames(reader, directory: str, options, threads):
     layout=frame_units.LAYOUT,
     library=f'zstandard {zstandard.__version__}',
   )
-  blocks_entry = {name: {'bytes': int(offsets[-1]), 'crc32': blocks_crc}}
-  return num_rows, spec, blocks_entry
+  units_entry = {name: {'bytes': int(offsets[-1]), 'crc32': blocks_crc}}
+  return num_rows, spec, units_entry, unit_tables
 
 
 def _write_checkpoint(source, directory: str, options, threads):
   """Writes every file of one checkpoint into `directory`; returns manifest."""
   with source.open(threads) as reader:
-    num_rows, frames_spec, blocks_entry = _write_frames(
+    num_rows, frames_spec, units_entry, unit_tables = _write_frames(
       reader, directory, options, threads
     )
     meta = reader.finish(num_rows)
   arrays = meta.arrays
-
-  write_npy = functools.partial(destination.write_npy, directory)
-  written = {
-    name: write_npy(f'{name}.npy', narrowest(array))
-    for name, array in arrays.items()
-  }
-  write_npy(manifest_lib.INVALID_RANGE_FILE, meta.invalid_range)
-  episode_ends = None
-  if meta.episode_end_indices is not None:
-    episode_ends = write_npy(
-      manifest_lib.EPISODE_ENDS_FILE, meta.episode_end_indices
+  clash = set(arrays) & set(checkpoint_tables.RESERVED)
+  if clash:
+    raise CheckpointError(
+      directory, f'an element named {sorted(clash)[0]}: a name the store uses'
     )
   if num_rows >= 2**31:
     raise CheckpointError(directory, f'{num_rows} rows: too many')
@@ -313,18 +303,23 @@ def _write_checkpoint(source, directory: str, options, threads):
     options.stack_size,
     options.update_horizon,
   ).astype(np.int32)
-  valid_mask = write_npy(
-    manifest_lib.VALID_MASK_FILE,
-    compact_store.pack_valid_rows(valid, num_rows),
+  tables = {name: narrowest(array) for name, array in arrays.items()}
+  tables[checkpoint_tables.VALID_MASK] = compact_store.pack_valid_rows(
+    valid, num_rows
   )
-  # Every file written so far (the directory is this checkpoint's own);
-  # the frames' entries were taken while they were written.
-  file_entries = {
-    name: manifest_lib.file_entry(os.path.join(directory, name))
-    for name in sorted(os.listdir(directory))
-    if name not in blocks_entry
+  tables.update(unit_tables)
+  tables[checkpoint_tables.INVALID_RANGE] = np.asarray(meta.invalid_range)
+  if meta.episode_end_indices is not None:
+    tables[checkpoint_tables.EPISODE_ENDS] = np.asarray(
+      meta.episode_end_indices
+    )
+  data, tables_spec = checkpoint_tables.pack(tables)
+  destination.write_bytes(directory, tables_spec['file'], data)
+  files = dict(units_entry)
+  files[tables_spec['file']] = {
+    'bytes': len(data),
+    'crc32': manifest_lib.crc32(data),
   }
-  file_entries.update(blocks_entry)
   manifest = {
     'format': manifest_lib.FORMAT,
     'version': manifest_lib.VERSION,
@@ -334,21 +329,16 @@ def _write_checkpoint(source, directory: str, options, threads):
     'source': meta.description,
     'observation': frames_spec,
     'arrays': {
-      name: {
-        'file': written[name],
-        'dtype': array.dtype.str,
-        'row_shape': list(array.shape[1:]),
-      }
+      name: {'dtype': array.dtype.str, 'row_shape': list(array.shape[1:])}
       for name, array in arrays.items()
     },
+    'tables': tables_spec,
     'valid_rows': {
-      'file': valid_mask,
       'stack_size': options.stack_size,
       'update_horizon': options.update_horizon,
       'count': len(valid),
     },
-    'episode_end_indices': episode_ends,
-    'files': file_entries,
+    'files': files,
   }
   if options.game:
     manifest[manifest_lib.GAME_KEY] = options.game
@@ -364,11 +354,11 @@ def _verify_written(directory: str, arrays, valid):
     for name, array in arrays.items():
       # Bytes, not values: NaN rewards must round-trip too.
       if opened.arrays[name].tobytes() != array.tobytes():
-        raise CheckpointError(directory, f'{name}.npy differs from the source')
+        raise CheckpointError(directory, f'{name} differs from the source')
     spec = opened.manifest['valid_rows']
     table = opened.valid_rows_table(spec['stack_size'], spec['update_horizon'])
     if not np.array_equal(table, valid):
-      raise CheckpointError(directory, 'valid_mask.npy differs when read back')
+      raise CheckpointError(directory, 'valid_mask differs when read back')
   finally:
     opened.close()
 

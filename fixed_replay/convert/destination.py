@@ -18,12 +18,9 @@ from collections.abc import Iterator
 import contextlib
 import errno
 import fcntl
-import io
 import os
 import time
 from typing import IO
-
-import numpy as np
 
 from fixed_replay.errors import CheckpointError
 
@@ -154,13 +151,6 @@ def synced_file(directory: str, name: str) -> Iterator[IO[bytes]]:
     yield stream
     stream.flush()
     os.fsync(stream.fileno())
-
-
-def write_npy(directory: str, name: str, array: np.ndarray) -> str:
-  """Writes `array` as .npy; returns `name`."""
-  npy = io.BytesIO()
-  np.save(npy, array, allow_pickle=False)
-  return write_bytes(directory, name, npy.getbuffer())
 
 
 def write_bytes(directory: str, name: str, data) -> str:

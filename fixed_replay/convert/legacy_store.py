@@ -1,6 +1,6 @@
-"""Compact stores of format versions 1-4, read once so they can be upgraded.
+"""Compact stores of format versions 1-5, read once so they can be upgraded.
 
-A buffer samples format 5 alone (store/compact_store.py). A store written by
+A buffer samples format 6 alone (store/compact_store.py). A store written by
 an earlier fixed_replay is refused there with the command that upgrades it,
 `fixed-replay convert OLD NEW`, whose reader is this module: each checkpoint
 front to back, its index, arrays and dictionary checked whole against the
@@ -16,7 +16,9 @@ manifest, action, reward, terminal and the other per-row arrays:
   3  units without the 6 bytes they all begin with (the manifest's
      `unit_header` holds 2 of them), indexed by their sizes, and every file
      but the units and their CRC-32s zstd-compressed (`.zst`);
-  4  3 with one dictionary for the whole run, beside its checkpoints.
+  4  3 with one dictionary for the whole run, beside its checkpoints;
+  5  4 with every file plain, and the offset of every 64th unit
+     (`observation_anchors.npy`).
 
 Decoding goes through zstandard's and blosc2's Python calls, a unit at a
 time: an upgrade is read once, and this keeps the sampler's compiled
@@ -38,7 +40,11 @@ from fixed_replay.store import unit_decoding
 BLOCKS_VERSION = 1
 SIZES_VERSION = 3  # Unit sizes, headers stripped, small files packed.
 RUN_DICTIONARY_VERSION = 4
+PACKED_VERSIONS = (3, 4)  # Small files zstd-compressed.
 OFFSETS_FILE = 'observation_offsets.npy'
+SIZES_FILE = 'observation_sizes.npy'
+CRC_FILE = 'observation_crc32.npy'
+INVALID_RANGE_FILE = 'invalid_range.npy'
 PACKED_SUFFIX = '.zst'
 
 
@@ -63,7 +69,7 @@ def _load(path: str) -> np.ndarray:
 
 
 class LegacyCheckpoint:
-  """A checkpoint of format 1-4, as `_StoredReader` reads a stored one.
+  """A checkpoint of format 1-5, as `_StoredReader` reads a stored one.
 
   Attributes:
     manifest: dict.
@@ -102,29 +108,25 @@ class LegacyCheckpoint:
           f'{len(array)} rows, manifest says {self.num_rows}',
         )
       self.arrays[name] = array.astype(entry['dtype'], copy=False)
-    packed = PACKED_SUFFIX if manifest['version'] >= SIZES_VERSION else ''
-    self.invalid_range = load(manifest_lib.INVALID_RANGE_FILE + packed).astype(
-      np.int64
-    )
+    packed = PACKED_SUFFIX if manifest['version'] in PACKED_VERSIONS else ''
+    self.invalid_range = load(INVALID_RANGE_FILE + packed).astype(np.int64)
     self.episode_end_indices = None
     if manifest['episode_end_indices']:
       self.episode_end_indices = load(manifest['episode_end_indices'])
     if manifest['version'] >= SIZES_VERSION:
-      sizes = load(manifest_lib.SIZES_FILE + packed)
+      sizes = load(SIZES_FILE + packed)
       offsets = np.zeros(len(sizes) + 1, np.int64)
       np.cumsum(sizes, out=offsets[1:])
     else:
       offsets = load(OFFSETS_FILE)
-    self.frames = _Frames(
-      directory, manifest, offsets, load(manifest_lib.CRC_FILE)
-    )
+    self.frames = _Frames(directory, manifest, offsets, load(CRC_FILE))
 
   def close(self) -> None:
     self.frames.close()
 
 
 class _Frames:
-  """The frames of a format 1-4 checkpoint, decoded a unit (block) at a time."""
+  """The frames of a format 1-5 checkpoint, decoded a unit (block) at a time."""
 
   def __init__(self, directory, manifest, offsets, crcs):
     spec = manifest['observation']
@@ -140,7 +142,7 @@ class _Frames:
     if len(offsets) != units + 1 or len(crcs) != units:
       problem = f'{len(offsets) - 1} units indexed and {len(crcs)} CRC-32s'
       raise CheckpointError(
-        os.path.join(directory, manifest_lib.CRC_FILE),
+        os.path.join(directory, CRC_FILE),
         f'{problem}, manifest says {units}',
       )
     if offsets[0] or (np.diff(offsets) < 0).any() or offsets[-1] != size:

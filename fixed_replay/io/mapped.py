@@ -1,9 +1,9 @@
 """Files mapped read-only without a descriptor, and the descriptors kept.
 
 Python's mmap, and numpy's memmap on it, keep a duplicate of the file's
-descriptor for as long as the mapping lives. A store maps seven files a
-checkpoint and keeps its units open for `pread`: a mixture of 2,000
-checkpoints held 16,000 descriptors, where a desktop's soft limit is 1,024.
+descriptor for as long as the mapping lives. A store maps a checkpoint's
+tables and keeps its units open for `pread`: a mixture of 2,000 checkpoints
+would hold 4,000 descriptors, where a desktop's soft limit is 1,024.
 Linux keeps a mapping valid once its descriptor is closed, so here a file is
 mapped with the C library's mmap and closed at once: a checkpoint holds one
 descriptor, its units'. When even those outnumber the soft limit,
@@ -17,8 +17,6 @@ memory", which points at RAM.
 import contextlib
 import ctypes
 import errno
-import functools
-import io
 import mmap
 import os
 import resource
@@ -141,37 +139,6 @@ def map_file(path: str) -> np.ndarray:
     return map_descriptor(descriptor, path)
   finally:
     os.close(descriptor)
-
-
-def map_npy(path: str) -> np.ndarray:
-  """The array of a .npy file, mapped read-only (map_file).
-
-  Raises:
-    ValueError: if the file is not a whole .npy array.
-  """
-  data = map_file(path)
-  # Magic, version, then the header's length: 2 bytes in version 1.0, else 4.
-  width = 2 if data[6:8].tobytes() == b'\x01\x00' else 4
-  end = 8 + width + int.from_bytes(data[8 : 8 + width].tobytes(), 'little')
-  shape, fortran, dtype = _npy_header(data[:end].tobytes())
-  count = int(np.prod(shape, dtype=np.int64))
-  array = np.frombuffer(data, dtype, count, offset=end)
-  return array.reshape(shape, order='F' if fortran else 'C')
-
-
-@functools.lru_cache(maxsize=64)
-def _npy_header(header: bytes) -> tuple[tuple[int, ...], bool, np.dtype]:
-  """(shape, fortran_order, dtype) of a .npy header. Cached: numpy parses
-  it with `ast`, and a store's checkpoints repeat the same few headers."""
-  stream = io.BytesIO(header)
-  version = np.lib.format.read_magic(stream)
-  read = np.lib.format.read_array_header_1_0
-  if version != (1, 0):
-    read = np.lib.format.read_array_header_2_0
-  shape, fortran, dtype = read(stream)
-  if dtype.hasobject:
-    raise ValueError(f'{dtype}: an array of objects')
-  return shape, fortran, dtype
 
 
 def reserve_descriptors(count: int) -> None:

@@ -9,35 +9,38 @@
       manifest.json             what the directory holds; written last
       observation.units         the frames, `block_rows` (default 1) per
                                 unit, each unit one zstd frame against the
-                                run's dictionary (frame_units.py)
-      observation_sizes.npy     each unit's bytes, u1, u2 or u4: the
-                                narrowest that holds the largest
-      observation_anchors.npy   int64: the offset of every anchor_units-th
-                                unit (a unit's offset: its anchor's plus the
-                                sizes between)
-      observation_crc32.npy     uint32 (num_blocks,): CRC-32 of each unit
-      action.npy, reward.npy, terminal.npy, <element>.npy
+                                run's dictionary, stored without the 6 bytes
+                                they all begin with (frame_units.py)
+      tables                    every other array, each at a page of its
+                                own, checked in blocks (checkpoint_tables.py):
+        action, reward, terminal, <element>
                                 the other `$store$_` arrays, each in the
                                 narrowest dtype that gives back its bytes
                                 (the manifest's dtype is the element's)
-      invalid_range.npy         as in the checkpoint
-      episode_end_indices.npy   sorted int64 rows, when the checkpoint had it
-      valid_mask.npy            one bit per file row (np.packbits, little
+        valid_mask              one bit per file row (np.packbits, little
                                 bit order): may Dopamine sample it, for the
                                 manifest's stack_size and update_horizon
+        unit_sizes, unit_anchors, unit_crc32
+                                each unit's bytes (u1, u2 or u4: the
+                                narrowest that holds the largest), the int64
+                                offset of every anchor_units-th unit (a
+                                unit's offset: its anchor's plus the sizes
+                                between), and each unit's CRC-32
+        invalid_range           as in the checkpoint
+        episode_end_indices     sorted int64 rows, when the checkpoint had it
     .checkpoint_<suffix>.partial-<pid>/   being written: never read
 
-That is format version 5: every file plain, so that a buffer maps what it
-samples from where it lies (replay/compact_windows.py), and units stored
-without the 6 bytes they all begin with (frame_units.py). Stores of
-versions 1-4 are upgraded by `fixed-replay convert OLD NEW`
-(convert/legacy_store.py).
+That is format version 6 (manifest.py): a buffer maps the tables where they
+lie, one map a checkpoint, and reads the units it samples with `pread`
+(replay/compact_windows.py). Stores of versions 1-5 are upgraded by
+`fixed-replay convert OLD NEW` (convert/legacy_store.py).
 
 A checkpoint directory only ever appears by renaming a verified partial one,
 so its presence means it is complete. The manifest records the format and
-version, the codec, the block size, the rows, the source files and the size
-and CRC-32 of every file, and the CRC-32 of its own content
-(`manifest_crc32`), so a store describes and checks itself.
+version, the codec, the block size, the rows, the source files, the size
+and CRC-32 of every file and the CRC-32s of the tables' blocks, and the
+CRC-32 of its own content (`manifest_crc32`), so a store describes and
+checks itself.
 
 Reading a row decodes only its unit: a frame costs a `pread` of a few
 hundred bytes, a CRC-32 and a zstd decompression against the dictionary.
@@ -46,13 +49,13 @@ hundred bytes, a CRC-32 and a zstd decompression against the dictionary.
 from collections.abc import Collection
 from collections.abc import Mapping
 import dataclasses
-import os
 
 import numpy as np
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
 from fixed_replay.sources.dopamine import checkpoints
+from fixed_replay.store import checkpoint_tables
 from fixed_replay.store import frame_units
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import run_dictionary
@@ -104,16 +107,13 @@ class StoredCheckpoint:
 
     Args:
       directory: str, a checkpoint_<suffix> directory.
-      elements: optional names of the arrays to open beyond action, reward
-        and terminal (None: every array); the others are neither opened
-        nor read, so a buffer that does not ask for an extra element never
-        pays for it.
+      elements: optional names of the arrays to offer beyond action,
+        reward and terminal (None: every array).
       manifest: its manifest, where the caller has read it already
         (read_manifest; a set's manifests are read once, to be compared).
 
-    Every file but the units is checked against the manifest's CRC-32 (the
-    units are checked one by one as they are decoded): the per-row files are
-    read where they lie, with no other check.
+    The tables are checked against their blocks' CRC-32s (the units are
+    checked one by one as they are decoded), then read where they lie.
 
     Raises:
       CheckpointError: on a bad manifest or a damaged file, or a store of
@@ -127,31 +127,19 @@ class StoredCheckpoint:
     if elements is not None:
       wanted = set(elements) | set(_ALWAYS_OPENED)
       specs = {name: spec for name, spec in specs.items() if name in wanted}
-    self.frames = frame_units.StoredUnits(self.directory, manifest)
-    try:
-      skip = {spec['file'] for spec in manifest['arrays'].values()}
-      skip -= {spec['file'] for spec in specs.values()}
-      skip.add(manifest['observation']['file'])
-      skip |= self.frames.checked_files
-      manifest_lib.verify_files(self.directory, manifest, skip=skip)
-      self.suffix = manifest['suffix']
-      self.num_rows = manifest['num_rows']
-      self.add_count = manifest['add_count']
-      self.arrays = _StoredArrays(self.directory, specs, self.num_rows)
-      self.invalid_range = self._load(manifest_lib.INVALID_RANGE_FILE).astype(
-        np.int64
-      )
-      self.episode_end_indices = None
-      if manifest['episode_end_indices']:
-        self.episode_end_indices = self._load(manifest['episode_end_indices'])
-    except BaseException:
-      self.frames.close()
-      raise
-
-  def _load(self, name):
-    # Mapped (read-only) where plain: a 1M-row checkpoint's episode ends are
-    # 34 KB, 64 MB of a 40-run mixture's memory if read.
-    return manifest_lib.load_npy(os.path.join(self.directory, name), mmap=True)
+    self.tables = checkpoint_tables.CheckpointTables(self.directory, manifest)
+    self.suffix = manifest['suffix']
+    self.num_rows = manifest['num_rows']
+    self.add_count = manifest['add_count']
+    self.arrays = _StoredArrays(self.tables, specs, self.num_rows)
+    self.invalid_range = self.tables[checkpoint_tables.INVALID_RANGE].astype(
+      np.int64
+    )
+    self.episode_end_indices = None
+    if checkpoint_tables.EPISODE_ENDS in self.tables:
+      self.episode_end_indices = self.tables[checkpoint_tables.EPISODE_ENDS]
+    # Last: it opens the units, which close() closes.
+    self.frames = frame_units.StoredUnits(self.directory, manifest, self.tables)
 
   def valid_rows_mask(
     self, stack_size: int, update_horizon: int
@@ -159,9 +147,8 @@ class StoredCheckpoint:
     """The precomputed valid rows of the whole file as bits, or None.
 
     Returns:
-      uint8 array, one bit a file row (pack_valid_rows), mapped where stored
-      plain, when it was computed for this stack_size and update_horizon,
-      else None.
+      uint8 array, one bit a file row (pack_valid_rows), mapped, when it
+      was computed for this stack_size and update_horizon, else None.
     """
     spec = self.manifest['valid_rows']
     if (spec['stack_size'], spec['update_horizon']) != (
@@ -169,11 +156,12 @@ class StoredCheckpoint:
       update_horizon,
     ):
       return None
-    path = os.path.join(self.directory, spec['file'])
-    mask = manifest_lib.load_npy(path, mmap=True)
+    mask = self.tables[checkpoint_tables.VALID_MASK]
     if mask.shape != (-(-self.num_rows // 8),) or mask.dtype != np.uint8:
       raise CheckpointError(
-        path, f'{mask.shape} {mask.dtype}: not a bit a row of {self.num_rows}'
+        self.tables.path,
+        f'valid_mask: {mask.shape} {mask.dtype}, not a bit a row of '
+        f'{self.num_rows}',
       )
     return mask
 
@@ -237,31 +225,32 @@ class UnheldFrames:
 
 
 class _StoredArrays(Mapping):
-  """A stored checkpoint's small arrays by name, each mapped when asked for.
+  """A stored checkpoint's small arrays by name, read where they lie.
 
   In its element's dtype (the manifest's) by `[name]`, or as stored, in the
   narrowest dtype that holds its values, by `stored`. Nothing is held
   between uses: a buffer copies the rows it samples from.
   """
 
-  def __init__(self, directory, specs, num_rows):
-    self._directory = directory
+  def __init__(self, tables, specs, num_rows):
+    self._tables = tables
     self._specs = specs
     self._num_rows = num_rows
 
   def stored(self, name: str) -> np.ndarray:
     """Array `name` as stored: mapped, maybe narrower."""
-    path = os.path.join(self._directory, self._specs[name]['file'])
-    array = manifest_lib.load_npy(path, mmap=True)
+    array = self._tables[name]
     dtype, row_shape = self.row_type(name)
     if len(array) != self._num_rows or array.shape[1:] != row_shape:
       raise CheckpointError(
-        path,
-        f'{array.shape} {array.dtype}, manifest says {self._num_rows} rows '
-        f'of {row_shape} {dtype}',
+        self._tables.path,
+        f'{name}: {array.shape} {array.dtype}, manifest says '
+        f'{self._num_rows} rows of {row_shape} {dtype}',
       )
     if not np.can_cast(array.dtype, dtype):
-      raise CheckpointError(path, f'{array.dtype} does not hold {dtype}')
+      raise CheckpointError(
+        self._tables.path, f'{name}: {array.dtype} does not hold {dtype}'
+      )
     return array
 
   def __getitem__(self, name: str) -> np.ndarray:
@@ -318,7 +307,9 @@ def verify_checkpoint(
   run_dictionary.load(directory, spec['run_dictionary'])
   if not decode:
     return VerifiedCheckpoint(manifest, spec['frames_crc32'])
-  frames = frame_units.StoredUnits(directory, manifest)
+  frames = frame_units.StoredUnits(
+    directory, manifest, checkpoint_tables.CheckpointTables(directory, manifest)
+  )
   try:
     value = 0
     # Thousands of rows a call: one compiled call each for units (a call a

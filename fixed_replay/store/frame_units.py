@@ -7,9 +7,9 @@ unit one zstd frame (no content size, checksum or dictionary id: those bytes
 repeat in every unit) compressed against the run's trained dictionary
 (`observation.dict` beside the checkpoints: run_dictionary.py). The
 dictionary is what keeps single frames small: Atari screens share their
-background, score digits and sprites. `observation_crc32.npy`, the unit
-sizes and the anchors index and check the units, and every unit is checked
-against its CRC-32 before it is decoded.
+background, score digits and sprites. The unit sizes, anchors and CRC-32s
+among the checkpoint's tables (checkpoint_tables.py) index and check the
+units, and every unit is checked against its CRC-32 before it is decoded.
 
 A batch reads the units it needs with one `pread` per run of consecutive
 units, then checks and decodes each, all in one compiled call outside the
@@ -22,7 +22,7 @@ import numpy as np
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
-from fixed_replay.store import manifest as manifest_lib
+from fixed_replay.store import checkpoint_tables
 from fixed_replay.store import run_dictionary
 from fixed_replay.store import unit_decoding
 
@@ -38,8 +38,16 @@ class StoredUnits:
   with a zstd context per thread, in compiled code (unit_decoding.py).
   """
 
-  def __init__(self, directory, manifest):
-    """Opens the units and checks index and dictionary against the manifest.
+  def __init__(self, directory, manifest, tables):
+    """Opens the units and checks their index against the manifest.
+
+    Args:
+      directory: str, the checkpoint.
+      manifest: dict, its manifest.
+      tables: checkpoint_tables.CheckpointTables, its checked tables (unit
+        sizes, anchors and CRC-32s stay there, mapped: file-backed pages
+        that every process shares and the kernel may drop, not memory of
+        the process's own).
 
     Raises:
       CheckpointError: if the index or the dictionary is damaged.
@@ -54,34 +62,19 @@ class StoredUnits:
     self.dtype = np.dtype(spec['dtype'])
     self.num_blocks = spec['num_blocks']
     self.frame_bytes = npy_stream.row_bytes(self.row_shape, self.dtype)
-    self._files = manifest['files']
-    # The index is checked whole at open, so a damaged one is found before
-    # anything is decoded with it; StoredCheckpoint's check skips its files.
-    # Sizes, anchors and CRCs stay in their files, mapped: file-backed pages
-    # that every process shares and the kernel may drop, not memory of the
-    # process's own (0.2 GB a 50M-row run of CRCs alone).
-    self.checked_files = set()
     self._header = spec['unit_header']
     self.anchor_units = spec['anchor_units']
-    self._sizes = self._load_checked(manifest_lib.SIZES_FILE)
-    anchors = self._load_checked(manifest_lib.ANCHORS_FILE)
+    self._tables_path = tables.path
+    self._sizes = tables[checkpoint_tables.UNIT_SIZES]
     # The compiled decoder reads these through their addresses.
-    self.crcs = np.ascontiguousarray(
-      self._load_checked(manifest_lib.CRC_FILE), np.uint32
+    self.crcs = tables[checkpoint_tables.UNIT_CRC32]
+    self.anchors = self._check_index(
+      tables[checkpoint_tables.UNIT_ANCHORS],
+      manifest['files'][spec['file']]['bytes'],
     )
-    self.anchors = self._check_anchors(anchors)
     # The run's is mapped from the store and shared: no checkpoint's memory.
     self._dictionary = run_dictionary.load(directory, spec['run_dictionary'])
     self._fd = os.open(self.path, os.O_RDONLY)
-
-  def _load_checked(self, name):
-    """The array in file `name`, checked against the manifest, mapped."""
-    path = os.path.join(self.directory, name)
-    manifest_lib.check_file(
-      path, self._files.get(name), f'checkpoint {self.suffix}: '
-    )
-    self.checked_files.add(name)
-    return manifest_lib.load_npy(path, mmap=True)
 
   def block_rows_of(self, block: int) -> tuple[int, int]:
     """File rows [first, end) held by unit `block`."""
@@ -101,30 +94,35 @@ class StoredUnits:
       os.close(self._fd)
       self._fd = None
 
-  def _check_anchors(self, anchors):
+  def _check_index(self, anchors, units_bytes):
     """Raises unless sizes, anchors and CRCs index the units file whole.
 
-    Their files' CRC-32s are checked; what is left is that they agree.
+    Their bytes are checked against their blocks' CRC-32s; what is left is
+    that they agree.
     """
     every, sizes = self.anchor_units, self._sizes
-    path = os.path.join(self.directory, manifest_lib.ANCHORS_FILE)
     last = (len(sizes) - 1) // every * every
-    units_bytes = self._files[os.path.basename(self.path)]['bytes']
     problem = None
     if len(sizes) != self.num_blocks or len(self.crcs) != self.num_blocks:
       problem = (
         f'{len(sizes)} unit sizes and {len(self.crcs)} checksums, manifest '
         f'says {self.num_blocks} units'
       )
-    elif sizes.dtype not in _SIZE_DTYPES or anchors.dtype != np.int64:
+    elif (
+      sizes.dtype not in _SIZE_DTYPES
+      or anchors.dtype != np.int64
+      or self.crcs.dtype != np.uint32
+    ):
       problem = f'sizes of {sizes.dtype}, anchors of {anchors.dtype}'
     elif len(anchors) != -(-len(sizes) // every) or anchors[:1].any():
       problem = f'{len(anchors)} anchors for {len(sizes)} units of {every}'
     elif anchors[-1] + int(sizes[last:].sum()) != units_bytes:
       problem = "the units' sizes do not add up to the units file"
     if problem:
-      raise CheckpointError(path, f'checkpoint {self.suffix}: {problem}')
-    return np.ascontiguousarray(anchors)
+      raise CheckpointError(
+        self._tables_path, f'checkpoint {self.suffix}: {problem}'
+      )
+    return anchors
 
   def unit_spans(self, units) -> tuple[np.ndarray, np.ndarray]:
     """(starts, ends): where `units` lie in the units file, int64 arrays."""

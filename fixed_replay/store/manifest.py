@@ -6,12 +6,13 @@ complete `.checkpoint_<suffix>.partial-<pid>/` one. Its manifest.json records
 the format and version, the codec, the block size, the rows, the source
 files, the size and CRC-32 of every file, and the CRC-32 of its own content.
 
-This is format version 5: every file plain, so that a reader maps its
-per-row tables where they lie, each in the narrowest dtype that holds its
-values exactly, with the byte offset of every ANCHOR_UNITS-th unit
-(`ANCHORS_FILE`), so that a unit is found from mapped sizes alone.
-Versions 1-4 are read only to be upgraded (convert/legacy_store.py): a
-reader asked to sample one says the command that rewrites it.
+This is format version 6: beside the manifest, a checkpoint holds its
+frames as units (`UNITS_FILE`) and every other array in one file of tables
+(checkpoint_tables.py), each per-row table in the narrowest dtype that holds
+its values exactly, with the byte offset of every ANCHOR_UNITS-th unit, so
+that a unit is found from mapped sizes alone. Versions 1-5 are read only to
+be upgraded (convert/legacy_store.py): a reader asked to sample one says the
+command that rewrites it.
 """
 
 from collections.abc import Collection
@@ -23,31 +24,23 @@ import numpy as np
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import gzip_stream
-from fixed_replay.io import mapped
 from fixed_replay.sources.dopamine import checkpoints
 
 # The format name manifests carry (the module's path when the format was
 # made; kept, as every written store holds it).
 FORMAT = 'fixed_replay.store.compact_store'
 # The format version written and sampled.
-VERSION = 5
+VERSION = 6
 # Versions an earlier fixed_replay wrote, read only to be upgraded.
-LEGACY_VERSIONS = (1, 2, 3, 4)
+LEGACY_VERSIONS = (1, 2, 3, 4, 5)
 # Every version a manifest is read in where nothing is sampled.
 ALL_VERSIONS = (*LEGACY_VERSIONS, VERSION)
 MANIFEST = 'manifest.json'
 UNITS_FILE = 'observation.units'
 RUN_DICTIONARY_FILE = 'observation.dict'  # The run's, beside its checkpoints.
-SIZES_FILE = 'observation_sizes.npy'  # Each unit's bytes.
-# The int64 byte offset of units 0, ANCHOR_UNITS, 2 * ANCHOR_UNITS...
-ANCHORS_FILE = 'observation_anchors.npy'
 # A unit's offset is its anchor's plus at most ANCHOR_UNITS - 1 sizes: 0.125
 # bytes a row of anchors, and a few dozen byte-wide additions a unit read.
 ANCHOR_UNITS = 64
-CRC_FILE = 'observation_crc32.npy'
-VALID_MASK_FILE = 'valid_mask.npy'
-INVALID_RANGE_FILE = 'invalid_range.npy'
-EPISODE_ENDS_FILE = 'episode_end_indices.npy'
 _CHECKPOINT_DIR = re.compile(r'^checkpoint_(?P<suffix>\d+)$')
 _PARTIAL_DIR = re.compile(r'^\.checkpoint_(?P<suffix>\d+)\.partial-\d+$')
 _VERIFY_READ_BYTES = 16 << 20
@@ -84,22 +77,6 @@ _crc32 = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND].crc32
 def crc32(data: bytes | memoryview | np.ndarray, value: int = 0) -> int:
   """CRC-32 of a buffer (zlib's polynomial), optionally continuing `value`."""
   return _crc32(memoryview(data).cast('B'), value)
-
-
-def load_npy(path: str, mmap: bool = False) -> np.ndarray:
-  """A stored .npy array, memory-mapped if asked.
-
-  Raises:
-    CheckpointError: if it is not a readable array.
-  """
-  try:
-    if mmap:
-      return mapped.map_npy(path)
-    return np.load(path, allow_pickle=False)
-  except mapped.LimitError:
-    raise  # The system's limit, not the file: its own message says which.
-  except (OSError, ValueError, EOFError) as error:
-    raise CheckpointError(path, f'unreadable array: {error}') from error
 
 
 def checkpoint_dirname(suffix: int) -> str:
@@ -148,14 +125,20 @@ _OBSERVATION_FIELDS_FROM = {
   4: {'run_dictionary': dict},
   5: {'anchor_units': int},
 }
+_TABLES_FIELDS = {
+  'file': str,
+  'block_bytes': int,
+  'block_crc32': str,
+  'layout': dict,
+}
 
 
 def _check_manifest(path: str, manifest):
   """Checks the manifest's own CRC-32 and the types of its entries."""
   version = manifest['version']
-  # Versions 1-4 may lack it; version 5 requires it, so that a flipped bit
+  # Versions 1-4 may lack it; later ones require it, so that a flipped bit
   # in its name does not pass for an older store.
-  if version == VERSION or MANIFEST_CRC_KEY in manifest:
+  if version >= 5 or MANIFEST_CRC_KEY in manifest:
     expected = manifest.pop(MANIFEST_CRC_KEY, None)
     actual = crc32(_manifest_text(manifest).encode())
     if actual != expected:
@@ -181,6 +164,11 @@ def _check_manifest(path: str, manifest):
     )
   if observation.get('anchor_units', 1) < 1:
     raise CheckpointError(path, 'damaged manifest: observation.anchor_units')
+  if version >= 6:
+    _check_fields(path, manifest, {'tables': dict}, '')
+    _check_fields(path, manifest['tables'], _TABLES_FIELDS, 'tables.')
+    if manifest['tables']['block_bytes'] < 1:
+      raise CheckpointError(path, 'damaged manifest: tables.block_bytes')
   if GAME_KEY in manifest:  # Optional: the game, where the source named it.
     _check_fields(path, manifest, {GAME_KEY: str}, '')
 
