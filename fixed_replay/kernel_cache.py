@@ -21,7 +21,11 @@ from numba.core import caching
 
 _PACKAGE = pathlib.Path(__file__).resolve().parent
 # The modules whose kernels numba caches, relative to the package.
-KERNEL_FILES = ('replay/batch_kernels.py', 'store/unit_decoding.py')
+KERNEL_FILES = (
+  'replay/batch_kernels.py',
+  'replay/block_checks.py',
+  'store/unit_decoding.py',
+)
 _PATHS = [_PACKAGE / name for name in KERNEL_FILES]
 _STAMP = hashlib.sha256(b''.join(p.read_bytes() for p in _PATHS)).hexdigest()
 _numba_stamp = caching._SourceFileBackedLocatorMixin.get_source_stamp  # noqa: SLF001

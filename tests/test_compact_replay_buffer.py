@@ -656,33 +656,71 @@ def _mapped_pages(directory):
   return found
 
 
-def test_a_mapped_table_is_in_the_page_table_at_once(
-  store, tmp_path, monkeypatch
-):
-  """A file mapped for its rows (mapped.map_file: every table of a store)
-  is entered in the page table when mapped, from the page cache its CRC-32
-  check filled: sampling takes no minor fault on it (a 40-run mixture took
-  one on most transitions). A buffer's maps of its store are whole too."""
+def test_tables_in_the_page_cache_are_in_the_page_table_at_once(store):
+  """A store whose tables are in the page cache is checked whole when it
+  opens, through its maps: their pages enter the page table then, and
+  sampling takes no minor fault on them (a 40-run mixture took one on most
+  transitions)."""
   from fixed_replay import batches
 
-  table = tmp_path / 'tables'
-  table.write_bytes(np.arange(1 << 18, dtype=np.int32).tobytes())  # 1 MiB.
-  table.read_bytes()  # In the page cache, as a checked table is.
-  rows = mapped.map_file(str(table)).view(np.int32)
-  assert _mapped_pages(tmp_path) == {str(table): (1024, 1024)}
-  assert rows[-1] == (1 << 18) - 1
-  # Past the process's cap (half the machine's memory), maps are plain.
-  monkeypatch.setattr(
-    mapped, '_POPULATED_AT_MOST', mapped._populated['bytes'] + (1 << 20)
-  )
-  other = tmp_path / 'other'
-  other.write_bytes(table.read_bytes() * 2)
-  more = mapped.map_file(str(other))
-  assert _mapped_pages(tmp_path)[str(other)][1] < 2048
-  del rows, more  # Unmapped: their bytes leave the count.
   buffer = batches.open_buffer(str(store), {'sampling_threads': 0})
   tables = _mapped_pages(store)
   assert {os.path.basename(p) for p in tables} == {'tables', 'observation.dict'}
   for path, (size, resident) in tables.items():
     assert resident == size, (path, size, resident)
   buffer.close()
+
+
+def _drop_from_page_cache(path):
+  """Writes a file's pages back and drops them: the next read is from
+  disk, as for a store larger than RAM."""
+  descriptor = os.open(path, os.O_RDONLY)
+  try:
+    os.fsync(descriptor)
+    os.posix_fadvise(descriptor, 0, 0, os.POSIX_FADV_DONTNEED)
+  finally:
+    os.close(descriptor)
+  assert not mapped.in_page_cache(mapped.map_file(str(path))), path
+
+
+def test_a_store_on_disk_checks_each_block_when_a_batch_reads_it(
+  store, oracles, tmp_path
+):
+  """Opened out of the page cache, a store reads no table but what opening
+  uses (the valid-row mask, the ends of the unit index), and checks each
+  block of its tables the first time a batch reads it: a damaged block
+  is named by the batch that reads it, and batches that do not read it
+  are Dopamine's transitions."""
+  cold = tmp_path / 'store'
+  shutil.copytree(store, cold)
+  damaged = cold / 'checkpoint_3' / checkpoint_tables.FILE
+  layout = manifest_lib.read_manifest(damaged.parent)['tables']['layout']
+  with open(damaged, 'r+b') as stream:
+    stream.seek(layout['reward']['offset'] + 500)
+    byte = stream.read(1)
+    stream.seek(-1, os.SEEK_CUR)
+    stream.write(bytes([byte[0] ^ 0x10]))
+  for suffix in (0, 1, 3, 7):
+    _drop_from_page_cache(
+      cold / f'checkpoint_{suffix}' / checkpoint_tables.FILE
+    )
+  buffer = _buffer(cold, prefetch=False)
+  try:
+    for stored in buffer.source._stored:  # Tables no batch read yet.
+      tables = stored.tables
+      for name in ('action', 'reward', 'terminal', 'unit_crc32'):
+        block = tables.region(name)[0] // tables.block_bytes
+        assert not tables.checked[block], (stored.suffix, name)
+    table = buffer.source.table
+    sound = np.asarray(table.valid_rows[table.position_of(1)])[::9]
+    batch = buffer.sample_transition_batch(indices=sound, suffixes=1)
+    assert_equals_oracle(as_dict(buffer, batch), oracles)
+    row = int(np.asarray(table.valid_rows[table.position_of(3)])[100])
+    with pytest.raises(
+      CheckpointError,
+      match=r'checkpoint 3: block \d+ .*table reward\) is damaged',
+    ) as raised:
+      buffer.sample_transition_batch(indices=[row], suffixes=3)
+    assert raised.value.path == str(damaged)
+  finally:
+    buffer.close()

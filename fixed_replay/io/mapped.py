@@ -42,36 +42,8 @@ _SPARE = 64
 # Maps short of vm.max_map_count at which a failed mmap is the limit's
 # doing: the C library and numpy take a few of their own meanwhile.
 _MAPS_SPARE = 64
-# The tables mapped here are read whole when opened (their CRC-32), so their
-# pages are in memory then: MAP_POPULATE has the kernel enter them in the
-# process's page table at once, from the cache, instead of one minor fault at
-# a time while sampling (a 40-run mixture spreads its reads over 2,000
-# checkpoints' pages, and faulted on most transitions). Only up to half the
-# machine's memory a process: beyond, the first tables checked may have left
-# the cache by the time they are mapped, and populating would read them again.
-_POPULATE = getattr(mmap, 'MAP_POPULATE', 0)
-_POPULATED_AT_MOST = (
-  os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2
-)
-_populated = {'bytes': 0, 'pid': os.getpid()}  # This process's, so far.
-
-
-def _populate(size: int) -> int:
-  """The flag that populates a map of `size` bytes, while under the cap."""
-  if _populated['pid'] != os.getpid():  # A forked child's page table is new.
-    _populated.update(bytes=0, pid=os.getpid())
-  if _populated['bytes'] + size > _POPULATED_AT_MOST:
-    return 0
-  _populated['bytes'] += size
-  return _POPULATE
-
-
-def _unmap(address: int | None, size: int, populated: int) -> None:
-  """Unmaps a map of map_descriptor (None: none was made), and counts it."""
-  if address is not None:
-    _LIBC.munmap(address, size)
-  if populated and _populated['pid'] == os.getpid():
-    _populated['bytes'] -= size
+_LIBC.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+_LIBC.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 
 
 class LimitError(OSError):
@@ -113,18 +85,39 @@ def map_descriptor(descriptor: int, name: str) -> np.ndarray:
   if not size:  # mmap refuses an empty file.
     array = np.zeros(0, np.uint8)
   else:
-    populate = _populate(size)
     address = _LIBC.mmap(
-      None, size, mmap.PROT_READ, mmap.MAP_SHARED | populate, descriptor, 0
+      None, size, mmap.PROT_READ, mmap.MAP_SHARED, descriptor, 0
     )
     if address in (None, _MAP_FAILED):
-      _unmap(None, size, populate)
       raise _limit_error(ctypes.get_errno(), name)
     memory = (ctypes.c_ubyte * size).from_address(address)
-    weakref.finalize(memory, _unmap, address, size, populate)
+    weakref.finalize(memory, _LIBC.munmap, address, size)
     array = np.frombuffer(memory, np.uint8)
   array.flags.writeable = False
   return array
+
+
+def in_page_cache(array: np.ndarray) -> bool:
+  """Whether every page of a map_file array is in the page cache: reading
+  it costs no read from disk (mincore; False where it fails)."""
+  if not array.size:
+    return True
+  pages = -(-array.size // mmap.PAGESIZE)
+  vector = np.zeros(pages, np.uint8)
+  if _LIBC.mincore(array.ctypes.data, array.size, vector.ctypes.data):
+    return False
+  return bool((vector & 1).all())
+
+
+def advise(
+  array: np.ndarray, advice: int, start: int = 0, length: int | None = None
+) -> None:
+  """madvise(`advice`, e.g. mmap.MADV_RANDOM) on bytes [start, start +
+  length) of a map_file array (default: all of it); a hint, never fails."""
+  first = start - start % mmap.PAGESIZE
+  end = array.size if length is None else min(start + length, array.size)
+  if end > first:
+    _LIBC.madvise(array.ctypes.data + first, end - first, advice)
 
 
 def map_file(path: str) -> np.ndarray:

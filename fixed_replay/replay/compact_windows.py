@@ -18,6 +18,7 @@ from fixed_replay.errors import CheckpointError
 from fixed_replay.io import mapped
 from fixed_replay.io import npy_stream
 from fixed_replay.io import spill
+from fixed_replay.replay import block_checks
 from fixed_replay.replay import checkpoint_loading
 from fixed_replay.replay import frame_sources
 from fixed_replay.replay import replay_shard
@@ -162,10 +163,12 @@ def open_store(
 
 
 def _window_arrays(stored, windows, names):
-  """Each window's small arrays: views of the store's files, mapped."""
+  """Each window's small arrays: views of the store's files, mapped, their
+  blocks checked as batches read them (block_checks.BatchChecks) or whole
+  (_valid_rows)."""
   return [
     {
-      name: checkpoint.arrays.stored(name)[start : start + count]
+      name: checkpoint.arrays.unchecked(name)[start : start + count]
       for name in names
     }
     for checkpoint, (start, count) in zip(stored, windows, strict=True)
@@ -236,7 +239,9 @@ def open_windows(
       stored, windows, arrays, strict=True
     )
   ]
-  valid = [_valid_rows(c, w, s) for c, w in zip(stored, views, strict=True)]
+  valid = [
+    _valid_rows(c, w, s, names) for c, w in zip(stored, views, strict=True)
+  ]
   table = valid_rows.ValidRowTable.concatenate(
     [c.suffix for c in stored], valid, dtype=np.int32
   )
@@ -271,18 +276,29 @@ def open_windows(
     progress.format_bytes(fixed),
     progress.format_bytes(budget),
   )
-  return frame_sources.BlockFrames(stored, shards, table, assembler, fixed)
+  checks = block_checks.BatchChecks(
+    stored, names, s.stack_size + s.update_horizon
+  )
+  return frame_sources.BlockFrames(
+    stored, shards, table, assembler, checks, fixed + checks.nbytes
+  )
 
 
-def _valid_rows(stored, window, s):
+def _valid_rows(stored, window, s, names):
   """The window's valid rows: the store's mask for a whole file, as it lies
-  (valid_rows.MaskedRows), unless episodes are subsampled."""
+  (valid_rows.MaskedRows), unless episodes are subsampled. Computed from
+  the window's rows, those are checked whole first (`names`)."""
   stack_size, horizon = s.stack_size, s.update_horizon
   rows = None
   if (window.start, window.num_rows) == (0, stored.num_rows):
     mask = stored.valid_rows_mask(stack_size, horizon)
     if mask is not None:
       rows = valid_rows.MaskedRows(mask, stored.num_rows)
+  if rows is None or s.subsample in subsample_lib.EPISODE_METHODS:
+    for name in names:
+      stored.tables.check_range(
+        name, window.start, window.start + window.num_rows
+      )
   if rows is None:
     rows = validity.window_valid_rows(window, stack_size, horizon)
   if s.subsample in subsample_lib.EPISODE_METHODS:

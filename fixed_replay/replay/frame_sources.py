@@ -155,7 +155,7 @@ def _gather(frames, rows, batch, destinations):
 class BlockFrames:
   """Windows of a compact store, their units decoded for each batch."""
 
-  def __init__(self, stored, shards, table, assembler, fixed_bytes):
+  def __init__(self, stored, shards, table, assembler, checks, fixed_bytes):
     """Keeps the parts (see compact_windows.open_windows).
 
     Args:
@@ -165,6 +165,8 @@ class BlockFrames:
       table: valid_rows.ValidRowTable of the windows.
       assembler: transitions.TransitionAssembler over the small arrays of every
         window end to end.
+      checks: block_checks.BatchChecks of the windows' tables: every batch's
+        blocks are checked before it reads them.
       fixed_bytes: int, bytes held (tables, indexes, the ready batches of
         the budget).
     """
@@ -172,6 +174,7 @@ class BlockFrames:
     self._shards = shards
     self.table = table
     self._assembler = assembler
+    self._checks = checks
     self.nbytes = fixed_bytes
     self._block_rows = stored[0].frames.block_rows
     self._key_stride = max(s.frames.num_blocks for s in stored) + 1
@@ -193,6 +196,7 @@ class BlockFrames:
     return sum(s.window.num_rows for s in self._shards)
 
   def shard(self, position):
+    self._checks.check_window(position)  # Its reader may read any row.
     return self._shards[position]
 
   def check(self, which, rows):
@@ -202,6 +206,7 @@ class BlockFrames:
     which = np.asarray(which, dtype=np.int64)
     rows = np.asarray(rows, dtype=np.int64)
     destinations = np.asarray(destinations, dtype=np.int64)
+    self._checks.check(which, rows)
     if self._compiled:
       self._write_units(batch, which, rows, destinations)
     else:
@@ -286,6 +291,7 @@ class BlockFrames:
 
   def read_frames(self, which, rows):
     """Decodes the distinct units holding the frames."""
+    self._checks.check(which, rows)
     keys = which * self._key_stride + rows // self._block_rows
     unique, inverse = np.unique(keys, return_inverse=True)
     first = self._stored[0].frames

@@ -11,11 +11,13 @@ take none (they are read with `pread`).
 
 The file is checked in BLOCK_BYTES blocks against CRC-32s the manifest holds
 (`block_crc32`: base64 of little-endian uint32s, covered by the manifest's
-own CRC-32), so that a reader may check only the blocks it reads. Aligned
-tables share no block, and a damaged block is named with its table.
+own CRC-32), so that a reader checks only the blocks it reads: opening 500
+checkpoints from disk then reads their manifests, not 4 GB of tables.
+Aligned tables share no block, and a damaged block is named with its table.
 """
 
 import base64
+import mmap
 import os
 
 import numpy as np
@@ -81,58 +83,118 @@ def pack(tables: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
 class CheckpointTables:
   """The tables of one stored checkpoint, mapped once, read where they lie.
 
-  `tables[name]` is a read-only view of a table in its stored dtype.
+  `tables[name]` is a read-only view of a whole table in its stored dtype,
+  its blocks checked; `unchecked(name)` the same view for a reader that
+  checks the blocks it reads first (`check_blocks`, `check_range`: a
+  sampler's, replay/block_checks.py). Opened from the page cache, every
+  block is checked at once: that costs memory reads alone and enters the
+  file in the page table, so sampling takes no fault on it. Opened from
+  disk, a block is read and checked when first used: opening reads no
+  table, and sampling only the pages its transitions use.
   """
 
   def __init__(self, directory: str, manifest: dict) -> None:
-    """Maps the tables file and checks every block against its CRC-32.
+    """Maps the tables file; checks it whole if it is in the page cache.
 
     Raises:
       CheckpointError: if the file is missing, of another size than the
-        manifest's, or a block differs from its CRC-32 (naming its table).
+        manifest's, or (in the page cache) a block differs from its
+        CRC-32, naming its table.
     """
     spec = manifest['tables']
     self.path = os.path.join(directory, spec['file'])
     self._suffix = manifest['suffix']
     self._layout = spec['layout']
-    self._block_bytes = spec['block_bytes']
-    self._crcs = np.frombuffer(base64.b64decode(spec['block_crc32']), '<u4')
+    self.block_bytes = spec['block_bytes']
+    # Each block's CRC-32, as the manifest gives them.
+    self.crcs = np.frombuffer(base64.b64decode(spec['block_crc32']), '<u4')
     try:
       self._data = mapped.map_file(self.path)
     except FileNotFoundError as error:
       raise CheckpointError(self.path, 'missing: the tables') from error
     expected = manifest['files'][spec['file']]['bytes']
-    blocks = -(-len(self._data) // self._block_bytes)
-    if len(self._data) != expected or blocks != len(self._crcs):
+    self.num_blocks = -(-len(self._data) // self.block_bytes)
+    if len(self._data) != expected or self.num_blocks != len(self.crcs):
       raise CheckpointError(
         self.path,
         f'checkpoint {self._suffix}: {len(self._data)} bytes, manifest says '
-        f'{expected} in {len(self._crcs)} blocks of {self._block_bytes}',
+        f'{expected} in {len(self.crcs)} blocks of {self.block_bytes}',
       )
+    self.address = self._data.ctypes.data  # Of the map, for compiled checks.
     for name in self._layout:
-      self[name]  # Raises for a table that is not inside the file.
-    self._check_blocks()
+      self.unchecked(name)  # Raises for a table that is not inside the file.
+    # Which blocks are checked (a sampler's checks start from these).
+    self.checked = np.zeros(self.num_blocks, np.bool_)
+    if mapped.in_page_cache(self._data):
+      self.check_blocks(np.arange(self.num_blocks))
+    else:
+      # A fault reads its page alone: Linux's read-around (8 MB here) would
+      # read most of the file for each page a batch reads.
+      mapped.advise(self._data, mmap.MADV_RANDOM)
 
-  def _check_blocks(self) -> None:
-    actual = unit_decoding.block_crc32s(self._data, self._block_bytes)
-    bad = np.flatnonzero(actual != self._crcs)
-    if not len(bad):
+  def check_blocks(self, blocks: np.ndarray) -> None:
+    """Checks those of `blocks` not checked before against their CRC-32s.
+
+    Raises:
+      CheckpointError: naming the first damaged block and its table.
+    """
+    blocks = np.asarray(blocks, np.int64)
+    blocks = blocks[~self.checked[blocks]]
+    if not len(blocks):
       return
-    block = int(bad[0])
-    start = block * self._block_bytes
+    actual = unit_decoding.block_crc32s(self._data, self.block_bytes, blocks)
+    bad = np.flatnonzero(actual != self.crcs[blocks])
+    if len(bad):
+      self.raise_damaged(int(blocks[bad[0]]), int(actual[bad[0]]))
+    self.checked[blocks] = True
+
+  def raise_damaged(self, block: int, actual: int) -> None:
+    """Raises the CheckpointError of `block`, whose CRC-32 is `actual`."""
+    start = block * self.block_bytes
     held = [n for n, t in self._layout.items() if t['offset'] <= start]
     table = max(held, key=lambda n: self._layout[n]['offset'], default='')
     raise CheckpointError(
       self.path,
       f'checkpoint {self._suffix}: block {block} (bytes {start}-'
-      f'{start + self._block_bytes - 1}, table {table}) is damaged: CRC-32 '
-      f'{actual[block]:#010x}, manifest says {self._crcs[block]:#010x}',
+      f'{start + self.block_bytes - 1}, table {table}) is damaged: CRC-32 '
+      f'{actual:#010x}, manifest says {self.crcs[block]:#010x}',
     )
+
+  def region(self, name: str) -> tuple[int, int]:
+    """(offset in the file, bytes an element along the first axis) of
+    table `name`."""
+    entry = self._layout[name]
+    row = np.prod(entry['shape'][1:], dtype=np.int64)
+    return entry['offset'], int(row) * np.dtype(entry['dtype']).itemsize
+
+  def check_range(self, name: str, start: int, stop: int) -> None:
+    """Checks the blocks holding elements [start, stop) of table `name`."""
+    shape = self._layout[name]['shape']
+    start, stop = max(start, 0), min(stop, shape[0] if shape else 1)
+    if stop <= start:
+      return
+    offset, size = self.region(name)
+    first = (offset + start * size) // self.block_bytes
+    last = (offset + stop * size - 1) // self.block_bytes
+    if last > first and not self.checked[first : last + 1].all():
+      # Read together, not a page a fault (see __init__).
+      mapped.advise(
+        self._data,
+        mmap.MADV_WILLNEED,
+        first * self.block_bytes,
+        (last + 1 - first) * self.block_bytes,
+      )
+    self.check_blocks(np.arange(first, last + 1))
 
   def __contains__(self, name: str) -> bool:
     return name in self._layout
 
   def __getitem__(self, name: str) -> np.ndarray:
+    self.check_range(name, 0, self.num_blocks * self.block_bytes)
+    return self.unchecked(name)
+
+  def unchecked(self, name: str) -> np.ndarray:
+    """Table `name`, its blocks not checked here (see the class)."""
     entry = self._layout[name]
     dtype, shape = np.dtype(entry['dtype']), tuple(entry['shape'])
     count = int(np.prod(shape, dtype=np.int64))

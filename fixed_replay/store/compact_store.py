@@ -238,8 +238,14 @@ class _StoredArrays(Mapping):
     self._num_rows = num_rows
 
   def stored(self, name: str) -> np.ndarray:
-    """Array `name` as stored: mapped, maybe narrower."""
-    array = self._tables[name]
+    """Array `name` as stored: mapped, maybe narrower, its blocks checked."""
+    self._tables.check_range(name, 0, self._num_rows)
+    return self.unchecked(name)
+
+  def unchecked(self, name: str) -> np.ndarray:
+    """`stored(name)` for a reader that checks the blocks it reads first
+    (checkpoint_tables.CheckpointTables)."""
+    array = self._tables.unchecked(name)
     dtype, row_shape = self.row_type(name)
     if len(array) != self._num_rows or array.shape[1:] != row_shape:
       raise CheckpointError(

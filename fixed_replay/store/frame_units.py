@@ -64,12 +64,14 @@ class StoredUnits:
     self.frame_bytes = npy_stream.row_bytes(self.row_shape, self.dtype)
     self._header = spec['unit_header']
     self.anchor_units = spec['anchor_units']
-    self._tables_path = tables.path
-    self._sizes = tables[checkpoint_tables.UNIT_SIZES]
-    # The compiled decoder reads these through their addresses.
-    self.crcs = tables[checkpoint_tables.UNIT_CRC32]
+    self.tables = tables
+    # Their blocks are checked as they are read (`check_index`, or a
+    # sampler's checks: replay/block_checks.py); the compiled decoder reads
+    # them through their addresses.
+    self._sizes = tables.unchecked(checkpoint_tables.UNIT_SIZES)
+    self.crcs = tables.unchecked(checkpoint_tables.UNIT_CRC32)
     self.anchors = self._check_index(
-      tables[checkpoint_tables.UNIT_ANCHORS],
+      tables.unchecked(checkpoint_tables.UNIT_ANCHORS),
       manifest['files'][spec['file']]['bytes'],
     )
     # The run's is mapped from the store and shared: no checkpoint's memory.
@@ -102,6 +104,12 @@ class StoredUnits:
     """
     every, sizes = self.anchor_units, self._sizes
     last = (len(sizes) - 1) // every * every
+    # What is read here: the first and last anchors, the last sizes.
+    self.tables.check_range(checkpoint_tables.UNIT_ANCHORS, 0, 1)
+    self.tables.check_range(
+      checkpoint_tables.UNIT_ANCHORS, len(anchors) - 1, len(anchors)
+    )
+    self.tables.check_range(checkpoint_tables.UNIT_SIZES, last, len(sizes))
     problem = None
     if len(sizes) != self.num_blocks or len(self.crcs) != self.num_blocks:
       problem = (
@@ -120,7 +128,7 @@ class StoredUnits:
       problem = "the units' sizes do not add up to the units file"
     if problem:
       raise CheckpointError(
-        self._tables_path, f'checkpoint {self.suffix}: {problem}'
+        self.tables.path, f'checkpoint {self.suffix}: {problem}'
       )
     return anchors
 
@@ -159,6 +167,16 @@ class StoredUnits:
     row[unit_decoding.SIZE_BYTES] = self._sizes.dtype.itemsize
     row[unit_decoding.ANCHOR_UNITS] = self.anchor_units
     return row
+
+  def check_index(self) -> None:
+    """Checks every block of the unit index (once): what decoding any unit
+    reads, for a reader that does not check a batch's blocks."""
+    for name in (
+      checkpoint_tables.UNIT_SIZES,
+      checkpoint_tables.UNIT_ANCHORS,
+      checkpoint_tables.UNIT_CRC32,
+    ):
+      self.tables.check_range(name, 0, self.num_blocks)
 
   def _read_units(self, units):
     """Raises the error of a short read of the run of sorted `units`."""
@@ -214,6 +232,7 @@ class StoredUnits:
     those frames), into `out` when given.
     """
     rows = np.asarray(rows, dtype=np.int64)
+    self.check_index()
     if out is None:
       out = np.empty((len(rows),) + self.row_shape, self.dtype)
     if not len(rows):

@@ -73,15 +73,17 @@ _zstd.ZSTD_getErrorName.restype = ctypes.c_char_p
 _zstd.ZSTD_getErrorName.argtypes = [ctypes.c_size_t]
 _crc = _load_library('isal.isal_zlib', 'crc32_gzip_refl')
 _libc = ctypes.CDLL(None)
-# The kernel's first argument: where its C functions are. Without the last
-# (FUNCTIONS[:READ_AHEAD]), it reads a batch one run at a time.
+# The kernels' first argument: where their C functions are. Without the
+# last two (FUNCTIONS[:READ_AHEAD]), they read one run or block at a time.
 READ_AHEAD = 3
+MADVISE = 4
 FUNCTIONS = np.array(
   [
     _address(_zstd.ZSTD_decompress_usingDDict),
     _address(_crc.crc32_gzip_refl),
     _address(_libc.pread),
     _address(_libc.posix_fadvise),
+    _address(_libc.madvise),
   ],
   dtype=np.int64,
 )
@@ -151,6 +153,16 @@ _WILLNEED = 3  # POSIX_FADV_WILLNEED
 @intrinsic
 def _call_fadvise(typingctx, function, fd, offset, length, advice):
   return _c_call(_fadvise_type)(typingctx, function, fd, offset, length, advice)
+
+
+# int madvise(void *address, size_t length, int advice).
+_madvise_type = ir.FunctionType(_I32, [_I64, _I64, _I32])
+_MADV_WILLNEED = 3
+
+
+@intrinsic
+def _call_madvise(typingctx, function, address, length, advice):
+  return _c_call(_madvise_type)(typingctx, function, address, length, advice)
 
 
 def loader(value_type):
@@ -438,19 +450,22 @@ def decode(table, which, units, out, slots=None):
 
 
 @numba.njit(nogil=True, cache=True)
-def _block_crcs(functions, address, size, block_bytes, out):
-  for block in range(len(out)):
-    start = block * block_bytes
+def _block_crcs(functions, address, size, block_bytes, blocks, out):
+  for k in range(len(blocks)):
+    start = blocks[k] * block_bytes
     length = min(block_bytes, size - start)
-    out[block] = _call_crc(functions[1], 0, address + start, length)
+    out[k] = _call_crc(functions[1], 0, address + start, length)
 
 
-def block_crc32s(data: np.ndarray, block_bytes: int) -> np.ndarray:
-  """The CRC-32 of each `block_bytes` of `data` (the last may be shorter).
+def block_crc32s(
+  data: np.ndarray, block_bytes: int, blocks: np.ndarray | None = None
+) -> np.ndarray:
+  """The CRC-32 of `block_bytes` blocks of `data` (the last may be shorter).
 
   Args:
     data: C-contiguous uint8 array.
     block_bytes: int.
+    blocks: optional int64 array of block numbers (default: every block).
 
   Returns:
     uint32 array, one a block: ISA-L's CRC-32 in compiled code, outside the
@@ -458,7 +473,57 @@ def block_crc32s(data: np.ndarray, block_bytes: int) -> np.ndarray:
   """
   if data.dtype != np.uint8 or not data.flags.c_contiguous:
     raise ValueError('`data` must be a C-contiguous uint8 array')
-  out = np.empty(-(-data.size // block_bytes), np.uint32)
-  if data.size:
-    _block_crcs(FUNCTIONS, data.ctypes.data, data.size, block_bytes, out)
+  count = -(-data.size // block_bytes)
+  if blocks is None:
+    blocks = np.arange(count)
+  blocks = np.ascontiguousarray(blocks, np.int64)
+  if blocks.size and (blocks.min() < 0 or blocks.max() >= count):
+    raise IndexError(f'blocks outside the {count} of `data`')
+  out = np.empty(len(blocks), np.uint32)
+  if blocks.size:
+    _block_crcs(
+      FUNCTIONS, data.ctypes.data, data.size, block_bytes, blocks, out
+    )
   return out
+
+
+@numba.njit(nogil=True, cache=True)
+def check_blocks(
+  functions, addresses, sizes, base, block_bytes, keys, expected, checked
+):
+  """Checks blocks of several mapped files against their CRC-32s.
+
+  Key k names block keys[k] - base[p] of file p (the last p with base[p] <=
+  keys[k]), mapped at addresses[p], sizes[p] bytes; expected[key] is its
+  CRC-32, and checked[key] is set once it matches. Every block's read is
+  asked for (madvise(WILLNEED)) before the first is checked.
+
+  Returns:
+    (-1, 0), or (k, CRC-32) of the first key whose block differs.
+  """
+  owners = np.empty(len(keys), np.int64)
+  for k in range(len(keys)):
+    low, high = 0, len(base) - 1
+    while low < high:  # The last file whose blocks begin at or before it.
+      middle = (low + high + 1) // 2
+      if base[middle] <= keys[k]:
+        low = middle
+      else:
+        high = middle - 1
+    owners[k] = low
+  if functions.size > MADVISE:
+    for k in range(len(keys)):
+      p = owners[k]
+      start = (keys[k] - base[p]) * block_bytes
+      _call_madvise(
+        functions[MADVISE], addresses[p] + start, block_bytes, _MADV_WILLNEED
+      )
+  for k in range(len(keys)):
+    p = owners[k]
+    start = (keys[k] - base[p]) * block_bytes
+    length = min(block_bytes, sizes[p] - start)
+    crc = _call_crc(functions[1], 0, addresses[p] + start, length)
+    if crc != expected[keys[k]]:
+      return k, crc
+    checked[keys[k]] = True
+  return -1, 0
