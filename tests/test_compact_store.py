@@ -405,6 +405,13 @@ def test_an_old_store_is_refused_with_the_command_that_upgrades_it(
       old_version,
       manifest_lib.VERSION,
     )
+    units = [
+      (store / name / manifest['observation']['file']).read_bytes()
+      for store, manifest in ((old_store, old), (rewritten, new))
+    ]
+    # From version 4 on, the run's dictionary is kept, and the units are
+    # the same bytes (version 5's copied: test_version_5_units_are_kept).
+    assert (units[0] == units[1]) == (old_version >= 4)
     if old_version == 2:  # The same units; smaller tables and dictionary.
       assert compact_output.store_bytes(rewritten / name) < (
         compact_output.store_bytes(old_store / name)
@@ -512,3 +519,31 @@ def test_the_runs_dictionary_learns_only_the_written_rows(
     convert.convert(str(source), str(store), workers=0)
     dictionaries.append((store / manifest_lib.RUN_DICTIONARY_FILE).read_bytes())
   assert dictionaries[0] and dictionaries[0] == dictionaries[1]
+
+
+@pytest.mark.parametrize(
+  ('old_store', 'kept'),
+  [('run_dictionary_v4_store', False), ('plain_v5_store', True)],
+)
+def test_version_5_units_are_kept(request, old_store, kept):
+  """An upgrade copies units encoded as the newest version's (version 5)
+  rather than decoding and encoding them again: hours a run, not minutes."""
+  from fixed_replay.convert import checkpoint_source
+
+  directory = request.getfixturevalue(old_store) / 'checkpoint_3'
+  spec = manifest_lib.read_manifest(directory, manifest_lib.ALL_VERSIONS)[
+    'observation'
+  ]
+  source = checkpoint_source.StoredSource(str(directory), 3)
+  arguments = (spec['block_rows'], spec['clevel'], spec['run_dictionary'])
+  with source.open() as reader:
+    assert reader.keep_units(spec['block_rows'] + 1, *arguments[1:]) is None
+    found = reader.keep_units(*arguments)
+    assert (found is not None) == kept
+    if kept:
+      units, index, kept_spec, rows = found
+      assert units == str(directory / 'observation.units')
+      assert kept_spec == spec and rows == 1000
+      assert len(index['unit_crc32']) == spec['num_blocks']
+      # Its frames were not read: finishing trusts the units' own checks.
+      assert reader.finish(rows).add_count > 0

@@ -16,6 +16,7 @@ convert/rlu_source.py.
 from collections.abc import Iterator
 from collections.abc import Sequence
 import dataclasses
+import os
 from typing import Any
 from typing import Protocol
 from typing import runtime_checkable
@@ -30,8 +31,16 @@ from fixed_replay.io.gzip_stream import GzipStream
 from fixed_replay.sources.dopamine import checkpoints
 from fixed_replay.sources.dopamine import checks
 from fixed_replay.sources.dopamine import file_names
+from fixed_replay.store import checkpoint_tables
 from fixed_replay.store import compact_store
 from fixed_replay.store import manifest as manifest_lib
+
+# The unit index a checkpoint's units come with (checkpoint_tables.py).
+UNIT_INDEX = (
+  checkpoint_tables.UNIT_SIZES,
+  checkpoint_tables.UNIT_ANCHORS,
+  checkpoint_tables.UNIT_CRC32,
+)
 
 
 @dataclasses.dataclass
@@ -191,11 +200,42 @@ class _StoredReader:
       self._stored = legacy_store.LegacyCheckpoint(directory)
     else:
       self._stored = compact_store.StoredCheckpoint(directory)
+    self._directory = directory
+    self._version = version
     self._frames = self._stored.frames
     self.row_shape = self._frames.row_shape
     self.dtype = self._frames.dtype
     self.written_rows = min(self._stored.add_count, self._stored.num_rows)
     self._crc = 0
+    self._units_kept = False
+
+  def keep_units(self, block_rows: int, clevel: int, dictionary: dict):
+    """The units a new checkpoint may keep as they are, without decoding
+    them here: those of version 5 on (encoded as the newest are), written
+    with these `block_rows` and `clevel` against the run dictionary whose
+    bytes and CRC-32 are `dictionary`.
+
+    Returns:
+      None, or (units file, unit index tables, manifest['observation'],
+      rows): the frames are then checked where the units are kept, against the
+      same frames_crc32 (compact_output.py decodes every unit it writes).
+    """
+    spec = self._stored.manifest['observation']
+    if self._version < legacy_store.PLAIN_VERSION or (
+      spec['block_rows'],
+      spec['clevel'],
+      spec['run_dictionary'],
+    ) != (block_rows, clevel, dictionary):
+      return None
+    if self._version in manifest_lib.LEGACY_VERSIONS:
+      index = legacy_store.unit_index(self._directory)  # Checked at open.
+    else:
+      self._stored.frames.check_index()
+      tables = self._stored.tables
+      index = {name: np.array(tables[name]) for name in UNIT_INDEX}
+    self._units_kept = True
+    units = os.path.join(self._directory, spec['file'])
+    return units, index, spec, self._stored.num_rows
 
   def __enter__(self) -> '_StoredReader':
     return self
@@ -213,7 +253,9 @@ class _StoredReader:
   def finish(self, num_rows: int) -> SourceRows:
     stored = self._stored
     expected = stored.manifest['observation']['frames_crc32']
-    if num_rows != stored.num_rows or self._crc != expected:
+    if num_rows != stored.num_rows or (
+      self._crc != expected and not self._units_kept
+    ):
       raise CheckpointError(
         self._frames.path,
         f'checkpoint {stored.suffix}: frames read back have CRC-32 '

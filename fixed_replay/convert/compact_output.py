@@ -25,6 +25,7 @@ import numpy.typing as npt
 import zstandard
 
 from fixed_replay import progress
+from fixed_replay.convert import checkpoint_source
 from fixed_replay.convert import convert_options
 from fixed_replay.convert import destination
 from fixed_replay.convert import unit_compression
@@ -184,11 +185,23 @@ def prepare_run(store_dir: str, sources) -> None:
   the screens of every part of the run; a checkpoint whose frames cannot be
   read is left out, for its own conversion to report. Kept for every later
   checkpoint of the store, so a resumed conversion writes the same bytes.
+  Rewriting a store whose checkpoints were all compressed against its run's
+  dictionary (an upgrade) keeps that dictionary instead, so that their units
+  are copied, not encoded again (_keep_units).
   """
   path = run_dictionary.store_path(store_dir)
   if os.path.exists(path) or not sources:
     return
   began = time.perf_counter()
+  dictionary = _sources_dictionary(sources)
+  if dictionary is not None:
+    _write_dictionary(store_dir, dictionary)
+    logging.info(
+      "Kept the run's dictionary of the store %s: its checkpoints' units "
+      'are copied as they are where written alike',
+      os.path.dirname(sources[0].directory),
+    )
+    return
   each = -(-run_dictionary.RUN_TRAINING_FRAMES // len(sources))
   frames = []
   for source in sources:
@@ -206,11 +219,7 @@ def prepare_run(store_dir: str, sources) -> None:
         'Training without checkpoint %d: %s', source.suffix, error
       )
   dictionary = run_dictionary.train(frames)
-  partial = destination.write_bytes(
-    store_dir, f'.{os.getpid()}{_PARTIAL_DICTIONARY}', dictionary
-  )
-  os.replace(os.path.join(store_dir, partial), path)
-  destination.fsync_directory(store_dir)
+  _write_dictionary(store_dir, dictionary)
   logging.info(
     "Trained the run's dictionary of %s (%s) on every %dth of the first %d "
     'frames of %s in %.1f s',
@@ -221,6 +230,40 @@ def prepare_run(store_dir: str, sources) -> None:
     progress.count(len(sources), 'checkpoint'),
     time.perf_counter() - began,
   )
+
+
+def _write_dictionary(store_dir: str, dictionary: bytes) -> None:
+  partial = destination.write_bytes(
+    store_dir, f'.{os.getpid()}{_PARTIAL_DICTIONARY}', dictionary
+  )
+  os.replace(
+    os.path.join(store_dir, partial), run_dictionary.store_path(store_dir)
+  )
+  destination.fsync_directory(store_dir)
+
+
+def _sources_dictionary(sources) -> bytes | None:
+  """The dictionary of the store `sources` come from, where they are all
+  its checkpoints and were all compressed against it (so their units may
+  be kept: _keep_units), else None."""
+  if not all(isinstance(s, checkpoint_source.StoredSource) for s in sources):
+    return None
+  stores = {os.path.dirname(os.path.abspath(s.directory)) for s in sources}
+  path = run_dictionary.store_path(stores.pop())
+  if stores or not os.path.exists(path):
+    return None
+  entry = manifest_lib.file_entry(path)
+  for source in sources:
+    try:
+      manifest = manifest_lib.read_manifest(
+        source.directory, manifest_lib.ALL_VERSIONS
+      )
+    except CheckpointError:  # Its own conversion reports it.
+      return None
+    if manifest['observation'].get('run_dictionary') != entry:
+      return None
+  with open(path, 'rb') as stream:
+    return stream.read()
 
 
 def _write_frames(reader, directory: str, options, threads):
@@ -278,12 +321,39 @@ def _write_frames(reader, directory: str, options, threads):
   return num_rows, spec, units_entry, unit_tables
 
 
+def _keep_units(reader, directory: str, options):
+  """Copies a stored source's units as they are, where encoding them would
+  write the same bytes (reader.keep_units: the same encoding, block_rows,
+  clevel and run dictionary, which prepare_run keeps from the source
+  store). Returns what _write_frames does, or None: encode them."""
+  keep = getattr(reader, 'keep_units', None)  # Stored sources only.
+  dictionary = run_dictionary.checkpoint_path(directory)
+  kept = (
+    keep
+    and os.path.exists(dictionary)
+    and keep(
+      options.block_rows, options.clevel, manifest_lib.file_entry(dictionary)
+    )
+  )
+  if not kept:
+    return None
+  units, unit_tables, spec, num_rows = kept
+  name = manifest_lib.UNITS_FILE
+  with open(units, 'rb') as source:
+    with destination.synced_file(directory, name) as out:
+      shutil.copyfileobj(source, out, 16 << 20)
+  worker_processes.count_progress(num_rows)
+  entry = manifest_lib.file_entry(os.path.join(directory, name))
+  return num_rows, dict(spec, file=name), {name: entry}, unit_tables
+
+
 def _write_checkpoint(source, directory: str, options, threads):
   """Writes every file of one checkpoint into `directory`; returns manifest."""
   with source.open(threads) as reader:
-    num_rows, frames_spec, units_entry, unit_tables = _write_frames(
+    written = _keep_units(reader, directory, options) or _write_frames(
       reader, directory, options, threads
     )
+    num_rows, frames_spec, units_entry, unit_tables = written
     meta = reader.finish(num_rows)
   arrays = meta.arrays
   clash = set(arrays) & set(checkpoint_tables.RESERVED)

@@ -33,6 +33,7 @@ import zstandard
 
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import npy_stream
+from fixed_replay.store import checkpoint_tables
 from fixed_replay.store import manifest as manifest_lib
 from fixed_replay.store import run_dictionary
 from fixed_replay.store import unit_decoding
@@ -41,9 +42,11 @@ BLOCKS_VERSION = 1
 SIZES_VERSION = 3  # Unit sizes, headers stripped, small files packed.
 RUN_DICTIONARY_VERSION = 4
 PACKED_VERSIONS = (3, 4)  # Small files zstd-compressed.
+PLAIN_VERSION = 5  # Units encoded as the newest version's.
 OFFSETS_FILE = 'observation_offsets.npy'
 SIZES_FILE = 'observation_sizes.npy'
 CRC_FILE = 'observation_crc32.npy'
+ANCHORS_FILE = 'observation_anchors.npy'
 INVALID_RANGE_FILE = 'invalid_range.npy'
 PACKED_SUFFIX = '.zst'
 
@@ -66,6 +69,17 @@ def _load(path: str) -> np.ndarray:
     return np.load(io.BytesIO(_read(path)), allow_pickle=False)
   except (OSError, ValueError, EOFError) as error:
     raise CheckpointError(path, f'unreadable array: {error}') from error
+
+
+def unit_index(directory: str) -> dict[str, np.ndarray]:
+  """The unit sizes, anchors and CRC-32s of a version 5 checkpoint, in the
+  newest version's table names (its files checked by LegacyCheckpoint)."""
+  names = {
+    checkpoint_tables.UNIT_SIZES: SIZES_FILE,
+    checkpoint_tables.UNIT_ANCHORS: ANCHORS_FILE,
+    checkpoint_tables.UNIT_CRC32: CRC_FILE,
+  }
+  return {n: _load(os.path.join(directory, f)) for n, f in names.items()}
 
 
 class LegacyCheckpoint:
