@@ -21,6 +21,7 @@ import pathlib
 import resource
 import shutil
 import time
+import zlib
 
 from absl import app
 from absl import flags
@@ -183,7 +184,7 @@ def build_checkpoint(
       'remove it to rebuild'
     )
   needed = rows * int(np.prod(OBSERVATION_SHAPE)) * 1.1 + GIB
-  wait_for_memory(needed)
+  require_memory(needed)
   os.makedirs(data_dir, exist_ok=True)
   staging = directory.with_name(f'.{directory.name}.staging-{os.getpid()}')
   staging.mkdir()
@@ -200,30 +201,16 @@ def build_checkpoint(
   return directory
 
 
-def wait_for_memory(num_bytes, timeout_s=1800, poll_s=10):
-  """Waits until the machine has `num_bytes` available (shared machine).
-
-  Raises:
-    RuntimeError: if the memory is still missing after timeout_s.
-  """
+def require_memory(num_bytes):
+  """Raises RuntimeError unless the machine has `num_bytes` available."""
   import psutil
 
-  deadline = time.time() + timeout_s
-  while True:
-    available = psutil.virtual_memory().available
-    if available >= num_bytes:
-      return
-    if time.time() > deadline:
-      raise RuntimeError(
-        f'needs {num_bytes / GIB:.1f} GiB free, only '
-        f'{available / GIB:.1f} GiB available'
-      )
-    logging.warning(
-      'Waiting for %.1f GiB of free memory (%.1f GiB available)',
-      num_bytes / GIB,
-      available / GIB,
+  available = psutil.virtual_memory().available
+  if available < num_bytes:
+    raise RuntimeError(
+      f'needs {num_bytes / GIB:.1f} GiB free, only '
+      f'{available / GIB:.1f} GiB available'
     )
-    time.sleep(poll_s)
 
 
 def link_checkpoints(origin, store, suffixes, **fields):
@@ -374,14 +361,6 @@ def run_in_subprocess(function, *args):
   return measure(_no_setup, function, args)
 
 
-def crc32(data):
-  """CRC-32 of a buffer with the fastest available implementation."""
-  from fixed_replay.io import gzip_stream
-
-  module = gzip_stream.BACKENDS[gzip_stream.DEFAULT_BACKEND]
-  return module.crc32(memoryview(data).cast('B'))
-
-
 def array_digest(arrays, num_samples=64):
   """Summarises a dict of arrays so two results can be compared cheaply.
 
@@ -397,7 +376,7 @@ def array_digest(arrays, num_samples=64):
     array = np.ascontiguousarray(array)
     rows = np.unique(np.linspace(0, len(array) - 1, num_samples).astype(int))
     samples = array[rows].copy() if len(array) else array.copy()
-    summary[name] = (str(array.dtype), array.shape, crc32(array), samples)
+    summary[name] = (str(array.dtype), array.shape, zlib.crc32(array), samples)
   return summary
 
 

@@ -67,10 +67,7 @@ _HOT = flags.DEFINE_bool(
 )
 _KEEP = flags.DEFINE_bool('keep', False, 'Keep the copies.')
 _OPEN_ONLY = flags.DEFINE_bool(
-  'open_only',
-  False,
-  'Measure the open alone, on copies whose units (which opening does not '
-  'read) are hard links: 500 checkpoints cost their tables, not 70 GB.',
+  'open_only', False, 'The open alone, on copies with units hard-linked.'
 )
 _DIRECTORY = flags.DEFINE_string(
   'directory', None, 'Where to copy (default: a temporary directory).'
@@ -81,11 +78,9 @@ _SKIPPED = 64
 
 
 def _copy(source, target):
-  """shutil.copy2, but the units hard-linked under --open_only."""
-  if _OPEN_ONLY.value and source.endswith('.units'):
-    os.link(source, target)
-  else:
-    shutil.copy2(source, target)
+  """Opening reads no unit: under --open_only they are hard links."""
+  link = _OPEN_ONLY.value and source.endswith('.units')
+  (os.link if link else shutil.copy2)(source, target)
 
 
 def copy_runs(store, root, runs, checkpoints):

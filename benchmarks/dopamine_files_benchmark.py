@@ -155,7 +155,7 @@ def hold_checkpoints(run, count, budget=None):
 def _wait(rows, checkpoints):
   """Waits for room for `checkpoints` checkpoints' frames and 1 GiB."""
   frame = common.OBSERVATION_SHAPE[0] * common.OBSERVATION_SHAPE[1]
-  common.wait_for_memory(int(checkpoints * rows * frame * 1.05) + common.GIB)
+  common.require_memory(int(checkpoints * rows * frame * 1.05) + common.GIB)
 
 
 def _link_run(directory):

@@ -31,10 +31,8 @@ Usage:
   python benchmarks/mixture_benchmark.py [--runs=40] [--checkpoints=50]
     [--busy_game=MsPacman] [--seconds=10] [--parts=mixture,loader,shared]
 
-The whole DQN Replay Dataset's count (300 runs x 50), under a desktop's
-limits: `ulimit -Sn 1024; python benchmarks/mixture_benchmark.py --runs=300
---parts=mixture --origin=...` (the library raises the soft limit on open
-files towards the hard one; Linux's default vm.max_map_count is 65,530).
+The whole dataset's count under a desktop's limits: `ulimit -Sn 1024;
+python benchmarks/mixture_benchmark.py --runs=300 --parts=mixture ...`.
 """
 
 import multiprocessing

@@ -320,7 +320,7 @@ def _report_sampling(source, store, work, rows, num):
     ways.append(
       ('FixedReplayBuffer, gzip files', held, sample_buffer, gzip_run)
     )
-  common.wait_for_memory(max(held, 1) * checkpoint_bytes + common.GIB)
+  common.require_memory(max(held, 1) * checkpoint_bytes + common.GIB)
   results = {}
   for name, count, function, *args in ways:
     setup = _setup_dopamine if function is sample_dopamine else _setup

@@ -24,6 +24,7 @@ _PACKAGE = pathlib.Path(__file__).resolve().parent
 KERNEL_FILES = (
   'replay/batch_kernels.py',
   'replay/block_checks.py',
+  'store/checkpoint_tables.py',
   'store/unit_decoding.py',
 )
 _PATHS = [_PACKAGE / name for name in KERNEL_FILES]

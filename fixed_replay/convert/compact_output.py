@@ -2,7 +2,7 @@
 
 `CompactOutput` is the output convert.py uses by default (the other is
 dopamine_output.py): it streams a source's frames in slices into zstd units
-against the run's dictionary (prepare_run, run_dictionary.py), bounded
+against the run's dictionary (dictionary_preparation.py), bounded
 memory, the units compressed by a few threads; it writes the other arrays and
 the valid rows as one file of tables (checkpoint_tables.py) and a manifest with
 checksums, in the newest format version (older ones are read, not written),
@@ -16,18 +16,15 @@ import itertools
 import os
 import shutil
 import threading
-import time
 from typing import Any
 
-from absl import logging
 import numpy as np
 import numpy.typing as npt
 import zstandard
 
-from fixed_replay import progress
-from fixed_replay.convert import checkpoint_source
 from fixed_replay.convert import convert_options
 from fixed_replay.convert import destination
+from fixed_replay.convert import dictionary_preparation
 from fixed_replay.convert import unit_compression
 from fixed_replay.convert import workers as worker_processes
 from fixed_replay.convert.checkpoint_source import CheckpointSource
@@ -168,110 +165,12 @@ def _unit_compressor(dictionary: bytes, level: int):
   return compress
 
 
-# A run's dictionary trains on every _SPREAD-th of each checkpoint's first
-# frames: on a run whose policy drifts, consecutive frames teach it less of
-# each checkpoint's screens.
-_SPREAD = 4
-# What a run dictionary being written is named after: .<pid><this>.
-_PARTIAL_DICTIONARY = '.dict.partial'
-
-
-def prepare_run(store_dir: str, sources) -> None:
-  """Trains and writes the run's dictionary, unless the store has one.
-
-  On the first written frames of every checkpoint in `sources` (those a
-  conversion begins with: every checkpoint of a run of Dopamine's files or of
-  a store; the first round's of RL Unplugged episodes), so that it knows
-  the screens of every part of the run; a checkpoint whose frames cannot be
-  read is left out, for its own conversion to report. Kept for every later
-  checkpoint of the store, so a resumed conversion writes the same bytes.
-  Rewriting a store whose checkpoints were all compressed against its run's
-  dictionary (an upgrade) keeps that dictionary instead, so that their units
-  are copied, not encoded again (_keep_units).
-  """
-  path = run_dictionary.store_path(store_dir)
-  if os.path.exists(path) or not sources:
-    return
-  began = time.perf_counter()
-  dictionary = _sources_dictionary(sources)
-  if dictionary is not None:
-    _write_dictionary(store_dir, dictionary)
-    logging.info(
-      "Kept the run's dictionary of the store %s: its checkpoints' units "
-      'are copied as they are where written alike',
-      os.path.dirname(sources[0].directory),
-    )
-    return
-  each = -(-run_dictionary.RUN_TRAINING_FRAMES // len(sources))
-  frames = []
-  for source in sources:
-    try:
-      with source.open() as reader:
-        first = next(iter(reader.frame_slices(each * _SPREAD)), [])
-        first = np.array(first[: reader.written_rows : _SPREAD])
-        # Padding (all zero: Dopamine's before each episode, RL Unplugged's
-        # after the last) teaches nothing, and left out, every route to a
-        # store (RL Unplugged straight or through Dopamine's files) trains
-        # on the same frames.
-        frames += list(first[first.any(axis=tuple(range(1, first.ndim)))])
-    except CheckpointError as error:  # Its own conversion reports it.
-      logging.warning(
-        'Training without checkpoint %d: %s', source.suffix, error
-      )
-  dictionary = run_dictionary.train(frames)
-  _write_dictionary(store_dir, dictionary)
-  logging.info(
-    "Trained the run's dictionary of %s (%s) on every %dth of the first %d "
-    'frames of %s in %.1f s',
-    store_dir,
-    progress.format_bytes(len(dictionary)),
-    _SPREAD,
-    each * _SPREAD,
-    progress.count(len(sources), 'checkpoint'),
-    time.perf_counter() - began,
-  )
-
-
-def _write_dictionary(store_dir: str, dictionary: bytes) -> None:
-  partial = destination.write_bytes(
-    store_dir, f'.{os.getpid()}{_PARTIAL_DICTIONARY}', dictionary
-  )
-  os.replace(
-    os.path.join(store_dir, partial), run_dictionary.store_path(store_dir)
-  )
-  destination.fsync_directory(store_dir)
-
-
-def _sources_dictionary(sources) -> bytes | None:
-  """The dictionary of the store `sources` come from, where they are all
-  its checkpoints and were all compressed against it (so their units may
-  be kept: _keep_units), else None."""
-  if not all(isinstance(s, checkpoint_source.StoredSource) for s in sources):
-    return None
-  stores = {os.path.dirname(os.path.abspath(s.directory)) for s in sources}
-  path = run_dictionary.store_path(stores.pop())
-  if stores or not os.path.exists(path):
-    return None
-  entry = manifest_lib.file_entry(path)
-  for source in sources:
-    try:
-      manifest = manifest_lib.read_manifest(
-        source.directory, manifest_lib.ALL_VERSIONS
-      )
-    except CheckpointError:  # Its own conversion reports it.
-      return None
-    if manifest['observation'].get('run_dictionary') != entry:
-      return None
-  with open(path, 'rb') as stream:
-    return stream.read()
-
-
 def _write_frames(reader, directory: str, options, threads):
   """Streams a source's frames into units; returns the manifest entry."""
   slices = reader.frame_slices(
     slice_rows(reader.row_shape, reader.dtype, options)
   )
-  path = run_dictionary.checkpoint_path(directory)  # prepare_run's.
+  path = run_dictionary.checkpoint_path(directory)  # Written first.
   try:
     with open(path, 'rb') as stream:
       dictionary = stream.read()
@@ -324,8 +223,8 @@ def _write_frames(reader, directory: str, options, threads):
 def _keep_units(reader, directory: str, options):
   """Copies a stored source's units as they are, where encoding them would
   write the same bytes (reader.keep_units: the same encoding, block_rows,
-  clevel and run dictionary, which prepare_run keeps from the source
-  store). Returns what _write_frames does, or None: encode them."""
+  clevel and run dictionary, which dictionary_preparation.py keeps from
+  the source store). Returns what _write_frames does, or None: encode."""
   keep = getattr(reader, 'keep_units', None)  # Stored sources only.
   dictionary = run_dictionary.checkpoint_path(directory)
   kept = (
@@ -464,12 +363,14 @@ class CompactOutput:
     names = os.listdir(store_dir)
     unused = not any(name.startswith('checkpoint_') for name in names)
     for name in names:
-      partial = name.startswith('.') and name.endswith(_PARTIAL_DICTIONARY)
+      partial = name.startswith('.') and name.endswith(
+        dictionary_preparation.PARTIAL_DICTIONARY
+      )
       if partial or unused and name == manifest_lib.RUN_DICTIONARY_FILE:
         os.remove(os.path.join(store_dir, name))
 
   def prepare(self, store_dir: str, sources) -> None:
-    prepare_run(store_dir, sources)
+    dictionary_preparation.prepare_run(store_dir, sources)
 
   def run_bytes(self, store_dir: str) -> int:
     path = run_dictionary.store_path(store_dir)

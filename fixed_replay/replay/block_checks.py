@@ -163,7 +163,7 @@ class BatchChecks:
       out = np.empty(found, np.int64)
       found = self._find(which, rows, out)
     keys = np.unique(out[:found])
-    bad, actual = unit_decoding.check_blocks(
+    bad, actual = checkpoint_tables.check_blocks(
       unit_decoding.FUNCTIONS,
       self._addresses,
       self._sizes,

@@ -20,11 +20,15 @@ import base64
 import mmap
 import os
 
+import numba
 import numpy as np
 
+from fixed_replay import kernel_cache
 from fixed_replay.errors import CheckpointError
 from fixed_replay.io import mapped
 from fixed_replay.store import unit_decoding
+
+kernel_cache.install()  # Before the first njit: see kernel_cache.py.
 
 FILE = 'tables'
 # Each table starts a page: no block holds two tables' bytes.
@@ -71,13 +75,101 @@ def pack(tables: dict[str, np.ndarray]) -> tuple[np.ndarray, dict]:
     data[start : start + array.nbytes] = (
       np.ascontiguousarray(array).view(np.uint8).reshape(-1)
     )
-  crcs = unit_decoding.block_crc32s(data, BLOCK_BYTES).astype('<u4')
+  crcs = block_crc32s(data, BLOCK_BYTES).astype('<u4')
   return data, {
     'file': FILE,
     'block_bytes': BLOCK_BYTES,
     'block_crc32': base64.b64encode(crcs.tobytes()).decode('ascii'),
     'layout': layout,
   }
+
+
+@numba.njit(nogil=True, cache=True)
+def _block_crcs(functions, address, size, block_bytes, blocks, out):
+  for k in range(len(blocks)):
+    start = blocks[k] * block_bytes
+    length = min(block_bytes, size - start)
+    out[k] = unit_decoding.call_crc(functions[1], 0, address + start, length)
+
+
+def block_crc32s(
+  data: np.ndarray, block_bytes: int, blocks: np.ndarray | None = None
+) -> np.ndarray:
+  """The CRC-32 of `block_bytes` blocks of `data` (the last may be shorter).
+
+  Args:
+    data: C-contiguous uint8 array.
+    block_bytes: int.
+    blocks: optional int64 array of block numbers (default: every block).
+
+  Returns:
+    uint32 array, one a block: ISA-L's CRC-32 in compiled code, outside the
+    GIL, with no call from Python a block.
+  """
+  if data.dtype != np.uint8 or not data.flags.c_contiguous:
+    raise ValueError('`data` must be a C-contiguous uint8 array')
+  count = -(-data.size // block_bytes)
+  if blocks is None:
+    blocks = np.arange(count)
+  blocks = np.ascontiguousarray(blocks, np.int64)
+  if blocks.size and (blocks.min() < 0 or blocks.max() >= count):
+    raise IndexError(f'blocks outside the {count} of `data`')
+  out = np.empty(len(blocks), np.uint32)
+  if blocks.size:
+    _block_crcs(
+      unit_decoding.FUNCTIONS,
+      data.ctypes.data,
+      data.size,
+      block_bytes,
+      blocks,
+      out,
+    )
+  return out
+
+
+@numba.njit(nogil=True, cache=True)
+def check_blocks(
+  functions, addresses, sizes, base, block_bytes, keys, expected, checked
+):
+  """Checks blocks of several mapped files against their CRC-32s.
+
+  Key k names block keys[k] - base[p] of file p (the last p with base[p] <=
+  keys[k]), mapped at addresses[p], sizes[p] bytes; expected[key] is its
+  CRC-32, and checked[key] is set once it matches. Every block's read is
+  asked for (madvise(WILLNEED)) before the first is checked.
+
+  Returns:
+    (-1, 0), or (k, CRC-32) of the first key whose block differs.
+  """
+  owners = np.empty(len(keys), np.int64)
+  for k in range(len(keys)):
+    low, high = 0, len(base) - 1
+    while low < high:  # The last file whose blocks begin at or before it.
+      middle = (low + high + 1) // 2
+      if base[middle] <= keys[k]:
+        low = middle
+      else:
+        high = middle - 1
+    owners[k] = low
+  if functions.size > unit_decoding.MADVISE:
+    for k in range(len(keys)):
+      p = owners[k]
+      start = (keys[k] - base[p]) * block_bytes
+      unit_decoding.call_madvise(
+        functions[unit_decoding.MADVISE],
+        addresses[p] + start,
+        block_bytes,
+        unit_decoding.MADV_WILLNEED,
+      )
+  for k in range(len(keys)):
+    p = owners[k]
+    start = (keys[k] - base[p]) * block_bytes
+    length = min(block_bytes, sizes[p] - start)
+    crc = unit_decoding.call_crc(functions[1], 0, addresses[p] + start, length)
+    if crc != expected[keys[k]]:
+      return k, crc
+    checked[keys[k]] = True
+  return -1, 0
 
 
 class CheckpointTables:
@@ -142,7 +234,7 @@ class CheckpointTables:
     blocks = blocks[~self.checked[blocks]]
     if not len(blocks):
       return
-    actual = unit_decoding.block_crc32s(self._data, self.block_bytes, blocks)
+    actual = block_crc32s(self._data, self.block_bytes, blocks)
     bad = np.flatnonzero(actual != self.crcs[blocks])
     if len(bad):
       self.raise_damaged(int(blocks[bad[0]]), int(actual[bad[0]]))

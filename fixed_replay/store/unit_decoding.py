@@ -136,7 +136,7 @@ def _call_zstd(typingctx, function, dctx, dst, capacity, src, size, ddict):
 
 
 @intrinsic
-def _call_crc(typingctx, function, init, data, size):
+def call_crc(typingctx, function, init, data, size):
   return _c_call(_crc_type)(typingctx, function, init, data, size)
 
 
@@ -157,11 +157,11 @@ def _call_fadvise(typingctx, function, fd, offset, length, advice):
 
 # int madvise(void *address, size_t length, int advice).
 _madvise_type = ir.FunctionType(_I32, [_I64, _I64, _I32])
-_MADV_WILLNEED = 3
+MADV_WILLNEED = 3
 
 
 @intrinsic
-def _call_madvise(typingctx, function, address, length, advice):
+def call_madvise(typingctx, function, address, length, advice):
   return _c_call(_madvise_type)(typingctx, function, address, length, advice)
 
 
@@ -314,7 +314,7 @@ def _read_and_decode(
       unit = units[j]
       data += length  # Past the unit before it in the run.
       length = _unit_size(table, source, unit)
-      crc = _call_crc(functions[1], 0, data, length)
+      crc = call_crc(functions[1], 0, data, length)
       if crc != _load_uint32(table[source, CRCS] + 4 * unit):
         status[0], status[1], status[2] = j, BAD_CRC, crc
         return
@@ -447,83 +447,3 @@ def decode(table, which, units, out, slots=None):
     status,
   )
   return status
-
-
-@numba.njit(nogil=True, cache=True)
-def _block_crcs(functions, address, size, block_bytes, blocks, out):
-  for k in range(len(blocks)):
-    start = blocks[k] * block_bytes
-    length = min(block_bytes, size - start)
-    out[k] = _call_crc(functions[1], 0, address + start, length)
-
-
-def block_crc32s(
-  data: np.ndarray, block_bytes: int, blocks: np.ndarray | None = None
-) -> np.ndarray:
-  """The CRC-32 of `block_bytes` blocks of `data` (the last may be shorter).
-
-  Args:
-    data: C-contiguous uint8 array.
-    block_bytes: int.
-    blocks: optional int64 array of block numbers (default: every block).
-
-  Returns:
-    uint32 array, one a block: ISA-L's CRC-32 in compiled code, outside the
-    GIL, with no call from Python a block.
-  """
-  if data.dtype != np.uint8 or not data.flags.c_contiguous:
-    raise ValueError('`data` must be a C-contiguous uint8 array')
-  count = -(-data.size // block_bytes)
-  if blocks is None:
-    blocks = np.arange(count)
-  blocks = np.ascontiguousarray(blocks, np.int64)
-  if blocks.size and (blocks.min() < 0 or blocks.max() >= count):
-    raise IndexError(f'blocks outside the {count} of `data`')
-  out = np.empty(len(blocks), np.uint32)
-  if blocks.size:
-    _block_crcs(
-      FUNCTIONS, data.ctypes.data, data.size, block_bytes, blocks, out
-    )
-  return out
-
-
-@numba.njit(nogil=True, cache=True)
-def check_blocks(
-  functions, addresses, sizes, base, block_bytes, keys, expected, checked
-):
-  """Checks blocks of several mapped files against their CRC-32s.
-
-  Key k names block keys[k] - base[p] of file p (the last p with base[p] <=
-  keys[k]), mapped at addresses[p], sizes[p] bytes; expected[key] is its
-  CRC-32, and checked[key] is set once it matches. Every block's read is
-  asked for (madvise(WILLNEED)) before the first is checked.
-
-  Returns:
-    (-1, 0), or (k, CRC-32) of the first key whose block differs.
-  """
-  owners = np.empty(len(keys), np.int64)
-  for k in range(len(keys)):
-    low, high = 0, len(base) - 1
-    while low < high:  # The last file whose blocks begin at or before it.
-      middle = (low + high + 1) // 2
-      if base[middle] <= keys[k]:
-        low = middle
-      else:
-        high = middle - 1
-    owners[k] = low
-  if functions.size > MADVISE:
-    for k in range(len(keys)):
-      p = owners[k]
-      start = (keys[k] - base[p]) * block_bytes
-      _call_madvise(
-        functions[MADVISE], addresses[p] + start, block_bytes, _MADV_WILLNEED
-      )
-  for k in range(len(keys)):
-    p = owners[k]
-    start = (keys[k] - base[p]) * block_bytes
-    length = min(block_bytes, sizes[p] - start)
-    crc = _call_crc(functions[1], 0, addresses[p] + start, length)
-    if crc != expected[keys[k]]:
-      return k, crc
-    checked[keys[k]] = True
-  return -1, 0
