@@ -715,6 +715,9 @@ def test_a_store_on_disk_checks_each_block_when_a_batch_reads_it(
     sound = np.asarray(table.valid_rows[table.position_of(1)])[::9]
     batch = buffer.sample_transition_batch(indices=sound, suffixes=1)
     assert_equals_oracle(as_dict(buffer, batch), oracles)
+    # What the batch checked, its checkpoint's tables know: not read again.
+    tables = buffer.source._stored[table.position_of(1)].tables
+    assert tables.checked[tables.region('reward')[0] // tables.block_bytes]
     row = int(np.asarray(table.valid_rows[table.position_of(3)])[100])
     with pytest.raises(
       CheckpointError,

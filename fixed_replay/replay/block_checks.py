@@ -130,13 +130,15 @@ class BatchChecks:
     counts = np.array([t.num_blocks for t in tables], np.int64)
     self._base = np.zeros(len(counts), np.int64)
     np.cumsum(counts[:-1], out=self._base[1:])
-    # From what opening checked: all, for tables in the page cache.
-    self._checked = np.concatenate([t.checked for t in tables])
-    # What the compiled check reads: each map, its bytes, every block's CRC.
+    # One array of each for the compiled checks, which each checkpoint's
+    # tables then keep theirs in: a block checked by either is by both.
+    self._expected = np.empty(int(counts.sum()), np.uint32)
+    self._checked = np.empty(int(counts.sum()), np.bool_)
+    for table, first, count in zip(tables, self._base, counts, strict=True):
+      mine = slice(first, first + count)
+      table.share(self._expected[mine], self._checked[mine])
     self._addresses = np.array([t.address for t in tables], np.int64)
-    self._sizes = np.array([t.num_blocks for t in tables], np.int64)
-    self._sizes *= self._block_bytes
-    self._expected = np.concatenate([t.crcs for t in tables]).astype(np.uint32)
+    self._sizes = counts * self._block_bytes  # The files' bytes.
 
   @property
   def nbytes(self) -> int:

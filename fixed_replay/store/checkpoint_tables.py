@@ -224,6 +224,14 @@ class CheckpointTables:
       # read most of the file for each page a batch reads.
       mapped.advise(self._data, mmap.MADV_RANDOM)
 
+  def share(self, crcs: np.ndarray, checked: np.ndarray) -> None:
+    """Keeps the blocks' CRC-32s and checked bits in `crcs` and `checked`,
+    views of a sampler's arrays over many checkpoints (their values taken
+    from here), so that a block either checks is checked for both."""
+    crcs[:] = self.crcs
+    checked[:] = self.checked
+    self.crcs, self.checked = crcs, checked
+
   def check_blocks(self, blocks: np.ndarray) -> None:
     """Checks those of `blocks` not checked before against their CRC-32s.
 
@@ -259,10 +267,14 @@ class CheckpointTables:
     row = np.prod(entry['shape'][1:], dtype=np.int64)
     return entry['offset'], int(row) * np.dtype(entry['dtype']).itemsize
 
-  def check_range(self, name: str, start: int, stop: int) -> None:
-    """Checks the blocks holding elements [start, stop) of table `name`."""
+  def check_range(
+    self, name: str, start: int = 0, stop: int | None = None
+  ) -> None:
+    """Checks the blocks holding elements [start, stop) of table `name`
+    (default: all of it)."""
     shape = self._layout[name]['shape']
-    start, stop = max(start, 0), min(stop, shape[0] if shape else 1)
+    length = shape[0] if shape else 1
+    start, stop = max(start, 0), min(length if stop is None else stop, length)
     if stop <= start:
       return
     offset, size = self.region(name)
@@ -282,7 +294,7 @@ class CheckpointTables:
     return name in self._layout
 
   def __getitem__(self, name: str) -> np.ndarray:
-    self.check_range(name, 0, self.num_blocks * self.block_bytes)
+    self.check_range(name)
     return self.unchecked(name)
 
   def unchecked(self, name: str) -> np.ndarray:
